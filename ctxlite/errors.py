@@ -1,0 +1,58 @@
+"""ctxlite's exception tree and the process exit codes the CLI maps them to.
+
+The library raises these; only ``ctxlite.cli`` turns them into messages and exit
+codes. Every exception carries one human-readable line that names the bad value
+(file, line number, parameter) and what to do about it.
+
+Exit codes (documented in the README):
+
+====  ===========================================================
+0     success
+1     unexpected internal error (a bug: please report it)
+2     bad command-line usage or parameter (click's own code too)
+3     model problem: missing, not a GGUF, truncated, wrong sha256
+4     bad input data: empty/malformed JSONL, non-UTF-8, bad fields
+5     does not fit: prompt longer than the context window
+6     llama.cpp failed to decode (its return code is in the message)
+130   interrupted (Ctrl-C); finished records are kept, re-run resumes
+====  ===========================================================
+"""
+
+
+class CtxliteError(Exception):
+    """Base class of every error ctxlite raises on purpose."""
+
+    exit_code = 1
+
+
+class InvalidParameter(CtxliteError, ValueError):
+    """A parameter is out of its domain (e.g. lambda < 0, epsilon <= 0)."""
+
+    exit_code = 2
+
+
+class ModelError(CtxliteError):
+    """The model file is missing, corrupt, or not the one the registry names."""
+
+    exit_code = 3
+
+
+class DataError(CtxliteError, ValueError):
+    """Input data cannot be used: empty, malformed, not UTF-8, missing fields."""
+
+    exit_code = 4
+
+
+class ContextOverflow(CtxliteError, ValueError):
+    """A prompt does not fit in the model's context window."""
+
+    exit_code = 5
+
+
+class DecodeError(CtxliteError, RuntimeError):
+    """llama.cpp returned a non-zero status from ``llama_decode``."""
+
+    exit_code = 6
+
+
+EXIT_INTERRUPTED = 130
