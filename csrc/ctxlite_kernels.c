@@ -1,0 +1,687 @@
+/*
+ * ctxlite_kernels.c -- fused single-pass kernels over float32 logits rows.
+ *
+ * Design (see ctxlite_kernels.h for the contracts):
+ *
+ *  - Blocked online log-sum-exp.  Each row is walked once, in pieces of at
+ *    most CTX_BLOCK floats (L1-resident).  For a piece we take its maximum,
+ *    move the running reference point up if the maximum grew (rescaling the
+ *    running sum by one scalar exp), then add sum exp((x - max) / T) over the
+ *    piece: exactly one exp per element, the piece read twice from L1 and
+ *    once from memory.  Partial sums are float per piece, double across.
+ *
+ *  - exp_neg() is a branch-free Cephes-style expf (Cody-Waite range
+ *    reduction, degree-6 polynomial, 2^n built in the exponent bits).  glibc
+ *    expf does not vectorise without -ffast-math, which we cannot use (we
+ *    need -inf and NaN semantics); this one is plain arithmetic and selects,
+ *    so gcc vectorises it at -O3.
+ *
+ *  - Hot loops use GCC vector extensions CTX_LANES wide with per-lane
+ *    accumulators (one zmm, two ymm or four xmm per clone): without
+ *    -ffast-math gcc will neither reorder a scalar sum nor vectorise a
+ *    float max reduction on its own.
+ *
+ *  - Banned tokens (e.g. EOS before min_new_tokens, SPEC 1.3/1.4) are
+ *    skipped by cutting the row into runs between the sorted banned ids, so
+ *    the inner loops stay unmasked and vectorised and the vocabulary is
+ *    never compacted: targets always index the full row.
+ *
+ *  - The row-level functions are compiled for AVX-512, AVX2+FMA and a
+ *    portable baseline (gcc target_clones); the loader picks one per CPU.
+ */
+#include "ctxlite_kernels.h"
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef CTXLITE_VERSION
+#error "CTXLITE_VERSION must be defined by the build (ctxlite/_build_kernels.py)"
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define CTX_MULTIVERSION \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CTX_MULTIVERSION
+#endif
+
+#define CTX_BLOCK 2048 /* floats per piece: 8 KiB, stays in L1 */
+#define CTX_LANES 16   /* independent accumulators per reduction */
+
+const char *ctxlite_kernels_version(void) { return CTXLITE_VERSION; }
+
+static inline void set_err(int64_t *err_at, int64_t where)
+{
+    if (err_at != NULL)
+        *err_at = where;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vectors                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * GCC/Clang vector extensions, CTX_LANES wide.  Each clone lowers them to its
+ * own registers (one zmm, two ymm, four xmm), so the hot loops are vector
+ * code by construction rather than by the auto-vectoriser's judgement (it
+ * refuses scalar max reductions without -ffinite-math-only).
+ */
+typedef float vf __attribute__((vector_size(CTX_LANES * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(CTX_LANES * sizeof(int32_t))));
+/* doubles come in half-width vectors of the same byte size (wider generic
+ * vectors get scalarised by GCC's lowering) */
+typedef double vd __attribute__((vector_size(CTX_LANES * sizeof(float))));
+typedef int64_t vl __attribute__((vector_size(CTX_LANES * sizeof(float))));
+typedef float vh __attribute__((vector_size(CTX_LANES / 2 * sizeof(float))));
+#define CTX_HALF (CTX_LANES / 2)
+
+#define CTX_INLINE static inline __attribute__((always_inline))
+
+CTX_INLINE vf vf_splat(float x) { return (vf){0} + x; }
+CTX_INLINE vd vd_splat(double x) { return (vd){0} + x; }
+/* mask lanes are all-ones (true) or zero, as vector comparisons produce */
+CTX_INLINE vf vf_select(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+CTX_INLINE vd vd_select(vl mask, vd a, vd b) { return (vd)((mask & (vl)a) | (~mask & (vl)b)); }
+
+/* low / high half of v as doubles, and two double halves packed back to floats */
+CTX_INLINE vd lo_pd(vf v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), vd);
+}
+CTX_INLINE vd hi_pd(vf v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), vd);
+}
+CTX_INLINE vf pack_ps(vd lo, vd hi)
+{
+    return __builtin_shufflevector(__builtin_convertvector(lo, vh), __builtin_convertvector(hi, vh),
+                                   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+CTX_INLINE double hmax_pd(vd v)
+{
+    double m = v[0];
+    for (int j = 1; j < CTX_HALF; j++)
+        m = v[j] > m ? v[j] : m;
+    return m;
+}
+
+/* x[i .. i + CTX_LANES), lanes at or past n read as -inf, which is neutral
+ * everywhere below (max ignores it, exp gives 0, mixing keeps it -inf). */
+CTX_INLINE vf load_f32(const float *x, size_t i, size_t n)
+{
+    vf v;
+    if (i + CTX_LANES <= n) {
+        memcpy(&v, x + i, sizeof v);
+    } else {
+        for (int j = 0; j < CTX_LANES; j++)
+            v[j] = i + j < n ? x[i + j] : -INFINITY;
+    }
+    return v;
+}
+
+/*
+ * NaN/+inf detection in float arithmetic (GCC scalarises vector compare
+ * masks that are kept as integers, but not float selects): -inf is mapped to
+ * 0, then v * 0 is 0 for finite v and NaN exactly for NaN and +inf, so the
+ * lanes of the accumulator stay 0 until a bad value passes.
+ */
+CTX_INLINE vf flag_nonfinite(vf flags, vf v)
+{
+    return flags + vf_select(v < vf_splat(-FLT_MAX), vf_splat(0.0f), v) * 0.0f;
+}
+
+CTX_INLINE int any_flagged(vf flags)
+{
+    int any = 0;
+    for (int j = 0; j < CTX_LANES; j++)
+        any |= flags[j] != 0.0f; /* NaN != 0 */
+    return any;
+}
+
+/*
+ * e^u for u <= 0 (u = -inf allowed).  u < -87 returns 0 (e^-87 ~ 1.6e-38 is
+ * at the float normal limit; such terms cannot move a sum containing e^0).
+ * Max error ~2 ulp.
+ *   u = n ln2 + r, |r| <= ln2/2, n = round(u / ln2)
+ *   e^u = 2^n * (1 + r + r^2 P(r))   (Cephes expf coefficients)
+ * Rounding uses the 1.5 * 2^23 trick: magic + x lands on an integer and its
+ * bit pattern minus magic's is that integer, so no float->int conversion.
+ */
+CTX_INLINE vf exp_neg(vf u)
+{
+    const vf magic = vf_splat(12582912.0f);
+    const vi underflow = u < vf_splat(-87.0f);
+    u = vf_select(underflow, vf_splat(-87.0f), u);
+
+    vf fn = u * 1.44269504088896341f + magic;
+    const vi n = (vi)fn - (vi)magic; /* n in [-126, 0] */
+    fn -= magic;
+    vf r = u - fn * 0.693359375f; /* ln2 split: high part exact in float ... */
+    r = r - fn * -2.12194440e-4f; /* ... and the low remainder */
+
+    vf p = vf_splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+
+    const vf scale = (vf)((n + 127) << 23); /* 2^n, a normal float */
+    return vf_select(underflow, vf_splat(0.0f), p * scale);
+}
+
+CTX_INLINE float hmax_f32(vf v)
+{
+    float m = v[0];
+    for (int j = 1; j < CTX_LANES; j++)
+        m = v[j] > m ? v[j] : m;
+    return m;
+}
+
+CTX_INLINE double hsum_f32(vf v)
+{
+    double s = 0.0;
+    for (int j = 0; j < CTX_LANES; j++)
+        s += v[j];
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running log-sum-exp                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* sum = sum_v exp((x_v - max) / T) over everything seen so far (raw units). */
+typedef struct {
+    double max;
+    double sum;
+} lse_state;
+
+static const lse_state LSE_EMPTY = {-INFINITY, 0.0};
+
+/* Move the reference point up to new_max, rescaling the partial sum. */
+static inline void lse_raise(lse_state *s, double new_max, double t)
+{
+    if (new_max > s->max) {
+        if (s->sum != 0.0)
+            s->sum *= exp((s->max - new_max) / t);
+        s->max = new_max;
+    }
+}
+
+/* log sum_v exp(x_v / T); -inf when nothing finite was seen. */
+static inline double lse_value(const lse_state *s, double t)
+{
+    return s->sum > 0.0 ? s->max / t + log(s->sum) : -INFINITY;
+}
+
+/* log softmax(x / T) at a logit value x (x = -inf gives -inf). */
+static inline double lse_logprob(const lse_state *s, double x, double t)
+{
+    return x == -INFINITY ? -INFINITY : (x - s->max) / t - log(s->sum);
+}
+
+/* Max of a float block; *bad |= NaN or +inf present. */
+CTX_INLINE float block_max_f32(const float *x, size_t n, int *bad)
+{
+    vf mx = vf_splat(-INFINITY);
+    vf flags = {0};
+    for (size_t i = 0; i < n; i += CTX_LANES) {
+        const vf v = load_f32(x, i, n);
+        mx = vf_select(v > mx, v, mx);
+        flags = flag_nonfinite(flags, v);
+    }
+    *bad |= any_flagged(flags);
+    return hmax_f32(mx);
+}
+
+/* sum exp((x - m) * inv_t) over a float block, all x <= m. */
+CTX_INLINE double block_sumexp_f32(const float *x, size_t n, float m, float inv_t)
+{
+    vf acc = {0};
+    for (size_t i = 0; i < n; i += CTX_LANES)
+        acc += exp_neg((load_f32(x, i, n) - m) * inv_t);
+    return hsum_f32(acc);
+}
+
+/* Same over a double block of mixed logits, all z <= m; z is padded with
+ * -inf up to a multiple of CTX_LANES (see block_mix). */
+CTX_INLINE double block_sumexp_f64(const double *z, size_t n, double m, double inv_t)
+{
+    vf acc = {0};
+    for (size_t i = 0; i < n; i += CTX_LANES) {
+        vd lo, hi;
+        memcpy(&lo, z + i, sizeof lo);
+        memcpy(&hi, z + i + CTX_HALF, sizeof hi);
+        acc += exp_neg(pack_ps((lo - m) * inv_t, (hi - m) * inv_t));
+    }
+    return hsum_f32(acc);
+}
+
+/* Fold one float block into a running log-sum-exp; returns nonzero on NaN/+inf. */
+CTX_INLINE int lse_add_block_f32(lse_state *s, const float *x, size_t n, double t)
+{
+    int bad = 0;
+    const float bm = block_max_f32(x, n, &bad);
+    if (bad)
+        return 1;
+    if (bm == -INFINITY)
+        return 0; /* all -inf: contributes nothing */
+    lse_raise(s, bm, t);
+    s->sum += block_sumexp_f32(x, n, (float)s->max, (float)(1.0 / t));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mixing (context-influence decoding)                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * lam*a + (1-lam)*b in double, with weights wa = lam, wb = 1 - lam.  A -inf
+ * side with a zero weight is ignored (so lam = 0 gives b and lam = 1 gives a
+ * exactly, never 0 * -inf = NaN); a -inf side with a non-zero weight makes
+ * the mix -inf (for lam > 1 the weight of b is negative and would otherwise
+ * turn -inf into +inf).  Written once for vectors; the scalar target lookup
+ * uses a one-lane call through mix_value().
+ */
+CTX_INLINE vd mix_vec(vd a, vd b, double wa, double wb)
+{
+    const vd ninf = vd_splat(-INFINITY), zero = vd_splat(0.0);
+    vd z = wa * vd_select(a == ninf, zero, a) + wb * vd_select(b == ninf, zero, b);
+    if (wa != 0.0) /* loop-invariant branches; masks stay in select form */
+        z = vd_select(a == ninf, ninf, z);
+    if (wb != 0.0)
+        z = vd_select(b == ninf, ninf, z);
+    return z;
+}
+
+static inline double mix_value(float a, float b, double wa, double wb)
+{
+    return mix_vec(vd_splat(a), vd_splat(b), wa, wb)[0];
+}
+
+/* z[i] = mix of a[i], b[i] for i < n, -inf up to the next multiple of
+ * CTX_LANES; returns max z; *bad |= NaN/+inf in a or b. */
+CTX_INLINE double block_mix(const float *a, const float *b, size_t n, double wa, double wb,
+                            double *z, int *bad)
+{
+    vd mx = vd_splat(-INFINITY);
+    vf flags = {0};
+    for (size_t i = 0; i < n; i += CTX_LANES) {
+        const vf av = load_f32(a, i, n), bv = load_f32(b, i, n);
+        flags = flag_nonfinite(flag_nonfinite(flags, av), bv);
+        const vd zlo = mix_vec(lo_pd(av), lo_pd(bv), wa, wb);
+        const vd zhi = mix_vec(hi_pd(av), hi_pd(bv), wa, wb);
+        memcpy(z + i, &zlo, sizeof zlo);
+        memcpy(z + i + CTX_HALF, &zhi, sizeof zhi);
+        mx = vd_select(zlo > mx, zlo, mx);
+        mx = vd_select(zhi > mx, zhi, mx);
+    }
+    *bad |= any_flagged(flags);
+    return hmax_pd(mx);
+}
+
+/*
+ * Running max and min of d = a - b (exact in double).  IEEE does the -inf
+ * bookkeeping for us: a = b = -inf gives NaN, which never wins a comparison
+ * (both q are 0 there, so pmi is undefined and the token is skipped); exactly
+ * one -inf gives d = +-inf, which makes max |pmi| = +inf as it should.
+ */
+CTX_INLINE void block_diff_range(const float *a, const float *b, size_t n,
+                                 double *dmax, double *dmin)
+{
+    vd hi = vd_splat(*dmax), lo = vd_splat(*dmin);
+    for (size_t i = 0; i < n; i += CTX_LANES) {
+        const vf av = load_f32(a, i, n), bv = load_f32(b, i, n);
+        const vd d0 = lo_pd(av) - lo_pd(bv), d1 = hi_pd(av) - hi_pd(bv);
+        hi = vd_select(d0 > hi, d0, hi);
+        hi = vd_select(d1 > hi, d1, hi);
+        lo = vd_select(d0 < lo, d0, lo);
+        lo = vd_select(d1 < lo, d1, lo);
+    }
+    for (int j = 0; j < CTX_HALF; j++) {
+        *dmax = hi[j] > *dmax ? hi[j] : *dmax;
+        *dmin = lo[j] < *dmin ? lo[j] : *dmin;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Walking a row around banned ids                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Yields [lo, lo + len) pieces of at most CTX_BLOCK consecutive allowed ids. */
+typedef struct {
+    const int32_t *banned; /* strictly increasing, all in [0, V) */
+    size_t n_banned;
+    size_t next_ban; /* first banned id not yet passed */
+    size_t pos;
+    size_t V;
+} piece_iter;
+
+static inline piece_iter pieces(size_t V, const int32_t *banned, size_t n_banned)
+{
+    piece_iter it = {banned, n_banned, 0, 0, V};
+    return it;
+}
+
+static inline int piece_next(piece_iter *it, size_t *lo, size_t *len)
+{
+    while (it->pos < it->V) {
+        size_t end = it->next_ban < it->n_banned ? (size_t)it->banned[it->next_ban] : it->V;
+        if (it->pos == end) { /* sitting on a banned id: step over it */
+            it->pos++;
+            it->next_ban++;
+            continue;
+        }
+        /* pieces end on multiples of CTX_BLOCK, so after a banned id the
+         * following pieces are back on the row's alignment */
+        size_t hi = (it->pos / CTX_BLOCK + 1) * CTX_BLOCK;
+        hi = hi < end ? hi : end;
+        *lo = it->pos;
+        *len = hi - it->pos;
+        it->pos = hi;
+        return 1;
+    }
+    return 0;
+}
+
+static int is_banned(int32_t id, const int32_t *banned, size_t n_banned)
+{
+    size_t lo = 0, hi = n_banned;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (banned[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n_banned && banned[lo] == id;
+}
+
+/* NaN/+inf at the banned positions (skipped by the pieces, still an error). */
+static int banned_entries_bad(const float *x, const int32_t *banned, size_t n_banned)
+{
+    for (size_t k = 0; k < n_banned; k++)
+        if (!(x[banned[k]] <= FLT_MAX))
+            return 1;
+    return 0;
+}
+
+/* Shared argument checks of the two logits kernels. */
+static int check_logits_args(int64_t n_rows, int64_t V, double t, const int32_t *banned,
+                             int64_t n_banned, const uint8_t *ban_row, int64_t *err_at)
+{
+    if (n_rows < 1 || V < 1 || V > INT32_MAX || n_banned < 0)
+        return CTXLITE_ERR_BAD_SIZE;
+    if (!(t > 0.0) || !(t <= DBL_MAX))
+        return CTXLITE_ERR_BAD_TEMPERATURE;
+    if (n_banned > 0 && (banned == NULL || ban_row == NULL))
+        return CTXLITE_ERR_BAD_SIZE;
+    for (int64_t k = 0; k < n_banned; k++)
+        if (banned[k] < 0 || banned[k] >= V || (k > 0 && banned[k] <= banned[k - 1])) {
+            set_err(err_at, k);
+            return CTXLITE_ERR_BAD_BANNED;
+        }
+    return CTXLITE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row kernels (multiversioned)                                             */
+/* ------------------------------------------------------------------------ */
+
+CTX_MULTIVERSION
+static int gather_row(const float *x, size_t V, const int32_t *banned, size_t n_banned,
+                      double t, int32_t y, double *out)
+{
+    if (banned_entries_bad(x, banned, n_banned))
+        return CTXLITE_ERR_NONFINITE;
+    lse_state s = LSE_EMPTY;
+    piece_iter it = pieces(V, banned, n_banned);
+    size_t lo, n;
+    while (piece_next(&it, &lo, &n))
+        if (lse_add_block_f32(&s, x + lo, n, t))
+            return CTXLITE_ERR_NONFINITE;
+    if (!(s.sum > 0.0))
+        return CTXLITE_ERR_EMPTY_ROW;
+    const double xy = is_banned(y, banned, n_banned) ? -INFINITY : (double)x[y];
+    *out = lse_logprob(&s, xy, t);
+    return CTXLITE_OK;
+}
+
+CTX_MULTIVERSION
+static int mixed_row(const float *a, const float *b, size_t V, const int32_t *banned,
+                     size_t n_banned, double lam, double t, int32_t y, double *out_logprob,
+                     double *out_max_abs_pmi)
+{
+    if (banned_entries_bad(a, banned, n_banned) || banned_entries_bad(b, banned, n_banned))
+        return CTXLITE_ERR_NONFINITE;
+    const double wa = lam, wb = 1.0 - lam;
+    double z[CTX_BLOCK + CTX_LANES]; /* mixed logits of one piece, padded */
+    lse_state sz = LSE_EMPTY, sa = LSE_EMPTY, sb = LSE_EMPTY;
+    double dmax = -INFINITY, dmin = INFINITY;
+    piece_iter it = pieces(V, banned, n_banned);
+    size_t lo, n;
+    while (piece_next(&it, &lo, &n)) {
+        int bad = 0;
+        double zm = block_mix(a + lo, b + lo, n, wa, wb, z, &bad);
+        if (bad)
+            return CTXLITE_ERR_NONFINITE;
+        if (zm > -INFINITY) {
+            lse_raise(&sz, zm, t);
+            sz.sum += block_sumexp_f64(z, n, sz.max, 1.0 / t);
+        }
+        if (out_max_abs_pmi != NULL) {
+            lse_add_block_f32(&sa, a + lo, n, t);
+            lse_add_block_f32(&sb, b + lo, n, t);
+            block_diff_range(a + lo, b + lo, n, &dmax, &dmin);
+        }
+    }
+    if (!(sz.sum > 0.0))
+        return CTXLITE_ERR_EMPTY_ROW;
+    const double zy = is_banned(y, banned, n_banned) ? -INFINITY : mix_value(a[y], b[y], wa, wb);
+    *out_logprob = lse_logprob(&sz, zy, t);
+
+    if (out_max_abs_pmi != NULL) {
+        if (!(sa.sum > 0.0) || !(sb.sum > 0.0))
+            return CTXLITE_ERR_EMPTY_ROW;
+        /* pmi(v) = (a_v - b_v)/T - (lse(a/T) - lse(b/T)) is monotone in a_v - b_v,
+         * so its extremes sit at dmax and dmin.  Any +-inf difference makes the
+         * answer +inf through these expressions; if no allowed token had a finite
+         * difference then one of dmax/dmin is infinite and so is the answer. */
+        const double c = lse_value(&sa, t) - lse_value(&sb, t);
+        const double hi = fabs(dmax / t - c), lo_ = fabs(dmin / t - c);
+        *out_max_abs_pmi = hi > lo_ ? hi : lo_;
+    }
+    return CTXLITE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public logits kernels                                                    */
+/* ------------------------------------------------------------------------ */
+
+int ctxlite_logprob_gather(const float *rows, int64_t n_rows, int64_t V,
+                           const int32_t *targets, double temperature,
+                           const int32_t *banned_ids, int64_t n_banned,
+                           const uint8_t *ban_row, double *out, int64_t *err_at)
+{
+    int st = check_logits_args(n_rows, V, temperature, banned_ids, n_banned, ban_row, err_at);
+    if (st != CTXLITE_OK)
+        return st;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (targets[r] < 0 || targets[r] >= V) {
+            set_err(err_at, r);
+            return CTXLITE_ERR_BAD_INDEX;
+        }
+        const size_t nb = (n_banned > 0 && ban_row[r]) ? (size_t)n_banned : 0;
+        st = gather_row(rows + (size_t)r * (size_t)V, (size_t)V, banned_ids, nb, temperature,
+                        targets[r], &out[r]);
+        if (st != CTXLITE_OK) {
+            set_err(err_at, r);
+            return st;
+        }
+    }
+    return CTXLITE_OK;
+}
+
+int ctxlite_mixed_logprob(const float *a, const float *b, int64_t n_rows, int64_t V,
+                          const int32_t *targets, double lam, double temperature,
+                          const int32_t *banned_ids, int64_t n_banned,
+                          const uint8_t *ban_row, double *out_logprob,
+                          double *out_max_abs_pmi, int64_t *err_at)
+{
+    int st = check_logits_args(n_rows, V, temperature, banned_ids, n_banned, ban_row, err_at);
+    if (st != CTXLITE_OK)
+        return st;
+    if (!(lam >= 0.0) || !(lam <= DBL_MAX))
+        return CTXLITE_ERR_BAD_LAMBDA;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (targets[r] < 0 || targets[r] >= V) {
+            set_err(err_at, r);
+            return CTXLITE_ERR_BAD_INDEX;
+        }
+        const size_t off = (size_t)r * (size_t)V;
+        const size_t nb = (n_banned > 0 && ban_row[r]) ? (size_t)n_banned : 0;
+        st = mixed_row(a + off, b + off, (size_t)V, banned_ids, nb, lam, temperature,
+                       targets[r], &out_logprob[r],
+                       out_max_abs_pmi != NULL ? &out_max_abs_pmi[r] : NULL);
+        if (st != CTXLITE_OK) {
+            set_err(err_at, r);
+            return st;
+        }
+    }
+    return CTXLITE_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mechanism kernels (SPEC 2.4)                                             */
+/* ------------------------------------------------------------------------ */
+
+static inline int all_finite(const double *x, size_t n, size_t *first_bad)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            *first_bad = i;
+            return 0;
+        }
+    return 1;
+}
+
+/* (max |x_i|, ||x / max|x_i| ||_2): an L2 norm split so it cannot overflow. */
+static inline void scaled_norm(const double *x, size_t d, double *scale, double *unit_norm)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < d; i++)
+        s = fabs(x[i]) > s ? fabs(x[i]) : s;
+    double acc = 0.0;
+    if (s > 0.0)
+        for (size_t i = 0; i < d; i++) {
+            const double v = x[i] / s;
+            acc += v * v;
+        }
+    *scale = s;
+    *unit_norm = sqrt(acc);
+}
+
+int ctxlite_noisy_histogram(const int32_t *votes, int64_t m, int64_t n_classes,
+                            const double *noise, int64_t *out_counts, double *out_noisy,
+                            int64_t *out_argmax, int64_t *err_at)
+{
+    if (m < 0 || n_classes < 1)
+        return CTXLITE_ERR_BAD_SIZE;
+    size_t bad;
+    if (!all_finite(noise, (size_t)n_classes, &bad)) {
+        set_err(err_at, (int64_t)bad);
+        return CTXLITE_ERR_NONFINITE;
+    }
+    memset(out_counts, 0, (size_t)n_classes * sizeof *out_counts);
+    for (int64_t i = 0; i < m; i++) {
+        if (votes[i] < 0 || votes[i] >= n_classes) {
+            set_err(err_at, i);
+            return CTXLITE_ERR_BAD_INDEX;
+        }
+        out_counts[votes[i]]++;
+    }
+    int64_t best = 0;
+    for (int64_t j = 0; j < n_classes; j++) {
+        out_noisy[j] = (double)out_counts[j] + noise[j];
+        if (out_noisy[j] > out_noisy[best]) /* strict: lowest index wins ties */
+            best = j;
+    }
+    *out_argmax = best;
+    return CTXLITE_OK;
+}
+
+int ctxlite_embed_aggregate(const double *E, int64_t m, int64_t d, double clip_norm,
+                            const double *noise, double *out_mean, int64_t *err_at)
+{
+    if (m < 1 || d < 1)
+        return CTXLITE_ERR_BAD_SIZE;
+    if (!(clip_norm > 0.0) || !(clip_norm <= DBL_MAX))
+        return CTXLITE_ERR_BAD_CLIP;
+    size_t bad;
+    if (!all_finite(E, (size_t)m * (size_t)d, &bad)) {
+        set_err(err_at, (int64_t)bad);
+        return CTXLITE_ERR_NONFINITE;
+    }
+    if (!all_finite(noise, (size_t)d, &bad)) {
+        set_err(err_at, -1 - (int64_t)bad); /* negative: position in noise */
+        return CTXLITE_ERR_NONFINITE;
+    }
+    for (int64_t j = 0; j < d; j++)
+        out_mean[j] = 0.0;
+    for (int64_t i = 0; i < m; i++) {
+        const double *row = E + (size_t)i * (size_t)d;
+        double s, u;
+        scaled_norm(row, (size_t)d, &s, &u);
+        /* row * min(1, C / ||row||), with ||row|| = s * u; zero row stays zero */
+        const double factor = (s > 0.0 && s * u > clip_norm) ? clip_norm / (s * u) : 1.0;
+        for (int64_t j = 0; j < d; j++)
+            out_mean[j] += row[j] * factor;
+    }
+    for (int64_t j = 0; j < d; j++)
+        out_mean[j] = (out_mean[j] + noise[j]) / (double)m;
+    return CTXLITE_OK;
+}
+
+int ctxlite_nearest_cosine(const double *q, const double *cands, int64_t k, int64_t d,
+                           int64_t *out_index, int64_t *err_at)
+{
+    if (k < 1 || d < 1)
+        return CTXLITE_ERR_BAD_SIZE;
+    size_t bad;
+    if (!all_finite(q, (size_t)d, &bad)) {
+        set_err(err_at, -1 - (int64_t)bad); /* negative: position in the query */
+        return CTXLITE_ERR_NONFINITE;
+    }
+    if (!all_finite(cands, (size_t)k * (size_t)d, &bad)) {
+        set_err(err_at, (int64_t)bad);
+        return CTXLITE_ERR_NONFINITE;
+    }
+    double qs, qu;
+    scaled_norm(q, (size_t)d, &qs, &qu);
+    int64_t best = 0;
+    double best_sim = -INFINITY;
+    for (int64_t i = 0; i < k; i++) {
+        const double *c = cands + (size_t)i * (size_t)d;
+        double cs, cu;
+        scaled_norm(c, (size_t)d, &cs, &cu);
+        double sim = 0.0; /* zero query or zero candidate: similarity 0 */
+        if (qs > 0.0 && cs > 0.0) {
+            /* cos = <q/qs, c/cs> / (||q/qs|| ||c/cs||): no overflow for huge entries */
+            double dot = 0.0;
+            for (int64_t j = 0; j < d; j++)
+                dot += (q[j] / qs) * (c[j] / cs);
+            sim = dot / (qu * cu);
+        }
+        if (sim > best_sim) { /* strict: lowest index wins ties */
+            best_sim = sim;
+            best = i;
+        }
+    }
+    *out_index = best;
+    return CTXLITE_OK;
+}
