@@ -1,0 +1,173 @@
+"""Deliberately slow, obviously-right versions of :mod:`ctxlite.estimators`.
+
+Only for tests: each function re-derives a quantity the simplest way (Python
+loops over thresholds, inverting the binomial CDF with a root finder instead of
+``Beta.ppf``, dense grids instead of Brent's method) so the fast code can be
+checked against it by property-based tests. Not part of the public API.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Sequence, Tuple
+
+import numpy as np
+from scipy import optimize, stats
+
+__all__ = [
+    "tpr_fpr_loop",
+    "thresholds_loop",
+    "threshold_at_fpr_loop",
+    "audit_accuracy_loop",
+    "point_epsilon_plain",
+    "clopper_pearson_epsilon_by_binomial",
+    "best_clopper_pearson_loop",
+    "gdp_mu_plain",
+    "gdp_epsilon_grid",
+    "gaussian_delta_by_integration",
+    "one_run_epsilon_grid",
+]
+
+
+def tpr_fpr_loop(in_scores: Sequence[float], out_scores: Sequence[float], threshold: float) -> Tuple[float, float]:
+    """Count, one score at a time, how many are >= threshold."""
+    tp = 0
+    for s in in_scores:
+        if s >= threshold:
+            tp += 1
+    fp = 0
+    for s in out_scores:
+        if s >= threshold:
+            fp += 1
+    return tp / len(in_scores), fp / len(out_scores)
+
+
+def thresholds_loop(in_scores, out_scores) -> List[float]:
+    """Every observed score, ascending, then +inf."""
+    return sorted(set(float(s) for s in in_scores) | set(float(s) for s in out_scores)) + [math.inf]
+
+
+def threshold_at_fpr_loop(in_scores, out_scores, fpr: float) -> float:
+    """Walk the candidates upwards; the first with FPR <= fpr wins."""
+    for t in thresholds_loop(in_scores, out_scores):
+        if tpr_fpr_loop(in_scores, out_scores, t)[1] <= fpr + 1e-12:
+            return t
+    raise AssertionError("unreachable: +inf has FPR 0")
+
+
+def audit_accuracy_loop(in_scores, out_scores) -> float:
+    best = 0.0
+    for t in thresholds_loop(in_scores, out_scores):
+        tpr, fpr = tpr_fpr_loop(in_scores, out_scores, t)
+        best = max(best, 0.5 * (tpr + 1.0 - fpr))
+    return best
+
+
+def _log_or_inf(num: float, den: float) -> float:
+    if num <= 0:
+        return -math.inf
+    if den <= 0:
+        return math.inf
+    return math.log(num / den)
+
+
+def point_epsilon_plain(tpr: float, fpr: float, delta: float = 0.0) -> float:
+    return max(_log_or_inf(tpr - delta, fpr), _log_or_inf(1 - fpr - delta, 1 - tpr), 0.0)
+
+
+def _binomial_lower(k: int, n: int, a: float) -> float:
+    """The p at which P[Bin(n, p) >= k] = a (0 if k = 0)."""
+    if k == 0:
+        return 0.0
+    return optimize.brentq(lambda p: stats.binom.sf(k - 1, n, p) - a, 0.0, 1.0, xtol=1e-15, rtol=1e-14)
+
+
+def _binomial_upper(k: int, n: int, a: float) -> float:
+    """The p at which P[Bin(n, p) <= k] = a (1 if k = n)."""
+    if k == n:
+        return 1.0
+    return optimize.brentq(lambda p: stats.binom.cdf(k, n, p) - a, 0.0, 1.0, xtol=1e-15, rtol=1e-14)
+
+
+def clopper_pearson_epsilon_by_binomial(tp, n_in, fp, n_out, alpha=0.05, delta=0.0) -> float:
+    """Clopper--Pearson by its definition: invert the binomial tail with brentq."""
+    a = alpha / 2
+    tpr_lo = _binomial_lower(tp, n_in, a)
+    fpr_hi = _binomial_upper(fp, n_out, a)
+    tnr_lo = _binomial_lower(n_out - fp, n_out, a)
+    fnr_hi = _binomial_upper(n_in - tp, n_in, a)
+    return max(_log_or_inf(tpr_lo - delta, fpr_hi), _log_or_inf(tnr_lo - delta, fnr_hi), 0.0)
+
+
+def best_clopper_pearson_loop(in_scores, out_scores, alpha, delta, thresholds) -> float:
+    """Max over thresholds of the Clopper--Pearson bound at level alpha."""
+    best = 0.0
+    for t in thresholds:
+        tpr, fpr = tpr_fpr_loop(in_scores, out_scores, t)
+        tp = round(tpr * len(in_scores))
+        fp = round(fpr * len(out_scores))
+        best = max(best, clopper_pearson_epsilon_by_binomial(tp, len(in_scores), fp, len(out_scores), alpha, delta))
+    return best
+
+
+def gdp_mu_plain(tpr: float, fpr: float) -> float:
+    return float(stats.norm.ppf(1 - fpr) - stats.norm.ppf(1 - tpr))
+
+
+def _gdp_delta_plain(mu: float, eps: np.ndarray) -> np.ndarray:
+    return stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+
+
+def gdp_epsilon_grid(mu: float, delta: float, step: float = 1e-4, eps_max: float = 40.0) -> float:
+    """First epsilon on a dense grid whose delta(epsilon) <= delta (accurate to ``step``)."""
+    if mu <= 0:
+        return 0.0
+    grid = np.arange(0.0, eps_max, step)
+    ok = _gdp_delta_plain(mu, grid) <= delta
+    if not ok.any():
+        raise AssertionError(f"grid too short for mu={mu}")
+    return float(grid[np.argmax(ok)])
+
+
+def gaussian_delta_by_integration(sigma: float, epsilon: float, sensitivity: float = 1.0, points: int = 400_001) -> float:
+    """Hockey-stick divergence of N(sensitivity, sigma^2) from N(0, sigma^2) on a grid.
+
+    delta(eps) = integral of max(0, p(x) - e^eps q(x)) dx, the definition of
+    the smallest delta for which the pair satisfies (eps, delta)-DP.
+    """
+    lo = min(0.0, sensitivity) - 40 * sigma
+    hi = max(0.0, sensitivity) + 40 * sigma
+    x = np.linspace(lo, hi, points)
+    p = stats.norm.pdf(x, loc=sensitivity, scale=sigma)
+    q = stats.norm.pdf(x, loc=0.0, scale=sigma)
+    f = np.maximum(p - math.exp(epsilon) * q, 0.0)
+    return float(np.trapezoid(f, x) if hasattr(np, "trapezoid") else np.trapz(f, x))
+
+
+def one_run_epsilon_grid(m: int, r: int, v: int, alpha: float = 0.05, delta: float = 0.0, step: float = 1e-3, eps_max: float = 20.0) -> float:
+    """Largest grid epsilon whose one-run p-value (pure-Python binomial sums) is <= alpha.
+
+    Walks up the grid and stops at the first epsilon that is not rejected.
+    """
+    def pmf(k: int, q: float) -> float:
+        return math.comb(r, k) * q**k * (1 - q) ** (r - k)
+
+    def p_value(eps: float) -> float:
+        q = 1.0 / (1.0 + math.exp(-eps))
+        pm = [pmf(k, q) for k in range(r + 1)]
+        p = sum(pm[v:])
+        if delta > 0:
+            best = 0.0
+            for i in range(1, v + 1):
+                best = max(best, sum(pm[max(v - i, 0):v]) / i)
+            p += 2 * m * delta * best
+        return p
+
+    last_rejected = 0.0
+    eps = 0.0
+    while eps < eps_max:
+        if p_value(eps) > alpha:
+            return last_rejected
+        last_rejected = eps
+        eps += step
+    return last_rejected
