@@ -1,0 +1,456 @@
+"""llama.cpp engine: one GGUF model, one context, and the three ways ctxlite runs it.
+
+1. Teacher forcing: decode a token sequence once and read log-probabilities of
+   every response token from the rows that predict them (``score_tokens``).
+   Only those rows are flagged for output: the output projection over a 262k
+   vocabulary is a large share of the work (SPEC §3).
+2. Prefix-shared variants: decode a *base* sequence once into sequence 0, then
+   for each variant that shares the prefix ``[0, s)`` with it, copy the prefix's
+   KV cells (``llama_memory_seq_cp``, no recompute) and decode only the variant's
+   suffix at positions ``s, s+1, ...`` (``load_base`` / ``score_variant``).
+   ``exact=True`` decodes the variant from scratch in a clean cache instead.
+3. Streams: several sequences stepped in lock-step, one token each per batch
+   (``Streams``): k sampled continuations of one prompt (prompt decoded once, KV
+   copied) and the two-stream with/without-context stepping of CID decoding.
+
+Logits are read in place from llama.cpp's float32 buffer as numpy *views* that
+are handed to a callback and never escape it: the buffer is overwritten by the
+next decode, so keeping a view would be a dangling pointer.
+
+The context is built with the low-level API because the high-level ``Llama``
+silently ignores ``kv_unified`` (needed for partial ``seq_cp``), and with
+``swa_full`` so that sliding-window layers keep every prefix cell a variant may
+attend to.
+"""
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
+from ctxlite.models import resolve_model
+
+# import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
+import llama_cpp as _llama
+
+RowsCallback = Callable[[np.ndarray, int], None]
+"""``on_rows(view, first)``: ``view`` is an (n, V) float32 view of the logits of
+``n`` consecutive requested rows, the first being row number ``first`` of the
+request. Valid only during the call."""
+
+_BASE_SEQ = 0
+_VARIANT_SEQ = 1
+
+
+@_llama.llama_log_callback
+def _drop_log(level, text, user_data):  # pragma: no cover - called from C
+    return None
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if _backend_ready:
+        return
+    if not os.environ.get("CTXLITE_LLAMA_LOG"):
+        _llama.llama_log_set(_drop_log, ctypes.c_void_p())
+    _llama.llama_backend_init()
+    _backend_ready = True
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """llama.cpp settings (names mirror llama.cpp's CLI flags).
+
+    ``n_ctx`` is the window one sequence may use (prompt + response); the KV
+    cache holds ``kv_slots`` such windows so variants and streams fit beside the
+    base sequence. Flash attention is off by default: on vs off changes
+    log-probs by ~0.05-0.09 nats (SPEC §3) and CPU tests pin it.
+    """
+
+    n_ctx: int = 2048
+    n_batch: int = 512
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    flash_attn: bool = False
+    kv_slots: int = 2
+    n_seq_max: int = 8
+
+    def __post_init__(self):
+        if self.n_ctx < 16:
+            raise InvalidParameter(f"n_ctx must be >= 16, got {self.n_ctx}")
+        if self.n_batch < 1:
+            raise InvalidParameter(f"n_batch must be >= 1, got {self.n_batch}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise InvalidParameter(f"n_threads must be >= 1, got {self.n_threads}")
+        if self.kv_slots < 1 or self.n_seq_max < 2:
+            raise InvalidParameter(f"need kv_slots >= 1 and n_seq_max >= 2, got {self.kv_slots}, {self.n_seq_max}")
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads or max(1, os.cpu_count() or 1)
+
+
+class Engine:
+    """One loaded GGUF model and a llama.cpp context over it.
+
+    >>> eng = Engine("gemma-3-270m")                       # doctest: +SKIP
+    >>> toks = eng.tokenize("Paris is the capital of France")  # doctest: +SKIP
+    >>> eng.logprobs(toks, targets_from=3)                 # doctest: +SKIP
+    """
+
+    def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, *, embeddings: bool = False):
+        self.config = config or EngineConfig()
+        self.model_path: Path = resolve_model(model)
+        self.embeddings = embeddings
+        _init_backend()
+        mparams = _llama.llama_model_default_params()
+        mparams.n_gpu_layers = self.config.n_gpu_layers
+        self._model = _llama.llama_model_load_from_file(str(self.model_path).encode(), mparams)
+        if not self._model:
+            raise ModelError(
+                f"llama.cpp could not load {self.model_path}: truncated, corrupt or unsupported GGUF "
+                f"(set CTXLITE_LLAMA_LOG=1 to see llama.cpp's reason)"
+            )
+        self._vocab = _llama.llama_model_get_vocab(self._model)
+        self.n_vocab: int = _llama.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train: int = _llama.llama_model_n_ctx_train(self._model)
+        self.n_embd: int = _llama.llama_model_n_embd(self._model)
+        self._ctx = None
+        self._batch = None
+        self._make_context()
+        self._base: list[int] | None = None
+        self._eog_ids: np.ndarray | None = None
+
+    # ----- lifecycle -------------------------------------------------------
+    def _make_context(self) -> None:
+        cfg = self.config
+        cp = _llama.llama_context_default_params()
+        cp.n_ctx = cfg.n_ctx * cfg.kv_slots
+        cp.n_batch = cfg.n_batch
+        cp.n_ubatch = cfg.n_batch
+        cp.n_seq_max = cfg.n_seq_max
+        cp.n_threads = cfg.threads
+        cp.n_threads_batch = cfg.threads
+        cp.kv_unified = True
+        cp.swa_full = True
+        cp.flash_attn_type = _llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else _llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.no_perf = True
+        if self.embeddings:
+            cp.embeddings = True
+            cp.pooling_type = _llama.LLAMA_POOLING_TYPE_MEAN
+        self._ctx = _llama.llama_init_from_model(self._model, cp)
+        if not self._ctx:
+            raise ModelError(f"llama.cpp could not create a context of {cp.n_ctx} cells for {self.model_path.name}")
+        self._mem = _llama.llama_get_memory(self._ctx)
+        self._batch = _llama.llama_batch_init(cfg.n_batch, 0, cfg.n_seq_max)
+        b = self._batch
+        n = cfg.n_batch
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(n,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(n,))
+        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(n,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(n,))
+        self._b_seq = [np.ctypeslib.as_array(b.seq_id[i], shape=(cfg.n_seq_max,)) for i in range(n)]
+
+    def close(self) -> None:
+        """Free the context and model (idempotent)."""
+        if getattr(self, "_batch", None) is not None:
+            _llama.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            _llama.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            _llama.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    # ----- tokenizer -------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
+        """Token ids of ``text`` (no BOS unless ``add_bos``)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (_llama.llama_token * cap)()
+        n = _llama.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (_llama.llama_token * cap)()
+            n = _llama.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of one token (may be a partial UTF-8 sequence)."""
+        buf = ctypes.create_string_buffer(64)
+        n = _llama.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = _llama.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """Character span ``[start, end)`` of each token in ``detokenize(tokens)``.
+
+        A character split over several tokens belongs to the token that completes it.
+        """
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        spans, n_chars = [], 0
+        for t in tokens:
+            start = n_chars
+            n_chars += len(decoder.decode(self.token_bytes(t)))
+            spans.append((start, n_chars))
+        return spans
+
+    @property
+    def bos_id(self) -> int | None:
+        return int(_llama.llama_vocab_bos(self._vocab)) if _llama.llama_vocab_get_add_bos(self._vocab) else None
+
+    @property
+    def eog_ids(self) -> np.ndarray:
+        """Sorted int32 ids of every end-of-generation token (EOS, EOT, ...)."""
+        if self._eog_ids is None:
+            self._eog_ids = np.array(
+                [t for t in range(self.n_vocab) if _llama.llama_vocab_is_eog(self._vocab, t)], dtype=np.int32
+            )
+        return self._eog_ids
+
+    def is_eog(self, token: int) -> bool:
+        return bool(_llama.llama_vocab_is_eog(self._vocab, token))
+
+    # ----- decoding core ---------------------------------------------------
+    def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
+        """Raise ``ContextOverflow`` naming both numbers if one sequence is too long."""
+        limit = self.config.n_ctx
+        if n_tokens > limit:
+            raise ContextOverflow(
+                f"{what} is {n_tokens} tokens but the context window is {limit} tokens "
+                f"(shorten the input or raise --n-ctx; the model was trained on {self.n_ctx_train})"
+            )
+
+    def _decode(self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None) -> None:
+        """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``.
+
+        Entries with ``want`` set produce logits; after each chunk ``on_rows`` is
+        called with a view of that chunk's requested rows and the index of the
+        first of them among all requested rows.
+        """
+        n_batch = self.config.n_batch
+        done_rows = 0
+        for lo in range(0, len(tokens), n_batch):
+            hi = min(lo + n_batch, len(tokens))
+            n = hi - lo
+            self._b_token[:n] = tokens[lo:hi]
+            self._b_pos[:n] = pos[lo:hi]
+            self._b_nseq[:n] = 1
+            self._b_logits[:n] = want[lo:hi]
+            for i in range(n):
+                self._b_seq[i][0] = seqs[lo + i]
+            self._batch.n_tokens = n
+            rc = _llama.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                reason = {1: "no free KV-cache slot (raise --n-ctx)", 2: "aborted"}.get(rc, "see CTXLITE_LLAMA_LOG=1")
+                raise DecodeError(f"llama_decode returned {rc}: {reason}")
+            n_out = int(np.count_nonzero(want[lo:hi]))
+            if n_out and on_rows is not None:
+                ptr = _llama.llama_get_logits(self._ctx)
+                view = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+                on_rows(view, done_rows)
+            done_rows += n_out
+
+    def _decode_seq(self, tokens: Sequence[int], seq: int, pos0: int, rows_from: int, on_rows: RowsCallback | None, rows_to: int | None = None) -> None:
+        """Decode ``tokens`` into one sequence at positions ``pos0...``; request rows
+        (token indices relative to ``tokens``) in ``[rows_from, rows_to)``."""
+        n = len(tokens)
+        rows_to = n if rows_to is None else rows_to
+        want = np.zeros(n, dtype=np.int8)
+        want[max(rows_from, 0) : rows_to] = 1
+        self._decode(
+            np.asarray(tokens, dtype=np.int32),
+            np.arange(pos0, pos0 + n, dtype=np.int32),
+            np.full(n, seq, dtype=np.int32),
+            want,
+            on_rows,
+        )
+
+    def clear(self) -> None:
+        """Empty the KV cache (forgets any base sequence)."""
+        _llama.llama_memory_clear(self._mem, True)
+        self._base = None
+
+    # ----- 1. teacher forcing ---------------------------------------------
+    def score_tokens(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback) -> None:
+        """Decode ``tokens`` from scratch; hand over the rows predicting
+        ``tokens[targets_from:]`` (row j predicts target ``targets_from + j``)."""
+        self._check_targets(tokens, targets_from)
+        self.clear()
+        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
+
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+        """log p_T(tokens[t] | tokens[:t]) for t >= targets_from, in one forward pass."""
+        from ctxlite import kernels
+
+        targets = np.asarray(tokens[targets_from:], dtype=np.int32)
+        out = np.empty(len(targets))
+
+        def take(view, first):
+            out[first : first + len(view)] = kernels.logprob_gather(view, targets[first : first + len(view)], temperature)
+
+        self.score_tokens(tokens, targets_from, take)
+        return out
+
+    def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray:
+        """Copy of the (n_targets, V) float32 logits predicting ``tokens[targets_from:]``."""
+        out = np.empty((len(tokens) - targets_from, self.n_vocab), dtype=np.float32)
+
+        def take(view, first):
+            out[first : first + len(view)] = view
+
+        self.score_tokens(tokens, targets_from, take)
+        return out
+
+    def _check_targets(self, tokens: Sequence[int], targets_from: int) -> None:
+        if not 1 <= targets_from < len(tokens):
+            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+        self.check_fits(len(tokens))
+
+    # ----- 2. prefix-shared variants --------------------------------------
+    def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None:
+        """Decode the base sequence into the cache (sequence 0) and keep it there."""
+        self._check_targets(tokens, targets_from)
+        self.clear()
+        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
+        self._base = list(tokens)
+
+    def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False) -> None:
+        """Score a variant of the base that equals it on ``[0, shared)``.
+
+        Reuse path: copy the base's KV cells for ``[0, shared)`` into sequence 1,
+        decode ``tokens[shared:]`` at positions ``shared...`` (contiguous), hand
+        over the rows predicting ``tokens[targets_from:]``, then drop sequence 1.
+        ``exact=True``: decode the whole variant from scratch in a clean cache
+        (slower, and the base is forgotten).
+        """
+        self._check_targets(tokens, targets_from)
+        if exact:
+            self.score_tokens(tokens, targets_from, on_rows)
+            return
+        base = self._base
+        if base is None:
+            raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
+        # the row predicting the first target sits at targets_from - 1: it must be re-decoded
+        if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
+            raise InvalidParameter(
+                f"variant must share its first {shared} tokens with the base and 1 <= shared < targets_from ({targets_from})"
+            )
+        try:
+            _llama.llama_memory_seq_cp(self._mem, _BASE_SEQ, _VARIANT_SEQ, 0, shared)
+            self._decode_seq(tokens[shared:], _VARIANT_SEQ, shared, targets_from - 1 - shared, on_rows, len(tokens) - 1 - shared)
+        finally:
+            _llama.llama_memory_seq_rm(self._mem, _VARIANT_SEQ, -1, -1)
+
+    # ----- 3. streams -----------------------------------------------------
+    def streams(self, prompts: Sequence[Sequence[int]]) -> "Streams":
+        """Start one stream per prompt (identical prompts are decoded once and
+        their KV copied); see ``Streams``."""
+        return Streams(self, prompts)
+
+    # ----- embeddings -----------------------------------------------------
+    def embed(self, text: str) -> np.ndarray:
+        """Mean-pooled final hidden state of ``text`` (engine built with ``embeddings=True``)."""
+        if not self.embeddings:
+            raise InvalidParameter("this engine was not created with embeddings=True")
+        tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
+        self.check_fits(len(tokens), "text to embed")
+        self.clear()
+        self._decode_seq(tokens, _BASE_SEQ, 0, len(tokens), None)
+        ptr = _llama.llama_get_embeddings_seq(self._ctx, _BASE_SEQ)
+        if not ptr:
+            raise DecodeError("llama.cpp returned no pooled embedding")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+
+    # ----- metadata -------------------------------------------------------
+    def describe(self) -> dict:
+        """Run metadata: model file, llama.cpp build and engine settings."""
+        from ctxlite import models
+
+        info = models.describe(self.model_path)
+        info.update(
+            llama_cpp_python=_llama.__version__,
+            n_vocab=self.n_vocab,
+            n_ctx=self.config.n_ctx,
+            n_batch=self.config.n_batch,
+            n_threads=self.config.threads,
+            n_gpu_layers=self.config.n_gpu_layers,
+            flash_attn=self.config.flash_attn,
+        )
+        return info
+
+
+class Streams:
+    """Several sequences decoded in lock-step: one token per stream per batch.
+
+    ``last_logits`` holds a copy of each stream's newest (n_streams, V) logits
+    row; ``step(tokens)`` appends one token to every stream and refreshes it.
+    Used for k sampled continuations of one prompt and for CID's with/without
+    context pair.
+    """
+
+    def __init__(self, engine: Engine, prompts: Sequence[Sequence[int]]):
+        if not 1 <= len(prompts) < engine.config.n_seq_max:
+            raise InvalidParameter(f"number of streams must be in [1, {engine.config.n_seq_max - 1}], got {len(prompts)}")
+        self.engine = engine
+        engine.clear()
+        self.n = len(prompts)
+        self.positions = np.array([len(p) for p in prompts], dtype=np.int32)
+        self.last_logits = np.empty((self.n, engine.n_vocab), dtype=np.float32)
+        first_of: dict[tuple[int, ...], int] = {}
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise InvalidParameter(f"stream {i} has an empty prompt")
+            engine.check_fits(len(prompt), f"prompt of stream {i}")
+            key = tuple(prompt)
+            if key in first_of:  # same prompt: share its KV cells, copy its last row
+                src = first_of[key]
+                _llama.llama_memory_seq_cp(engine._mem, src, i, -1, -1)
+                self.last_logits[i] = self.last_logits[src]
+                continue
+            first_of[key] = i
+
+            def keep(view, first, i=i):
+                self.last_logits[i] = view[-1]
+
+            engine._decode_seq(prompt, i, 0, len(prompt) - 1, keep)
+
+    def step(self, tokens: Sequence[int], active: Sequence[bool] | None = None) -> np.ndarray:
+        """Append ``tokens[i]`` to stream i (only where ``active``); return ``last_logits``."""
+        idx = np.arange(self.n) if active is None else np.flatnonzero(np.asarray(active, dtype=bool))
+        if len(idx) == 0:
+            return self.last_logits
+        if int(self.positions[idx].max()) + 1 > self.engine.config.n_ctx:
+            self.engine.check_fits(int(self.positions[idx].max()) + 1, "prompt + generated tokens")
+        toks = np.asarray(tokens, dtype=np.int32)[idx]
+
+        def keep(view, first):
+            self.last_logits[idx] = view
+
+        self.engine._decode(toks, self.positions[idx].copy(), idx.astype(np.int32), np.ones(len(idx), dtype=np.int8), keep)
+        self.positions[idx] += 1
+        return self.last_logits
