@@ -1,0 +1,86 @@
+"""Dataset-level summaries of context influence (the seed paper's analyses, SPEC §1.1, §1.7).
+
+Works on the JSON records ``ExampleResult.to_dict()`` writes, so a summary can
+be recomputed from a (resumed) result log without the model.
+
+- dataset value: mean over examples of the response influence, with a
+  percentile-bootstrap confidence interval;
+- n-gram "max influence": the per-start-position mean of τ_i over the
+  examples that have that position, maximised over positions;
+- response-position profile: mean document-level τ_t at each response step t;
+- n-gram-position profile: mean τ_i at each n-gram start position;
+- regurgitation: Repeat and Rouge counts and rates.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ctxlite.errors import InvalidParameter
+
+
+def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (degenerate for fewer than 2 values)."""
+    x = np.asarray(values, dtype=float)
+    if not 0 < confidence < 1:
+        raise InvalidParameter(f"confidence must be in (0, 1), got {confidence}")
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    if len(x) == 1:
+        return (float(x[0]), float(x[0]))
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    a = (1 - confidence) / 2
+    return (float(np.quantile(means, a)), float(np.quantile(means, 1 - a)))
+
+
+def position_means(rows: Iterable[Sequence[float]]) -> list[float]:
+    """Mean at each index over the rows long enough to have it (ragged rows)."""
+    sums: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for row in rows:
+        for i, v in enumerate(row):
+            sums[i] += v
+            counts[i] += 1
+    return [sums[i] / counts[i] for i in range(len(sums))]
+
+
+def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
+    """Per-λ dataset summary of example records (``ExampleResult.to_dict()`` output)."""
+    by_lam: dict[float, list[dict]] = defaultdict(list)
+    for rec in records:
+        for res in rec["results"]:
+            by_lam[res["lam"]].append(res)
+    out = {}
+    for lam, results in sorted(by_lam.items()):
+        doc = [r["document_influence"] for r in results]
+        ngram_rows = [[g["influence"] for g in r["ngrams"]] for r in results if r["ngrams"]]
+        ngram_profile = position_means(ngram_rows)
+        all_grams = [g for r in results for g in r["ngrams"]]
+        flagged = [g["above_noise"] for g in all_grams if g.get("above_noise") is not None]
+        floors = [r["noise_floor"]["max"] for r in results if r.get("noise_floor")]
+        reg = [r["regurgitation"] for r in results]
+        lo, hi = bootstrap_ci(doc, confidence)
+        out[str(lam)] = {
+            "lam": lam,
+            "examples": len(results),
+            "document_influence": {"mean": float(np.mean(doc)), "std": float(np.std(doc)), "ci": [lo, hi], "confidence": confidence},
+            "ngram_influence": {
+                "mean": float(np.mean([g["influence"] for g in all_grams])) if all_grams else None,
+                "max_of_mean": max(ngram_profile) if ngram_profile else None,
+                "max_of_mean_position": int(np.argmax(ngram_profile)) if ngram_profile else None,
+                "fraction_above_noise": float(np.mean(flagged)) if flagged else None,
+            },
+            "noise_floor_max_mean": float(np.mean(floors)) if floors else None,
+            "response_position_profile": position_means(r["token_influence"] for r in results),
+            "ngram_position_profile": ngram_profile,
+            "regurgitation": {
+                "repeat": sum(r["repeat"] for r in reg),
+                "rouge": sum(r["rouge"] for r in reg),
+                "repeat_rate": float(np.mean([r["repeat"] for r in reg])),
+                "rouge_rate": float(np.mean([r["rouge"] for r in reg])),
+            },
+        }
+    return out

@@ -1,0 +1,357 @@
+"""Context influence: how much each n-gram of a private context moves the response (SPEC §1).
+
+For response tokens y_t and mixing λ (CID, see ``ctxlite.decoding``):
+
+    τ_{t,i} = | log p̄_λ(y_t | D, x, y<t) − log p̄_λ(y_t | D ∖ D_{i,n}, x, y<t) |
+    τ_t     = | log p̄_λ(y_t | D, x, y<t) − log p_T(y_t | ∅, x, y<t) |      (document level)
+    τ_i     = Σ_t τ_{t,i}                                                 (like DP composition)
+
+n-grams are runs of the model's own tokens of D, removed directly from the
+token sequence (never decoded and re-tokenized). The ablated prompts share the
+prefix before the n-gram with the full prompt, so the engine decodes the full
+prompt once and each ablation only from the n-gram on (KV-cache reuse).
+
+Re-decoding an unchanged suffix from a split point already moves log-probs a
+little (different KV layout and batch shapes, SPEC §3); every result carries
+that *noise floor*, measured by null ablations, and flags n-grams below it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ctxlite import kernels
+from ctxlite.decoding import SamplingSettings, check_epsilon, check_lambda, generate
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.regurgitation import regurgitation
+from ctxlite.templates import PromptTemplate, get_template
+
+
+@dataclass(frozen=True)
+class InfluenceSettings:
+    """What to measure. ``ngram=None`` scores the document level only.
+
+    ``stride`` defaults to ``ngram`` (disjoint windows, the cheap default);
+    ``stride=1`` gives the reference's overlapping windows.
+    """
+
+    lambdas: tuple[float, ...] = (1.0,)
+    ngram: int | None = 8
+    stride: int | None = None
+    null_ablations: int = 4
+    exact: bool = False
+    epsilon: float | None = None
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    top_spans: int = 5
+
+    def __post_init__(self):
+        if not self.lambdas:
+            raise InvalidParameter("give at least one lambda")
+        object.__setattr__(self, "lambdas", tuple(check_lambda(l) for l in self.lambdas))
+        check_epsilon(self.epsilon)
+        if self.ngram is not None and self.ngram < 1:
+            raise InvalidParameter(f"ngram must be >= 1, got {self.ngram}")
+        if self.stride is not None and (self.stride < 1 or self.ngram is None):
+            raise InvalidParameter(f"stride must be >= 1 and needs --ngram, got {self.stride}")
+        if self.null_ablations < 0:
+            raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
+
+    @property
+    def window_stride(self) -> int | None:
+        return self.stride or self.ngram
+
+
+@dataclass(frozen=True)
+class Example:
+    """One private context D, a query x, optionally a response y and the untruncated source."""
+
+    context: str
+    query: str = ""
+    response: str | None = None
+    source: str | None = None
+    id: str = ""
+
+    def __post_init__(self):
+        if not self.context.strip():
+            raise DataError(f"example {self.id or '?'}: the context is empty")
+
+
+@dataclass
+class NgramInfluence:
+    """τ_i for one removed n-gram: tokens [start, start+n) of D, chars [char_start, char_end)."""
+
+    start: int
+    n: int
+    char_start: int
+    char_end: int
+    text: str
+    influence: float
+    per_token: list[float]
+    above_noise: bool | None = None
+
+
+@dataclass
+class NoiseFloor:
+    """Summed |Δ log p| of null ablations (unchanged suffix re-decoded from ``split_points``)."""
+
+    split_points: list[int]
+    sums: list[float]
+
+    @property
+    def max(self) -> float:
+        return max(self.sums) if self.sums else 0.0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.sums)) if self.sums else 0.0
+
+
+@dataclass
+class LambdaResult:
+    """Everything measured for one λ on one example."""
+
+    lam: float
+    response: str
+    response_ids: list[int]
+    generated: bool
+    token_logprob: list[float]          # log p̄_λ(y_t | D)
+    token_logprob_without: list[float]  # log p_T(y_t | ∅)
+    token_pmi: list[float]              # log q_D(y_t) − log q_∅(y_t)
+    token_influence: list[float]        # document-level τ_t (response-position profile)
+    document_influence: float           # Σ_t τ_t
+    ngrams: list[NgramInfluence]
+    noise_floor: NoiseFloor | None
+    regurgitation: dict
+    generation: dict | None = None
+
+    @property
+    def max_ngram_influence(self) -> float:
+        return max((g.influence for g in self.ngrams), default=0.0)
+
+    def top_spans(self, k: int = 5) -> list[NgramInfluence]:
+        return sorted(self.ngrams, key=lambda g: -g.influence)[:k]
+
+
+@dataclass
+class ExampleResult:
+    id: str
+    context_tokens: int
+    query: str
+    results: list[LambdaResult]
+
+    def to_dict(self, top_spans: int = 5) -> dict:
+        d = asdict(self)
+        for r, out in zip(self.results, d["results"]):
+            out["top_spans"] = [asdict(g) for g in r.top_spans(top_spans)]
+            out["max_ngram_influence"] = r.max_ngram_influence
+            if r.noise_floor is not None:
+                out["noise_floor"].update(mean=r.noise_floor.mean, max=r.noise_floor.max)
+        return d
+
+
+def ngram_starts(n_tokens: int, n: int, stride: int) -> list[int]:
+    """Start offsets of the n-gram windows; the tail is covered by a last window [L−n, L)."""
+    if n > n_tokens:
+        raise InvalidParameter(f"n-gram size {n} is larger than the context ({n_tokens} tokens)")
+    starts = list(range(0, n_tokens - n + 1, stride))
+    if starts[-1] + n < n_tokens:
+        starts.append(n_tokens - n)
+    return starts
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """Token ids of template prefix, context D and suffix (query filled); no BOS inside D."""
+
+    prefix: list[int]
+    context: list[int]
+    suffix: list[int]
+
+    @property
+    def with_context(self) -> list[int]:
+        return self.prefix + self.context + self.suffix
+
+    @property
+    def without_context(self) -> list[int]:
+        return self.prefix + self.suffix
+
+
+class _Collector:
+    """Per-λ log p̄_λ(y_t | ·) gathered chunk by chunk from in-place logits views."""
+
+    def __init__(self, targets: np.ndarray, lambdas: Sequence[float], without: np.ndarray, temperature: float, banned, ban_rows):
+        self.targets, self.lambdas, self.without = targets, lambdas, without
+        self.T, self.banned, self.ban_rows = temperature, banned, ban_rows
+        self.out = {lam: np.empty(len(targets)) for lam in lambdas}
+
+    def __call__(self, view: np.ndarray, first: int) -> None:
+        sl = slice(first, first + len(view))
+        ban = None if self.ban_rows is None else self.ban_rows[sl]
+        for lam in self.lambdas:
+            self.out[lam][sl] = kernels.mixed_logprob(
+                view, self.without[sl], self.targets[sl], lam, self.T, banned_ids=self.banned, ban_rows=ban
+            ).logprob
+
+
+class InfluenceScorer:
+    """Scores examples on one engine with one template and one set of settings.
+
+    >>> from ctxlite import Engine, InfluenceScorer, Example   # doctest: +SKIP
+    >>> scorer = InfluenceScorer(Engine(), "qa", InfluenceSettings(lambdas=(1.0,), ngram=8))
+    >>> scorer.score(Example(context="Alice Smith, DOB 1970-01-02 ...", query="Who is it?"))
+    """
+
+    def __init__(self, engine, template: str | PromptTemplate = "qa", settings: InfluenceSettings | None = None):
+        self.engine = engine
+        self.template = template if isinstance(template, PromptTemplate) else get_template(template)
+        self.settings = settings or InfluenceSettings()
+
+    # ----- encoding --------------------------------------------------------
+    def encode(self, example: Example) -> EncodedPrompt:
+        prefix_text, suffix_text = self.template.parts(example.query)
+        eng = self.engine
+        prefix = ([eng.bos_id] if eng.bos_id is not None else []) + eng.tokenize(prefix_text)
+        return EncodedPrompt(prefix, eng.tokenize(example.context), eng.tokenize(suffix_text))
+
+    def encode_response(self, enc: EncodedPrompt, response: str) -> list[int]:
+        """Tokens of a user-supplied response, with the space a continuation after
+        ``Answer:`` naturally starts with."""
+        if response and not response[0].isspace() and not self.engine.detokenize(enc.suffix[-1:]).endswith((" ", "\n")):
+            response = " " + response
+        ids = self.engine.tokenize(response)
+        if not ids:
+            raise DataError("the response is empty")
+        return ids
+
+    # ----- scoring ---------------------------------------------------------
+    def score(self, example: Example) -> ExampleResult:
+        """Influence of the context (and each n-gram) for every λ in the settings."""
+        st = self.settings
+        enc = self.encode(example)
+        self.engine.check_fits(len(enc.with_context) + (st.sampling.max_new_tokens if example.response is None else 0))
+        if st.ngram is not None and st.ngram > len(enc.context):
+            raise InvalidParameter(f"n-gram size {st.ngram} is larger than the context ({len(enc.context)} tokens)")
+        results = []
+        if example.response is not None:
+            y = self.encode_response(enc, example.response)
+            self.engine.check_fits(len(enc.with_context) + len(y))
+            results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None)
+        else:
+            for lam in st.lambdas:
+                gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, st.epsilon)
+                if not gen.token_ids:
+                    raise DataError(f"example {example.id}: the model produced an empty response at lambda={lam}")
+                ban = np.arange(len(gen.token_ids)) < st.sampling.min_new_tokens
+                lams = gen.step_lambdas if st.epsilon is not None else None
+                results += self._score_response(enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams)
+        source = example.source or example.context
+        for r in results:
+            r.regurgitation = regurgitation(r.response, source).to_dict()
+        return ExampleResult(example.id, len(enc.context), example.query, results)
+
+    def _score_response(self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None) -> list[LambdaResult]:
+        eng, st = self.engine, self.settings
+        T = st.sampling.temperature
+        targets = np.asarray(y, dtype=np.int32)
+        banned = eng.eog_ids if ban_rows is not None else None
+        full, empty = enc.with_context, enc.without_context
+        n_prompt = len(full)
+        # l_∅ rows are needed for every λ ≠ 1 and for the document level: keep one copy.
+        without = eng.logits_rows(empty + y, len(empty))
+        logp_without = kernels.logprob_gather(without, targets, T, banned_ids=banned, ban_rows=ban_rows)
+        # per-token λ (ε-bounded generation) is scored row by row with its own λ_t
+        keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
+        collect = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
+        eng.load_base(full + y, n_prompt, collect)
+        base = collect.out
+        pmi = base[1.0] - logp_without
+
+        windows: list[int] = []
+        ablated: dict = {k: [] for k in keys}
+        if st.ngram is not None:
+            n = st.ngram
+            windows = ngram_starts(len(enc.context), n, st.window_stride)
+            p = len(enc.prefix)
+            for c in windows:
+                variant = full[: p + c] + full[p + c + n :] + y
+                col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
+                shared = p + c
+                eng.score_variant(variant, shared, n_prompt - n, col, exact=st.exact or shared < 1)
+                for k in keys:
+                    ablated[k].append(col.out[k])
+            if not st.exact and p == 0:
+                eng.load_base(full + y, n_prompt)  # the window at 0 ran exact and cleared the base
+        nulls = self._null_ablations(full + y, n_prompt, windows, len(enc.prefix), keys, base, targets, without, T, banned, ban_rows, step_lambdas)
+
+        spans = eng.char_spans(enc.context)
+        ctx_text = eng.detokenize(enc.context)
+        results = []
+        for lam in lambdas:
+            key = "steps" if step_lambdas is not None else lam
+            lp = base[key]
+            doc_tau = np.abs(lp - logp_without)
+            grams = []
+            floor = NoiseFloor(split_points=nulls["points"], sums=nulls[key]) if nulls else None
+            for c, lp_i in zip(windows, ablated[key]):
+                per_tok = np.abs(lp - lp_i)
+                cs, ce = spans[c][0], spans[c + st.ngram - 1][1]
+                infl = float(per_tok.sum())
+                grams.append(NgramInfluence(c, st.ngram, cs, ce, ctx_text[cs:ce], infl, per_tok.tolist(),
+                                            None if floor is None else infl > floor.max))
+            results.append(LambdaResult(
+                lam=lam, response=eng.detokenize(y), response_ids=list(y), generated=generation is not None,
+                token_logprob=lp.tolist(), token_logprob_without=logp_without.tolist(), token_pmi=pmi.tolist(),
+                token_influence=doc_tau.tolist(), document_influence=float(doc_tau.sum()),
+                ngrams=grams, noise_floor=floor, regurgitation={},
+                generation=None if generation is None else {
+                    "stop_reason": generation.stop_reason, "epsilon": generation.epsilon,
+                    "step_lambdas": generation.step_lambdas, "realised_epsilon": generation.realised_epsilon,
+                    "seed": st.sampling.seed,
+                },
+            ))
+        return results
+
+    def _collector(self, targets, keys, without, T, banned, ban_rows, step_lambdas):
+        if step_lambdas is None:
+            return _Collector(targets, keys, without, T, banned, ban_rows)
+        return _StepCollector(targets, step_lambdas, without, T, banned, ban_rows)
+
+    def _null_ablations(self, tokens, n_prompt, windows, p, keys, base, targets, without, T, banned, ban_rows, step_lambdas) -> dict:
+        """Re-decode the unchanged suffix from evenly spread split points in D."""
+        k = self.settings.null_ablations
+        if k == 0 or self.settings.exact or not windows:
+            return {}
+        picks = np.unique(np.linspace(0, len(windows) - 1, num=min(k, len(windows))).round().astype(int))
+        out: dict = {"points": []}
+        for key in keys:
+            out[key] = []
+        for j in picks:
+            shared = p + windows[j]
+            if shared < 1:
+                continue
+            col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
+            self.engine.score_variant(tokens, shared, n_prompt, col)
+            out["points"].append(int(windows[j]))
+            for key in keys:
+                out[key].append(float(np.abs(col.out[key] - base[key]).sum()))
+        return out
+
+
+class _StepCollector(_Collector):
+    """Like ``_Collector`` but with one λ_t per response token (ε-bounded CID)."""
+
+    def __init__(self, targets, step_lambdas, without, T, banned, ban_rows):
+        super().__init__(targets, ["steps", 1.0], without, T, banned, ban_rows)
+        self.step_lambdas = np.asarray(step_lambdas, dtype=np.float64)
+
+    def __call__(self, view, first):
+        for j in range(len(view)):
+            t = first + j
+            ban = None if self.ban_rows is None else self.ban_rows[t : t + 1]
+            for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):
+                self.out[key][t] = kernels.mixed_logprob(
+                    view[j : j + 1], self.without[t : t + 1], self.targets[t : t + 1], lam, self.T,
+                    banned_ids=self.banned, ban_rows=ban,
+                ).logprob[0]
