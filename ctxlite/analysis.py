@@ -47,6 +47,22 @@ def position_means(rows: Iterable[Sequence[float]]) -> list[float]:
     return [sums[i] / counts[i] for i in range(len(sums))]
 
 
+def start_means(ngram_lists: Iterable[Sequence[dict]]) -> dict:
+    """Mean τ_i per n-gram start token over the examples that have an n-gram there.
+
+    Grouped by the start offset in D (not by list index), so the tail window of
+    a short context is not averaged with another offset of a longer one.
+    """
+    sums: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for grams in ngram_lists:
+        for g in grams:
+            sums[g["start"]] += g["influence"]
+            counts[g["start"]] += 1
+    starts = sorted(sums)
+    return {"starts": starts, "means": [sums[s] / counts[s] for s in starts]}
+
+
 def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
     """Per-λ dataset summary of example records (``ExampleResult.to_dict()`` output)."""
     by_lam: dict[float, list[dict]] = defaultdict(list)
@@ -56,8 +72,7 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
     out = {}
     for lam, results in sorted(by_lam.items()):
         doc = [r["document_influence"] for r in results]
-        ngram_rows = [[g["influence"] for g in r["ngrams"]] for r in results if r["ngrams"]]
-        ngram_profile = position_means(ngram_rows)
+        ngram_profile = start_means(r["ngrams"] for r in results)
         all_grams = [g for r in results for g in r["ngrams"]]
         flagged = [g["above_noise"] for g in all_grams if g.get("above_noise") is not None]
         floors = [r["noise_floor"]["max"] for r in results if r.get("noise_floor")]
@@ -69,8 +84,8 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             "document_influence": {"mean": float(np.mean(doc)), "std": float(np.std(doc)), "ci": [lo, hi], "confidence": confidence},
             "ngram_influence": {
                 "mean": float(np.mean([g["influence"] for g in all_grams])) if all_grams else None,
-                "max_of_mean": max(ngram_profile) if ngram_profile else None,
-                "max_of_mean_position": int(np.argmax(ngram_profile)) if ngram_profile else None,
+                "max_of_mean": max(ngram_profile["means"]) if ngram_profile["means"] else None,
+                "max_of_mean_position": ngram_profile["starts"][int(np.argmax(ngram_profile["means"]))] if ngram_profile["means"] else None,
                 "fraction_above_noise": float(np.mean(flagged)) if flagged else None,
             },
             "noise_floor_max_mean": float(np.mean(floors)) if floors else None,

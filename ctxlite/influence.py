@@ -53,8 +53,10 @@ class InfluenceSettings:
         check_epsilon(self.epsilon)
         if self.ngram is not None and self.ngram < 1:
             raise InvalidParameter(f"ngram must be >= 1, got {self.ngram}")
-        if self.stride is not None and (self.stride < 1 or self.ngram is None):
-            raise InvalidParameter(f"stride must be >= 1 and needs --ngram, got {self.stride}")
+        if self.stride is not None and (self.ngram is None or not 1 <= self.stride <= self.ngram):
+            raise InvalidParameter(
+                f"stride must be in [1, n] with an n-gram size (a larger stride would leave tokens unscored), got {self.stride}"
+            )
         if self.null_ablations < 0:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
 

@@ -50,7 +50,9 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (), strings: I
     text = read_text(path, "data file")
     required, strings = tuple(required), tuple(strings)
     lines: list[Line] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: U+2028 etc. inside JSON strings are data, not line breaks
+    for number, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.removesuffix("\r")
         if not raw.strip():
             continue
         try:
@@ -97,18 +99,15 @@ class RecordLog:
         text = read_text(self.path, "result log")
         lines = text.split("\n")
         complete, torn = lines[:-1], lines[-1]
-        if torn.strip():  # the last write was interrupted: drop the partial line
-            good = text[: len(text) - len(torn)]
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(good)
         try:
             header = json.loads(complete[0]) if complete else None
         except json.JSONDecodeError:
             header = None
-        if not header or header.get("type") != kind:
+        if not isinstance(header, dict) or header.get("type") != kind or not isinstance(header.get("params"), dict):
             raise DataError(f"{self.path} exists and is not a ctxlite {kind} log: choose another --out")
-        if header.get("params") != self.params:
-            diff = sorted(k for k in set(header["params"]) | set(self.params) if header["params"].get(k) != self.params.get(k))
+        if header["params"] != self.params:
+            old = header["params"]
+            diff = sorted(k for k in set(old) | set(self.params) if old.get(k) != self.params.get(k))
             raise DataError(
                 f"{self.path} was written with different parameters ({', '.join(diff)}): "
                 "re-run with the same ones to resume, or choose another --out"
@@ -119,8 +118,15 @@ class RecordLog:
             try:
                 rec = json.loads(raw)
             except json.JSONDecodeError:
-                raise DataError(f"{self.path}:{number}: corrupt record in the result log") from None
+                rec = None
+            if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+                raise DataError(f"{self.path}:{number}: corrupt record in the result log")
             self.records[rec["key"]] = rec
+        if torn.strip():  # only now, for our own log: drop the partial line of an interrupted write
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.write(text[: len(text) - len(torn)])
+                f.flush()
+                os.fsync(f.fileno())
 
     def done(self, key: str) -> bool:
         return key in self.records

@@ -38,8 +38,14 @@ class PromptTemplate:
     name: str = "custom"
 
     def __post_init__(self):
-        fields = [f for _, f, _, _ in string.Formatter().parse(self.text) if f is not None]
-        if fields.count("context") != 1:
+        try:
+            parsed = [(f, conv, spec) for _, f, spec, conv in string.Formatter().parse(self.text) if f is not None]
+        except ValueError as exc:
+            raise InvalidParameter(f"template {self.name!r} is not a valid format string ({exc}); write literal braces as {{{{ }}}}") from None
+        fields = [f for f, _, _ in parsed]
+        if any(conv or spec for _, conv, spec in parsed):
+            raise InvalidParameter(f"template {self.name!r}: slots take no conversion or format spec, found {self.text!r}")
+        if fields.count("context") != 1 or self.text.count("{context}") != 1:
             raise InvalidParameter(f"template {self.name!r} must contain exactly one {{context}} slot, found fields {fields}")
         unknown = set(fields) - {"context", "query"}
         if unknown or fields.count("query") > 1:
@@ -51,8 +57,20 @@ class PromptTemplate:
 
     def parts(self, query: str = "") -> tuple[str, str]:
         """``(prefix, suffix)`` around the context slot, with the query filled in."""
-        prefix, suffix = self.text.split("{context}")
+        cut = self._context_offset()
+        prefix, suffix = self.text[:cut], self.text[cut + len("{context}") :]
         return prefix.format(query=query), suffix.format(query=query)
+
+    def _context_offset(self) -> int:
+        """Offset of the real ``{context}`` slot (escaped ``{{context}}`` is literal text)."""
+        offset = 0
+        for literal, field, _, _ in string.Formatter().parse(self.text):
+            offset += len(literal) + literal.count("{") + literal.count("}")  # parse() unescapes {{ and }}
+            if field == "context":
+                return offset
+            if field is not None:
+                offset += len("{" + field + "}")
+        raise AssertionError("validated template lost its {context} slot")
 
     def render(self, context: str, query: str = "") -> str:
         prefix, suffix = self.parts(query)

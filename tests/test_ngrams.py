@@ -1,0 +1,140 @@
+"""Tests for n-gram windows (SPEC §1.2: ctxlite.influence.ngram_starts) and the
+validation in InfluenceSettings / Example."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxlite.decoding import SamplingSettings
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.influence import Example, InfluenceSettings, ngram_starts
+
+FAST = settings(max_examples=200, deadline=None)
+
+
+@st.composite
+def length_n_stride(draw, max_len=200):
+    length = draw(st.integers(1, max_len))
+    n = draw(st.integers(1, length))
+    stride = draw(st.integers(1, n))
+    return length, n, stride
+
+
+def covered(starts, n):
+    return {t for s in starts for t in range(s, s + n)}
+
+
+@FAST
+@given(length_n_stride())
+def test_windows_have_size_n_cover_every_token_and_are_increasing(lns):
+    length, n, stride = lns
+    starts = ngram_starts(length, n, stride)
+    assert starts[0] == 0
+    assert all(0 <= s and s + n <= length for s in starts)  # every window is a full n-gram inside D
+    assert covered(starts, n) == set(range(length))
+    assert starts == sorted(set(starts))  # strictly increasing, no duplicate ablations
+    assert starts[-1] == length - n  # the last window ends at the end of D
+    # regular stride except (possibly) the final tail window
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(g == stride for g in gaps[:-1])
+    assert not gaps or 1 <= gaps[-1] <= stride
+
+
+@FAST
+@given(st.integers(1, 300), st.data())
+def test_stride_one_gives_every_window(length, data):
+    n = data.draw(st.integers(1, length))
+    assert ngram_starts(length, n, 1) == list(range(length - n + 1))
+
+
+@FAST
+@given(st.integers(1, 300), st.data())
+def test_stride_n_is_disjoint_plus_a_tail_window(length, data):
+    n = data.draw(st.integers(1, length))
+    starts = ngram_starts(length, n, n)
+    full = length // n
+    assert starts[:full] == [i * n for i in range(full)]  # disjoint windows
+    if length % n:
+        assert starts[full:] == [length - n]  # one tail window overlapping the previous one
+    else:
+        assert len(starts) == full
+
+
+def test_hand_examples():
+    assert ngram_starts(10, 4, 4) == [0, 4, 6]
+    assert ngram_starts(8, 4, 4) == [0, 4]
+    assert ngram_starts(5, 5, 1) == [0]  # n = |D|: document level
+    assert ngram_starts(5, 5, 5) == [0]
+    assert ngram_starts(7, 3, 2) == [0, 2, 4]
+    assert ngram_starts(8, 3, 2) == [0, 2, 4, 5]
+
+
+@FAST
+@given(st.integers(0, 100), st.integers(1, 50), st.integers(1, 10))
+def test_n_larger_than_the_context_is_invalid(length, extra, stride):
+    with pytest.raises(InvalidParameter, match="larger than the context"):
+        ngram_starts(length, length + extra, stride)
+
+
+def test_stride_larger_than_n_never_leaves_tokens_unscored():
+    try:
+        s = InfluenceSettings(ngram=4, stride=8)
+    except InvalidParameter:
+        return  # rejecting stride > n is one acceptable fix
+    starts = ngram_starts(20, s.ngram, s.window_stride)
+    assert covered(starts, s.ngram) == set(range(20))
+
+
+# ---------------------------------------------------------------------------
+# InfluenceSettings / Example validation
+
+
+def test_influence_settings_defaults():
+    s = InfluenceSettings()
+    assert s.lambdas == (1.0,) and s.ngram == 8 and s.window_stride == 8
+    assert InfluenceSettings(ngram=4, stride=1).window_stride == 1
+    assert InfluenceSettings(ngram=None).window_stride is None
+
+
+def test_lambdas_are_normalised_to_a_tuple_of_floats():
+    s = InfluenceSettings(lambdas=[0, 1, 1.5])
+    assert s.lambdas == (0.0, 1.0, 1.5) and all(type(l) is float for l in s.lambdas)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"lambdas": ()},
+        {"lambdas": (1.0, -0.5)},
+        {"lambdas": (float("nan"),)},
+        {"lambdas": (float("inf"),)},
+        {"epsilon": 0.0},
+        {"epsilon": -1.0},
+        {"ngram": 0},
+        {"ngram": -3},
+        {"stride": 0},
+        {"ngram": 4, "stride": -1},
+        {"ngram": None, "stride": 2},
+        {"null_ablations": -1},
+    ],
+)
+def test_influence_settings_reject_bad_values(kw):
+    with pytest.raises(InvalidParameter):
+        InfluenceSettings(**kw)
+
+
+def test_influence_settings_accept_edge_values():
+    s = InfluenceSettings(lambdas=(0.0,), epsilon=1e-6, ngram=1, stride=1, null_ablations=0,
+                          sampling=SamplingSettings(top_p=0.5))
+    assert s.epsilon == 1e-6 and s.window_stride == 1
+
+
+@pytest.mark.parametrize("context", ["", "   ", "\n\t "])
+def test_example_with_empty_context_is_a_data_error(context):
+    with pytest.raises(DataError, match="ex-7"):
+        Example(context=context, id="ex-7")
+
+
+def test_example_accepts_a_context():
+    e = Example(context=" x ", query="q", response=None, source="src", id="a")
+    assert e.context == " x " and e.source == "src"

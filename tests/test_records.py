@@ -1,0 +1,267 @@
+"""Tests for ctxlite.records: JSONL input validation (every error names file:line)
+and the append-only, resumable RecordLog (header, resume, refusal, torn lines)."""
+
+import json
+
+import pytest
+
+from ctxlite.errors import CtxliteError, DataError
+from ctxlite.records import Line, RecordLog, read_jsonl, read_text
+
+
+def write_lines(path, lines, newline_at_end=True):
+    text = "\n".join(lines) + ("\n" if newline_at_end else "")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def obj(**kw):
+    return json.dumps(kw)
+
+
+# ---------------------------------------------------------------------------
+# read_jsonl: good input
+
+
+def test_read_jsonl_returns_objects_with_their_line_numbers_and_skips_blank_lines(tmp_path):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a", id="1"), "", "   ", obj(context="b"), "\t"])
+    lines = read_jsonl(p, required=["context"], strings=["context", "id"])
+    assert lines == [Line(1, {"context": "a", "id": "1"}), Line(4, {"context": "b"})]
+
+
+def test_read_jsonl_accepts_crlf_line_endings(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b'{"context": "a"}\r\n\r\n{"context": "b"}\r\n')
+    assert [(l.number, l.data["context"]) for l in read_jsonl(p, ["context"])] == [(1, "a"), (3, "b")]
+
+
+def test_optional_string_field_may_be_absent_or_null(tmp_path):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a"), obj(context="b", response=None)])
+    assert len(read_jsonl(p, ["context"], strings=["response"])) == 2
+
+
+# ---------------------------------------------------------------------------
+# read_jsonl: every error is a DataError naming file:line
+
+
+def assert_data_error(path, where, *, required=("context",), strings=("context",), match=None):
+    with pytest.raises(DataError) as info:
+        read_jsonl(path, required=required, strings=strings)
+    msg = str(info.value)
+    assert where in msg, msg
+    if match is not None:
+        assert match in msg, msg
+    return msg
+
+
+def test_malformed_json_names_file_and_line(tmp_path):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a"), "", '{"context": "b"', obj(context="c")])
+    assert_data_error(p, f"{p}:3:", match="malformed JSON")
+
+
+@pytest.mark.parametrize("line, kind", [("[1, 2]", "list"), ('"text"', "str"), ("42", "int"), ("null", "NoneType")])
+def test_non_object_line_names_file_line_and_type(tmp_path, line, kind):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a"), line])
+    assert_data_error(p, f"{p}:2:", match=kind)
+
+
+@pytest.mark.parametrize("record", [{"query": "q"}, {"context": None}, {"context": ""}, {"context": "  \n\t"}])
+def test_missing_or_empty_required_field_names_file_line_and_field(tmp_path, record):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a"), obj(context="b"), json.dumps(record)])
+    assert_data_error(p, f"{p}:3:", match="'context'")
+
+
+@pytest.mark.parametrize("value, kind", [(3, "int"), (["a"], "list"), ({"a": 1}, "dict"), (True, "bool")])
+def test_non_string_field_names_file_line_field_and_type(tmp_path, value, kind):
+    p = write_lines(tmp_path / "d.jsonl", [obj(context="a"), json.dumps({"context": "b", "query": value})])
+    msg = assert_data_error(p, f"{p}:2:", strings=("context", "query"), match="'query'")
+    assert kind in msg
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+def test_empty_file_is_a_data_error(tmp_path, content):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(content)
+    assert_data_error(p, str(p), match="no records")
+
+
+@pytest.mark.parametrize("bad_line", [1, 2, 5])
+def test_non_utf8_bytes_report_the_right_line(tmp_path, bad_line):
+    lines = [obj(context=f"line {i}").encode() for i in range(1, 7)]
+    lines[bad_line - 1] = b'{"context": "caf\xe9"}'  # latin-1 e-acute
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b"\n".join(lines) + b"\n")
+    msg = assert_data_error(p, f"{p}:{bad_line}:", match="not UTF-8")
+    assert "0xe9" in msg
+
+
+def test_missing_file_is_a_data_error(tmp_path):
+    p = tmp_path / "nope.jsonl"
+    assert_data_error(p, str(p), match="not found")
+
+
+def test_directory_is_a_data_error(tmp_path):
+    assert_data_error(tmp_path, str(tmp_path), match="directory")
+
+
+def test_read_text_errors_are_ctxlite_errors_with_exit_code_4(tmp_path):
+    with pytest.raises(CtxliteError) as info:
+        read_text(tmp_path / "missing.txt", "context file")
+    assert info.value.exit_code == 4
+    assert "context file not found" in str(info.value)
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
+def test_unicode_line_separators_inside_json_strings_are_data_not_line_breaks(tmp_path, sep):
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps({"context": f"a{sep}b"}, ensure_ascii=False) + "\n" + obj(context="c") + "\n", encoding="utf-8")
+    lines = read_jsonl(p, ["context"])
+    assert [(l.number, l.data["context"]) for l in lines] == [(1, f"a{sep}b"), (2, "c")]
+
+
+# ---------------------------------------------------------------------------
+# RecordLog
+
+PARAMS = {"ngram": 8, "lambdas": (0.5, 1.0), "template": "qa"}
+
+
+def test_new_log_writes_the_header_first(tmp_path):
+    p = tmp_path / "sub" / "run.jsonl"
+    with RecordLog(p, PARAMS, kind="score-run") as log:
+        assert len(log) == 0 and not log.done("x")
+    lines = p.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(l) for l in lines] == [{"type": "score-run", "params": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}]
+
+
+def test_append_then_reopen_with_same_params_resumes(tmp_path):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"result": {"v": 1}})
+        log.append("ex-2", {"result": {"v": 2}})
+        assert log.done("ex-1") and len(log) == 2
+    # each append is a durable line on disk
+    assert len(p.read_text(encoding="utf-8").splitlines()) == 3
+    with RecordLog(p, dict(PARAMS)) as log:
+        assert log.done("ex-1") and log.done("ex-2") and not log.done("ex-3")
+        assert len(log) == 2
+        assert log.records["ex-2"] == {"key": "ex-2", "result": {"v": 2}}
+        assert [r["key"] for r in log] == ["ex-1", "ex-2"]
+        log.append("ex-3", {"result": {"v": 3}})
+    with RecordLog(p, PARAMS) as log:
+        assert sorted(log.records) == ["ex-1", "ex-2", "ex-3"]
+    header = json.loads(p.read_text(encoding="utf-8").splitlines()[0])
+    assert header["type"] == "run"  # the header was not rewritten or duplicated
+    assert sum(1 for l in p.read_text(encoding="utf-8").splitlines() if '"type": "run"' in l) == 1
+
+
+def test_tuple_and_list_params_are_the_same_params(tmp_path):
+    p = tmp_path / "run.jsonl"
+    RecordLog(p, {"lambdas": (1.0, 2.0)}).close()
+    with RecordLog(p, {"lambdas": [1.0, 2.0]}) as log:
+        assert len(log) == 0
+
+
+@pytest.mark.parametrize(
+    "changed, key",
+    [({"ngram": 4}, "ngram"), ({"template": "notes"}, "template"), ({"extra": 1}, "extra"), ({"lambdas": (1.0,)}, "lambdas")],
+)
+def test_reopen_with_different_params_is_refused_naming_the_key(tmp_path, changed, key):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1})
+    before = p.read_bytes()
+    with pytest.raises(DataError) as info:
+        RecordLog(p, {**PARAMS, **changed})
+    msg = str(info.value)
+    assert f"({key})" in msg, msg
+    others = set(PARAMS) - {key}
+    assert not any(o in msg.split("parameters")[1] for o in others), msg
+    assert p.read_bytes() == before
+
+
+def test_missing_key_counts_as_a_differing_param(tmp_path):
+    p = tmp_path / "run.jsonl"
+    RecordLog(p, PARAMS).close()
+    with pytest.raises(DataError, match=r"\(ngram\)"):
+        RecordLog(p, {k: v for k, v in PARAMS.items() if k != "ngram"})
+
+
+def test_different_kind_is_refused(tmp_path):
+    p = tmp_path / "run.jsonl"
+    RecordLog(p, PARAMS, kind="score-run").close()
+    with pytest.raises(DataError, match="not a ctxlite audit-run log"):
+        RecordLog(p, PARAMS, kind="audit-run")
+
+
+@pytest.mark.parametrize("partial", ['{"key": "ex-3", "result": {"v"', '{"key": "ex-3"}', "{"])
+def test_torn_last_line_is_dropped_and_the_file_repaired(tmp_path, partial):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1})
+        log.append("ex-2", {"v": 2})
+    good = p.read_text(encoding="utf-8")
+    with open(p, "a", encoding="utf-8") as f:  # a crash mid-write: no newline
+        f.write(partial)
+    with RecordLog(p, PARAMS) as log:
+        assert sorted(log.records) == ["ex-1", "ex-2"]
+        assert not log.done("ex-3")
+        assert p.read_text(encoding="utf-8") == good  # repaired before anything is appended
+        log.append("ex-3", {"v": 3})
+    lines = p.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(l).get("key") for l in lines] == [None, "ex-1", "ex-2", "ex-3"]
+    with RecordLog(p, PARAMS) as log:
+        assert log.records["ex-3"] == {"key": "ex-3", "v": 3}
+
+
+def test_corrupt_record_in_the_middle_names_the_line(tmp_path):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1})
+    with open(p, "a", encoding="utf-8") as f:
+        f.write("garbage\n" + json.dumps({"key": "ex-2"}) + "\n")
+    with pytest.raises(DataError, match=f"{p}:3:"):
+        RecordLog(p, PARAMS)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["just some notes\n", '{"type": "other", "params": {}}\n', '{"not": "a header"}\n', "\n"],
+)
+def test_a_file_that_is_not_a_log_is_refused(tmp_path, content):
+    p = tmp_path / "notes.txt"
+    p.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match="not a ctxlite run log"):
+        RecordLog(p, PARAMS)
+    assert p.read_text(encoding="utf-8") == content
+
+
+def test_empty_existing_file_becomes_a_new_log(tmp_path):
+    p = tmp_path / "run.jsonl"
+    p.write_bytes(b"")
+    RecordLog(p, PARAMS).close()
+    assert json.loads(p.read_text(encoding="utf-8"))["type"] == "run"
+
+
+def test_refusing_a_foreign_file_does_not_modify_it(tmp_path):
+    p = tmp_path / "notes.txt"
+    content = "important first line\nimportant last line without newline"
+    p.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError):
+        RecordLog(p, PARAMS)
+    assert p.read_text(encoding="utf-8") == content
+
+
+@pytest.mark.parametrize("first", ["[1, 2, 3]", "42", '"hello"'])
+def test_a_foreign_jsonl_file_with_non_object_first_line_is_a_data_error(tmp_path, first):
+    p = tmp_path / "other.jsonl"
+    p.write_text(first + "\n", encoding="utf-8")
+    with pytest.raises(DataError):
+        RecordLog(p, PARAMS)
+
+
+@pytest.mark.parametrize("header", ['{"type": "run"}', '{"type": "run", "params": 5}'])
+def test_a_header_without_params_object_is_a_data_error(tmp_path, header):
+    p = tmp_path / "run.jsonl"
+    p.write_text(header + "\n", encoding="utf-8")
+    with pytest.raises(DataError):
+        RecordLog(p, PARAMS)
