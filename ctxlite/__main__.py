@@ -1,0 +1,3 @@
+from ctxlite.cli import main
+
+main()

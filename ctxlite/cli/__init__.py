@@ -1,0 +1,54 @@
+"""The ``ctxlite`` command line: a thin layer over the library.
+
+The library raises ``CtxliteError`` subclasses; only here are they turned into
+one-line messages and the exit codes documented in ``ctxlite.errors`` and the
+README. Ctrl-C exits with 130 after the commands have kept what finished.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ctxlite._version import __version__
+from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except CtxliteError as exc:
+            click.echo(f"ctxlite: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("ctxlite: interrupted; finished records are kept, re-run the same command to resume", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ctxlite")
+def main():
+    """Measure how much a language model leaks from the private text in its prompt.
+
+    \b
+    ctxlite score   context influence of each n-gram on the response (CID)
+    ctxlite audit   ContextLeak canary audits of private in-context learning
+    ctxlite models  list / pull / locate GGUF models (offline)
+    """
+
+
+def _register() -> None:
+    from ctxlite.cli.audit import audit
+    from ctxlite.cli.models import models
+    from ctxlite.cli.score import score
+
+    main.add_command(models)
+    main.add_command(score)
+    main.add_command(audit)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

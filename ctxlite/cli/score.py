@@ -1,0 +1,142 @@
+"""``ctxlite score``: context influence of a private context on a response."""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+
+import click
+
+from ctxlite.cli.options import NumberList, build_engine, emit_json, engine_kwargs, engine_options, progress
+from ctxlite.errors import DataError
+
+
+def _settings(kw):
+    from ctxlite.decoding import SamplingSettings
+    from ctxlite.influence import InfluenceSettings
+
+    sampling = SamplingSettings(
+        temperature=kw["temperature"], top_k=kw["top_k"], top_p=kw["top_p"],
+        min_new_tokens=kw["min_new_tokens"], max_new_tokens=kw["max_new_tokens"], seed=kw["seed"],
+    )
+    return InfluenceSettings(
+        lambdas=kw["lam"], ngram=None if kw["doc"] else kw["ngram"], stride=None if kw["doc"] else kw["stride"],
+        null_ablations=kw["null_ablations"], exact=kw["exact"], epsilon=kw["epsilon"], sampling=sampling,
+        top_spans=kw["top"],
+    )
+
+
+def _read_context(path: str) -> str:
+    from ctxlite.records import read_text
+
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"standard input is not UTF-8 text (byte offset {exc.start})") from None
+    return read_text(path, "context file")
+
+
+def _examples(kw):
+    """(key, Example) pairs from --data or from --context/--query/--response."""
+    from ctxlite.influence import Example
+    from ctxlite.records import read_jsonl, read_text
+
+    if kw["data"]:
+        lines = read_jsonl(kw["data"], required=("context",), strings=("id", "context", "query", "response", "source"))
+        seen = set()
+        for line in lines:
+            d = line.data
+            key = str(d.get("id") or f"line-{line.number}")
+            if key in seen:
+                raise DataError(f"{kw['data']}:{line.number}: duplicate id {key!r}")
+            seen.add(key)
+            yield key, Example(context=d["context"], query=d.get("query") or "", response=d.get("response"),
+                               source=d.get("source"), id=key)
+        return
+    context = _read_context(kw["context"])
+    source = read_text(kw["source"], "source file") if kw["source"] else None
+    yield "example", Example(context=context, query=kw["query"] or "", response=kw["response"], source=source, id="example")
+
+
+@click.command()
+@click.option("--context", type=str, metavar="PATH", help="Private context: a UTF-8 text file, or - for stdin.")
+@click.option("--query", "-q", type=str, help="The query x filled into the template's query slot.")
+@click.option("--response", "-r", type=str, help="Score this response instead of generating one with CID.")
+@click.option("--source", type=click.Path(dir_okay=False), help="Untruncated source for the regurgitation metrics.")
+@click.option("--data", type=click.Path(dir_okay=False), help="JSONL dataset: context, query, [response], [source], [id].")
+@click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per example here; re-running resumes.")
+@click.option("--limit", type=click.IntRange(1), default=None, help="Score only the first N examples of --data.")
+@click.option("--template", default="qa", show_default=True, help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.")
+@click.option("--ngram", "-n", type=click.IntRange(1), default=8, show_default=True, help="n-gram size in model tokens.")
+@click.option("--stride", type=click.IntRange(1), default=None, help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.")
+@click.option("--doc", is_flag=True, help="Document level only (no n-gram ablations).")
+@click.option("--lam", type=NumberList(minimum=0), default="1", show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
+@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=None, help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).")
+@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True)
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True, help="0 = off.")
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True)
+@click.option("--min-new-tokens", type=click.IntRange(0), default=10, show_default=True, help="EOS/EOG banned before this many tokens.")
+@click.option("--max-new-tokens", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (numpy Generator).")
+@click.option("--null-ablations", type=click.IntRange(0), default=4, show_default=True, help="Split points re-decoded unchanged to measure the noise floor.")
+@click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
+@click.option("--top", type=click.IntRange(0), default=5, show_default=True, help="Most influential spans to list per example.")
+@engine_options
+def score(**kw):
+    """Score how much a private context influences a model's response.
+
+    For each n-gram of the context: how much removing it changes the
+    log-probability of the response (τ_i, summed over response tokens), plus
+    the document-level influence, the PMI of each response token, a measured
+    noise floor and regurgitation metrics. JSON goes to stdout.
+
+    \b
+    Examples:
+      ctxlite score --context note.txt -q "What was prescribed?"
+      ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
+      ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
+    """
+    from ctxlite import __version__
+    from ctxlite.analysis import summarize
+    from ctxlite.influence import InfluenceScorer
+    from ctxlite.records import RecordLog
+    from ctxlite.templates import get_template
+
+    if bool(kw["data"]) == bool(kw["context"]):
+        raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
+    if kw["data"] and (kw["query"] or kw["response"] or kw["source"]):
+        raise click.UsageError("--query/--response/--source go with --context; in --data they are fields of each line")
+    settings = _settings(kw)
+    template = get_template(kw["template"])
+    examples = list(_examples(kw))[: kw["limit"]]  # validate the whole input before loading the model
+    engine = build_engine(**engine_kwargs(kw))
+    meta = {"ctxlite": __version__, "engine": engine.describe(), "template": asdict(template), "settings": asdict(settings)}
+    params = {"model_sha256": meta["engine"]["sha256"], "template": template.text, "settings": meta["settings"],
+              "n_ctx": engine.config.n_ctx, "flash_attn": engine.config.flash_attn}
+    log = RecordLog(kw["out"], params, kind="score-run") if kw["out"] else None
+    scorer = InfluenceScorer(engine, template, settings)
+    records = []
+    try:
+        for i, (key, example) in enumerate(examples, start=1):
+            if log is not None and log.done(key):
+                records.append(log.records[key]["result"])
+                continue
+            progress(f"[{i}/{len(examples)}] scoring {key}")
+            result = scorer.score(example).to_dict(settings.top_spans)
+            records.append(result)
+            if log is not None:
+                log.append(key, {"type": "example", "result": result})
+    finally:
+        if log is not None:
+            log.close()
+    if not kw["data"]:
+        emit_json({"run": meta, "result": records[0]})
+        return
+    summary = summarize(records)
+    for lam, s in summary.items():
+        d = s["document_influence"]
+        progress(f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
+                 f"n-gram max-of-mean {s['ngram_influence']['max_of_mean']}, "
+                 f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}")
+    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": kw["out"]})

@@ -1,0 +1,29 @@
+"""Shared fixtures. Model tests run the real default model (Gemma-3-270M Q4_K_M)
+through real llama.cpp; it is provisioned offline from its PyPI package."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from ctxlite.engine import Engine
+
+    eng = Engine()
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="session")
+def score_examples() -> list[dict]:
+    text = resources.files("ctxlite").joinpath("data", "score_sample.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def with_response(score_examples) -> list[dict]:
+    """Sample examples that carry a fixed response (deterministic scoring)."""
+    return [d for d in score_examples if d.get("response")]

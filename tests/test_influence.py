@@ -1,0 +1,159 @@
+"""Context influence on the real default model: SPEC §1.5 identities, defect regressions, trends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctxlite.decoding import SamplingSettings
+from ctxlite.influence import Example, InfluenceScorer, InfluenceSettings
+
+pytestmark = pytest.mark.model
+
+T = 0.8
+
+
+def _log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def _example(d):
+    return Example(d["context"], d["query"], d.get("response"), d.get("source"), d["id"])
+
+
+@pytest.fixture(scope="module")
+def logits(engine, with_response):
+    """Exact-path logits rows for y under D, ∅ and D with its first 8-gram removed."""
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=8))
+    enc = scorer.encode(_example(with_response[0]))
+    y = scorer.encode_response(enc, with_response[0]["response"])
+    p, n = len(enc.prefix), 8
+    ablated = enc.prefix + enc.context[n:] + enc.suffix
+    return {
+        "y": np.asarray(y),
+        "D": engine.logits_rows(enc.with_context + y, len(enc.with_context)).astype(np.float64),
+        "empty": engine.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64),
+        "Di": engine.logits_rows(ablated + y, len(ablated)).astype(np.float64),
+        "scorer": scorer, "example": _example(with_response[0]), "p": p,
+    }
+
+
+def _cid(lD, l0, lam):
+    return _log_softmax((lam * lD + (1 - lam) * l0) / T)
+
+
+@pytest.mark.parametrize("lam", [0.5, 1.0, 1.5, 2.0])
+def test_ngram_influence_identity(logits, lam):
+    """τ_{t,i} = | λ(pmi_D(y) − pmi_{D∖i}(y)) − (log Z_λ(D) − log Z_λ(D∖i)) | on real logits."""
+    y, lD, l0, lDi = logits["y"], logits["D"], logits["empty"], logits["Di"]
+    rows = np.arange(len(y))
+    direct = np.abs(_cid(lD, l0, lam)[rows, y] - _cid(lDi, l0, lam)[rows, y])
+    log_q0 = _log_softmax(l0 / T)
+
+    def pmi_and_logz(l):
+        pmi = _log_softmax(l / T) - log_q0
+        return pmi, np.log((np.exp(log_q0) * np.exp(lam * pmi)).sum(axis=1))
+
+    pmi_D, logZ_D = pmi_and_logz(lD)
+    pmi_i, logZ_i = pmi_and_logz(lDi)
+    identity = np.abs(lam * (pmi_D[rows, y] - pmi_i[rows, y]) - (logZ_D - logZ_i))
+    np.testing.assert_allclose(direct, identity, atol=1e-6)
+    assert direct.sum() > 0.1  # the example's first 8-gram matters
+
+
+@pytest.mark.parametrize("lam", [0.5, 1.0, 1.5, 3.0])
+def test_document_level_renyi_identity(logits, lam):
+    """τ_t = | λ·pmi_D(y_t) − (λ−1)·R_λ(q_D ‖ q_∅) |; at λ = 1, τ_t = |pmi_D(y_t)|."""
+    y, lD, l0 = logits["y"], logits["D"], logits["empty"]
+    rows = np.arange(len(y))
+    log_qD, log_q0 = _log_softmax(lD / T), _log_softmax(l0 / T)
+    direct = np.abs(_cid(lD, l0, lam)[rows, y] - log_q0[rows, y])
+    pmi = (log_qD - log_q0)[rows, y]
+    if lam == 1.0:
+        renyi_term = 0.0
+    else:
+        renyi = np.log((np.exp(lam * log_qD + (1 - lam) * log_q0)).sum(axis=1)) / (lam - 1)
+        renyi_term = (lam - 1) * renyi
+    np.testing.assert_allclose(direct, np.abs(lam * pmi - renyi_term), atol=1e-6)
+
+
+def test_scorer_matches_the_identities(engine, logits):
+    """The fused float32 kernels reproduce the float64 definitions on the same logits."""
+    scorer, ex, y = logits["scorer"], logits["example"], logits["y"]
+    lam = 1.5
+    scorer_exact = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(lam,), ngram=8, exact=True))
+    r = scorer_exact.score(ex).results[0]
+    rows = np.arange(len(y))
+    base = _cid(logits["D"], logits["empty"], lam)[rows, y]
+    np.testing.assert_allclose(r.token_logprob, base, atol=2e-4)
+    np.testing.assert_allclose(r.token_logprob_without, _log_softmax(logits["empty"] / T)[rows, y], atol=2e-4)
+    first = next(g for g in r.ngrams if g.start == 0)
+    want = np.abs(base - _cid(logits["Di"], logits["empty"], lam)[rows, y])
+    np.testing.assert_allclose(first.per_token, want, atol=5e-4)
+    assert first.text == ex.context[first.char_start:first.char_end] and first.char_start == 0
+
+
+def test_lambda_zero_gives_zero_influence(engine, with_response):
+    r = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.0,), ngram=16)).score(_example(with_response[1])).results[0]
+    assert all(g.influence == 0.0 for g in r.ngrams)
+    assert max(r.token_influence) < 1e-6 and r.document_influence < 1e-5
+    assert all(s == 0.0 for s in r.noise_floor.sums)
+
+
+def test_lambda_one_document_level_is_abs_pmi(engine, with_response):
+    r = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(1.0,), ngram=None)).score(_example(with_response[1])).results[0]
+    np.testing.assert_allclose(r.token_influence, np.abs(r.token_pmi), atol=1e-12)
+    assert r.document_influence > 1.0
+
+
+def test_banned_eos_scores_y_t_itself(engine, score_examples):
+    """Regression for SPEC §1.4 defect 1: masking EOS before min_new_tokens must
+    not shift the scored index (the reference scored y_t + 1 after nonzero())."""
+    d = score_examples[0]
+    settings = InfluenceSettings(lambdas=(1.0,), ngram=None,
+                                 sampling=SamplingSettings(min_new_tokens=12, max_new_tokens=16, seed=3))
+    scorer = InfluenceScorer(engine, "qa", settings)
+    ex = Example(d["context"], d["query"], id=d["id"])
+    r = scorer.score(ex).results[0]
+    assert r.generated and len(r.response_ids) >= 12
+    enc = scorer.encode(ex)
+    y = np.asarray(r.response_ids)
+    rows = engine.logits_rows(enc.with_context + list(y), len(enc.with_context)).astype(np.float64)
+    masked = rows / T
+    masked[:12, engine.eog_ids] = -np.inf
+    ref = _log_softmax(masked)
+    t = np.arange(12)
+    np.testing.assert_allclose(r.token_logprob[:12], ref[t, y[:12]], atol=2e-4)
+    shifted = ref[t, y[:12] + 1]
+    assert np.mean(np.abs(np.asarray(r.token_logprob[:12]) - shifted) > 1e-2) > 0.5
+
+
+def test_epsilon_bounded_generation_respects_epsilon(engine, score_examples):
+    d = score_examples[2]
+    eps = 2.0
+    settings = InfluenceSettings(lambdas=(1.5,), ngram=None, epsilon=eps,
+                                 sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1))
+    r = InfluenceScorer(engine, "qa", settings).score(_example({**d, "response": None})).results[0]
+    assert max(r.generation["realised_epsilon"]) <= eps + 1e-9
+    assert max(r.token_influence) <= eps + 1e-3  # per-token document-level bound (SPEC §1.5)
+    assert min(r.generation["step_lambdas"]) < 1.5  # the bound actually bit
+
+
+def test_influence_trends(engine, with_response):
+    """Rises with λ; document level exceeds every single n-gram; rises with n (SPEC §1.7 trends)."""
+    examples = [_example(d) for d in with_response[:3]]
+    by_lam = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0, 1.5), ngram=8, null_ablations=0))
+    res = [by_lam.score(ex) for ex in examples]
+    doc = np.array([[r.document_influence for r in er.results] for er in res])
+    mean_ng = np.array([[np.mean([g.influence for g in r.ngrams]) for r in er.results] for er in res])
+    assert doc.mean(axis=0)[0] < doc.mean(axis=0)[1] < doc.mean(axis=0)[2]
+    assert mean_ng.mean(axis=0)[0] < mean_ng.mean(axis=0)[1] < mean_ng.mean(axis=0)[2]
+    for er in res:
+        r1 = er.results[1]
+        assert r1.document_influence > r1.max_ngram_influence
+    by_n = {}
+    for n in (4, 16):
+        s = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=n, null_ablations=0))
+        by_n[n] = np.mean([np.mean([g.influence for g in s.score(ex).results[0].ngrams]) for ex in examples])
+    assert by_n[4] < by_n[16] < doc.mean(axis=0)[1]
