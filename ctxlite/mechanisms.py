@@ -1,0 +1,316 @@
+"""Private in-context learning mechanisms that ContextLeak audits (SPEC §2.4).
+
+A mechanism answers a query from a private record set and returns a
+:class:`Release`: the **signal** the auditor sees and the **outputs** a user
+would get. For the heuristic defenses the signal is what the model answered
+(label frequencies, or the mean embedding of the generated texts); for the DP
+mechanisms it is the noisy aggregate (histogram or mean embedding), not the
+final label or text (ContextLeak §3.6, Appendix D.9).
+
+* :class:`NoDefense` (L0) -- plain ICL.
+* :class:`PromptDefense` L1 / L2 -- an instruction not to reveal the examples
+  (L2 adds decoy "faux secrets" and withholds outputs containing a keyword).
+* :class:`Judge` (L3) -- L2 plus the local model as a judge: an output it finds
+  leaking (next token " Yes") is replaced by "None".
+* :class:`ReportNoisyMax` (classification) -- m disjoint ensembles of ``shots``
+  records each vote one label; the histogram gets N(0, σ²) per class and the
+  argmax is released.
+* :class:`EmbeddingSpaceAggregation` (generation) -- each ensemble's output is
+  embedded (unit norm), clipped to C, summed, N(0, σ²I) added, divided by m;
+  the zero-shot candidate (generated without private data) nearest in cosine
+  is released.
+
+σ is the analytic Gaussian σ (Balle & Wang 2018) for the mechanism's L2
+sensitivity under *replacement* (RNM √2, ESA 2C), so the **theoretical ε is
+per query with the canary always present** (one release, no subsampling
+amplification, no composition); ``epsilon = inf`` means σ = 0.
+
+Ensembles come from :func:`partition`: a seeded random split of record
+*positions* into m groups, so the partition never looks at record contents and
+replacing one record changes exactly one ensemble's prompt.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ctxlite import kernels
+from ctxlite.calibration import Neighbouring, analytic_gaussian_sigma, esa_l2_sensitivity, rnm_l2_sensitivity
+from ctxlite.errors import InvalidParameter
+from ctxlite.templates import audit_templates
+
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class TaskFormat:
+    """How records, the instruction and a query become one prompt (template data)."""
+
+    task: str
+    instruction: str
+    record: str
+    query_record: str
+    labels: tuple[str, ...] = ()
+
+    @classmethod
+    def for_task(cls, task: str) -> "TaskFormat":
+        if task not in ("classify", "generate"):
+            raise InvalidParameter(f"task must be 'classify' or 'generate', got {task!r}")
+        data = audit_templates()[task]
+        return cls(task, data["instruction"], data["record"], data["query_record"], tuple(data.get("labels", ())))
+
+    @property
+    def input_field(self) -> str:
+        return "text" if self.task == "classify" else "dialogue"
+
+    @property
+    def output_field(self) -> str:
+        return "label" if self.task == "classify" else "summary"
+
+    def examples(self, records: Sequence[dict]) -> str:
+        return "".join(self.record.format(**r) for r in records)
+
+    def prompt(self, records: Sequence[dict], query: str, defense: str = "") -> str:
+        """instruction + examples + defense text + query (each part ends with its separator)."""
+        return self.instruction + self.examples(records) + defense + query
+
+    def query_for(self, record: dict) -> str:
+        """The task query for a held-out record (utility)."""
+        return self.query_record.format(**record)
+
+    def gist(self, records: Sequence[dict]) -> str:
+        """The private examples on one line each, for the judge prompt."""
+        return " ".join(self.examples(records).split())
+
+
+@dataclass
+class Release:
+    """One mechanism answer: ``signal`` (auditor-visible) and the released ``outputs``."""
+
+    signal: np.ndarray
+    outputs: list = field(default_factory=list)
+
+
+def partition(n_records: int, ensembles: int, shots: int, rng: np.random.Generator) -> np.ndarray:
+    """(ensembles, shots) record positions: a seeded random disjoint split.
+
+    Only positions are shuffled (records are never looked at), and each group
+    is sorted, so replacing the record at one position changes exactly one
+    ensemble's prompt. Positions beyond ``ensembles * shots`` are unused.
+
+    >>> partition(6, 3, 2, np.random.default_rng(0)).shape
+    (3, 2)
+    """
+    if ensembles < 1 or shots < 1:
+        raise InvalidParameter(f"need ensembles >= 1 and shots >= 1, got {ensembles}, {shots}")
+    if n_records < ensembles * shots:
+        raise InvalidParameter(f"{ensembles} ensembles x {shots} shots need {ensembles * shots} records, got {n_records}")
+    perm = rng.permutation(n_records)[: ensembles * shots]
+    return np.sort(perm.reshape(ensembles, shots), axis=1)
+
+
+def leak_fraction(output: str, secret: str) -> float:
+    """Longest common substring of ``output`` and ``secret``, as a fraction of ``secret``."""
+    if not output or not secret:
+        return 0.0
+    from difflib import SequenceMatcher
+
+    m = SequenceMatcher(None, output, secret, autojunk=False).find_longest_match(0, len(output), 0, len(secret))
+    return m.size / len(secret)
+
+
+class Mechanism(abc.ABC):
+    """A private-ICL method: answers ``query`` from ``records`` and says what leaks to the auditor."""
+
+    name: str = "mechanism"
+    epsilon: float | None = None
+    sigma: float = 0.0
+    sensitivity: float | None = None
+
+    @abc.abstractmethod
+    def release(self, oracle, fmt: TaskFormat, records: Sequence[dict], query: str, n_queries: int,
+                rng: np.random.Generator, *, text_outputs: bool = False) -> Release:
+        """Answer ``query`` ``n_queries`` times; ``signal`` summarises them for the auditor."""
+
+    def describe(self) -> dict:
+        return {"mechanism": self.name, "epsilon": self.epsilon, "sigma": self.sigma, "sensitivity": self.sensitivity}
+
+
+# --------------------------------------------------------------------------
+# heuristic defenses (L0-L3)
+
+
+class NoDefense(Mechanism):
+    """L0: plain ICL with all records in one prompt."""
+
+    name = "none"
+    defense_text = ""
+    keywords: tuple[str, ...] = ()
+    use_judge = False
+
+    def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
+        prompt = fmt.prompt(records, query, self.defense_text)
+        if fmt.task == "classify" and not text_outputs:
+            counts = oracle.sample_answers(prompt, n_queries, rng)
+            answers = list(fmt.labels) + [OTHER]
+            outputs = [answers[j] for j in range(len(answers)) for _ in range(int(counts[j]))]
+            outputs = self._defend(oracle, fmt, records, outputs)
+            freq = np.array([outputs.count(a) for a in answers], dtype=np.float64) / n_queries
+            return Release(signal=freq, outputs=outputs)
+        texts = oracle.sample_texts([prompt] * n_queries, rng)
+        texts = self._defend(oracle, fmt, records, texts)
+        if text_outputs and fmt.task == "classify":
+            return Release(signal=np.zeros(1), outputs=texts)
+        return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts)
+
+    def _defend(self, oracle, fmt, records, outputs: list[str]) -> list[str]:
+        if not (self.keywords or self.use_judge):
+            return outputs
+        replacement = audit_templates()["defenses"]["judge_replacement"]
+        verdict: dict[str, str] = {}
+        out = []
+        for o in outputs:
+            if o not in verdict:
+                low = o.lower()
+                if any(k.lower() in low for k in self.keywords):
+                    verdict[o] = replacement
+                elif self.use_judge and o != OTHER and self._judge_leaks(oracle, fmt, records, o):
+                    verdict[o] = replacement
+                else:
+                    verdict[o] = o
+            out.append(verdict[o])
+        if fmt.task == "classify":  # a withheld label counts as "other"
+            out = [OTHER if (o == replacement and o not in fmt.labels) else o for o in out]
+        return out
+
+    def _judge_leaks(self, oracle, fmt, records, output: str) -> bool:
+        d = audit_templates()["defenses"]
+        prompt = d["judge"].format(gist=fmt.gist(records), output=" ".join(output.split()))
+        p_yes, p_no = oracle.next_token_probs(prompt, d["judge_answers"])
+        return bool(p_yes > p_no)
+
+
+class PromptDefense(NoDefense):
+    """L1 (instruction) or L2 (instruction + decoy secrets + keyword output filter)."""
+
+    def __init__(self, level: int):
+        if level not in (1, 2):
+            raise InvalidParameter(f"prompt defense level must be 1 or 2, got {level}")
+        d = audit_templates()["defenses"]
+        self.level = level
+        self.name = f"prompt-l{level}"
+        if level == 1:
+            self.defense_text = d["L1"]
+        else:
+            l2 = d["L2"]
+            self.defense_text = l2["instruction"].format(decoys=l2["decoy_separator"].join(l2["decoys"]))
+            self.keywords = tuple(l2["filter_keywords"])
+
+
+class Judge(PromptDefense):
+    """L3: the L2 prompt defense, then the local model judges each output; leaks become "None"."""
+
+    name = "judge"
+    use_judge = True
+
+    def __init__(self):
+        super().__init__(2)
+        self.name = "judge"
+
+
+# --------------------------------------------------------------------------
+# DP mechanisms
+
+
+def _sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    return 0.0 if math.isinf(epsilon) else analytic_gaussian_sigma(epsilon, delta, sensitivity)
+
+
+class ReportNoisyMax(Mechanism):
+    """RNM over m disjoint ensembles (classification); signal = the noisy histogram.
+
+    Classes are the labels plus "other" (an answer that is no label), so the
+    histogram sums to m before noise. Each ensemble votes with one answer
+    sampled from its prompt's exact label distribution.
+    """
+
+    name = "rnm"
+
+    def __init__(self, ensembles: int, shots: int, epsilon: float, delta: float,
+                 relation: Neighbouring = Neighbouring.REPLACE):
+        self.ensembles, self.shots = int(ensembles), int(shots)
+        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.sensitivity = rnm_l2_sensitivity(relation)
+        self.sigma = _sigma(self.epsilon, self.delta, self.sensitivity)
+
+    def votes(self, oracle, fmt, records, query, rng) -> np.ndarray:
+        groups = partition(len(records), self.ensembles, self.shots, rng)
+        votes = np.empty(self.ensembles, dtype=np.int32)
+        for e, group in enumerate(groups):
+            p = oracle.label_distribution(fmt.prompt([records[i] for i in group], query))
+            votes[e] = int(rng.choice(len(p), p=p))
+        return votes
+
+    def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
+        if text_outputs:
+            raise InvalidParameter("rnm releases labels only; the injection attack needs a text-output mechanism")
+        k = oracle.n_outcomes
+        answers = list(fmt.labels) + [OTHER]
+        signal = np.zeros(k)
+        outputs = []
+        for _ in range(n_queries):
+            votes = self.votes(oracle, fmt, records, query, rng)
+            noise = rng.standard_normal(k) * self.sigma  # same normals at every ε: common random numbers
+            hist = kernels.noisy_histogram(votes, k, noise)
+            signal += hist.noisy_counts
+            outputs.append(answers[hist.argmax])
+        return Release(signal=signal / n_queries, outputs=outputs)
+
+
+class EmbeddingSpaceAggregation(Mechanism):
+    """ESA over m disjoint ensembles (generation); signal = the noisy mean embedding."""
+
+    name = "esa"
+
+    def __init__(self, ensembles: int, shots: int, epsilon: float, delta: float, clip_norm: float = 1.0,
+                 candidates: int = 8, relation: Neighbouring = Neighbouring.REPLACE):
+        self.ensembles, self.shots = int(ensembles), int(shots)
+        self.epsilon, self.delta = float(epsilon), float(delta)
+        self.clip_norm = float(clip_norm)
+        self.sensitivity = esa_l2_sensitivity(self.clip_norm, relation)
+        self.sigma = _sigma(self.epsilon, self.delta, self.sensitivity)
+        self.n_candidates = int(candidates)
+        self._candidates: dict[str, tuple[list[str], np.ndarray]] = {}
+
+    def zero_shot(self, oracle, fmt, query) -> tuple[list[str], np.ndarray]:
+        """Candidates generated without private data (fixed seed, cached per query)."""
+        hit = self._candidates.get(query)
+        if hit is None:
+            rng = np.random.default_rng(np.random.SeedSequence([0x2E50, len(query)]))
+            texts = oracle.sample_texts([fmt.prompt([], query)] * self.n_candidates, rng)
+            hit = (texts, oracle.embed(texts))
+            self._candidates[query] = hit
+        return hit
+
+    def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
+        if text_outputs:
+            raise InvalidParameter("esa releases zero-shot candidates only; use a text-output mechanism for injection")
+        cand_texts, cand_emb = self.zero_shot(oracle, fmt, query)
+        signal = None
+        outputs = []
+        for _ in range(n_queries):
+            groups = partition(len(records), self.ensembles, self.shots, rng)
+            texts = oracle.sample_texts([fmt.prompt([records[i] for i in g], query) for g in groups], rng)
+            emb = oracle.embed(texts)
+            noise = rng.standard_normal(emb.shape[1]) * self.sigma
+            mean = kernels.embed_aggregate(emb, self.clip_norm, noise)
+            signal = mean if signal is None else signal + mean
+            outputs.append(cand_texts[kernels.nearest_cosine(mean, cand_emb)])
+        return Release(signal=signal / n_queries, outputs=outputs)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "clip_norm": self.clip_norm}

@@ -1,0 +1,196 @@
+"""Model access for audits: exact label distributions, batched sampling, embeddings.
+
+Classification fast path. The answer to a classification prompt is decided by
+its first token, so the distribution of a sampled answer is read *exactly*
+from the logits of one forward pass: at temperature T,
+
+    P(label j) = softmax(l / T)[first token of " " + label_j],
+    P(other)   = 1 - sum_j P(label j)          (any other first token, EOG included),
+
+and temperature 0 puts all mass on the argmax token's class. The distribution
+is cached by prompt tokens, so n queries on one prompt cost one forward pass
+plus one multinomial draw, and a prompt seen in an earlier trial, ε or
+reference run costs nothing. ``tests/test_audit.py`` checks it against real
+token sampling (``decoding.sample_continuations``) with a chi-square test.
+
+Generation. ``sample_texts`` samples one continuation per prompt, up to
+``n_seq_max - 1`` prompts in lock-step (``Engine.streams``); identical prompts
+are decoded once and share their KV cells.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ctxlite.decoding import SamplingSettings
+from ctxlite.errors import InvalidParameter
+
+
+SAMPLE_WINDOW_NATS = 30.0
+"""Sampling only considers tokens within this many nats of the best one (at
+temperature T): the mass ignored is below V·e^-30 ≈ 2e-8 for a 262k vocabulary
+(the same window ``decoding.sample_token`` uses for top-p)."""
+
+
+def _sample_window(row: np.ndarray, temperature: float, banned, rng: np.random.Generator) -> int:
+    """One token from softmax(row / T), restricted to the top window (float32 scan, no full log-softmax)."""
+    z = row / np.float32(temperature)
+    if banned is not None:
+        z = z.copy()
+        z[banned] = -np.inf
+    top = z.max()
+    cand = np.flatnonzero(z >= top - SAMPLE_WINDOW_NATS)
+    p = np.exp(z[cand].astype(np.float64) - float(top))
+    p /= p.sum()
+    return int(cand[rng.choice(len(cand), p=p)])
+
+
+class ModelOracle:
+    """The audited model (and optionally an embedding model) behind caches."""
+
+    def __init__(self, engine, labels: Sequence[str] = (), temperature: float = 1.0, embedder=None,
+                 max_new_tokens: int = 24):
+        if not temperature >= 0:
+            raise InvalidParameter(f"temperature must be >= 0, got {temperature}")
+        self.engine = engine
+        self.embedder = embedder
+        self.labels = tuple(labels)
+        self.temperature = float(temperature)
+        self.max_new_tokens = int(max_new_tokens)
+        self.first_ids = np.array([self._first_token(l) for l in self.labels], dtype=np.int64)
+        if len(set(self.first_ids.tolist())) != len(self.first_ids):
+            raise InvalidParameter(f"labels {self.labels} must start with distinct tokens for the exact-distribution path")
+        self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._embed_cache: dict[str, np.ndarray] = {}
+        self.forward_passes = 0
+
+    def _first_token(self, label: str) -> int:
+        toks = self.engine.tokenize(" " + label)
+        if not toks:
+            raise InvalidParameter(f"label {label!r} tokenizes to nothing")
+        return toks[0]
+
+    @property
+    def n_outcomes(self) -> int:
+        """Number of answer classes: the labels plus "other"."""
+        return len(self.labels) + 1
+
+    def tokens(self, prompt: str) -> tuple[int, ...]:
+        return tuple(self.engine.tokenize(prompt, add_bos=True))
+
+    def _last_row_logprobs(self, toks: tuple[int, ...], ids: np.ndarray, temperature: float) -> np.ndarray:
+        """log softmax(l/T)[ids] of the row that follows ``toks`` (one forward pass)."""
+        out = np.empty(len(ids))
+
+        def take(view, first):
+            row = view[0]
+            if temperature == 0:
+                best = int(np.argmax(row))
+                out[:] = np.where(ids == best, 0.0, -np.inf)
+                return
+            z = row.astype(np.float64) / temperature
+            m = z.max()
+            lse = m + np.log(np.exp(z - m).sum())
+            out[:] = z[ids] - lse
+
+        # a dummy target makes the row predicting position len(toks) available
+        self.engine.score_tokens(list(toks) + [int(ids[0])], len(toks), take)
+        self.forward_passes += 1
+        return out
+
+    def label_distribution(self, prompt: str) -> np.ndarray:
+        """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""
+        toks = self.tokens(prompt)
+        hit = self._dist_cache.get(toks)
+        if hit is not None:
+            return hit
+        p = np.exp(self._last_row_logprobs(toks, self.first_ids, self.temperature))
+        dist = np.append(p, max(0.0, 1.0 - p.sum()))
+        dist /= dist.sum()
+        dist.setflags(write=False)
+        self._dist_cache[toks] = dist
+        return dist
+
+    def sample_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Counts over (labels..., other) of ``n`` independent sampled answers."""
+        return rng.multinomial(n, self.label_distribution(prompt))
+
+    def next_token_probs(self, prompt: str, words: Sequence[str]) -> np.ndarray:
+        """P(first token of " " + word) at T = 1 for each word (cached), e.g. a judge's Yes/No."""
+        ids = np.array([self._first_token(w) for w in words], dtype=np.int64)
+        toks = self.tokens(prompt)
+        key = toks + (-1,) + tuple(ids.tolist())
+        hit = self._next_cache.get(key)
+        if hit is None:
+            hit = np.exp(self._last_row_logprobs(toks, ids, 1.0))
+            self._next_cache[key] = hit
+        return hit
+
+    # ----- generation --------------------------------------------------
+    def sample_texts(self, prompts: Sequence[str], rng: np.random.Generator, stop: str = "\n") -> list[str]:
+        """One sampled continuation per prompt, cut at ``stop``; prompts run in lock-step."""
+        eng = self.engine
+        width = eng.config.n_seq_max - 1
+        settings = SamplingSettings(temperature=max(self.temperature, 1e-6), min_new_tokens=1,
+                                    max_new_tokens=self.max_new_tokens)
+        toks = [list(self.tokens(p)) for p in prompts]
+        out: list[str] = []
+        for lo in range(0, len(toks), width):
+            out.extend(self._sample_chunk(toks[lo : lo + width], settings, rng, stop))
+        return out
+
+    def _sample_chunk(self, prompts, settings: SamplingSettings, rng, stop: str) -> list[str]:
+        eng = self.engine
+        for p in prompts:
+            eng.check_fits(len(p) + settings.max_new_tokens)
+        streams = eng.streams(prompts)
+        k = len(prompts)
+        outs: list[list[int]] = [[] for _ in range(k)]
+        active = np.ones(k, dtype=bool)
+        greedy = self.temperature == 0
+        for t in range(settings.max_new_tokens):
+            banned = eng.eog_ids if t < settings.min_new_tokens else None
+            step = np.zeros(k, dtype=np.int32)
+            for i in np.flatnonzero(active):
+                row = streams.last_logits[i]
+                if greedy:
+                    r = row.copy()
+                    if banned is not None:
+                        r[banned] = -np.inf
+                    tok = int(np.argmax(r))
+                else:
+                    tok = _sample_window(row, settings.temperature, banned, rng)
+                if eng.is_eog(tok):
+                    active[i] = False
+                    continue
+                outs[i].append(tok)
+                step[i] = tok
+                if stop and stop in eng.detokenize(outs[i]).lstrip():
+                    active[i] = False
+            if not active.any() or t + 1 == settings.max_new_tokens:
+                break
+            streams.step(step, active)
+        texts = []
+        for o in outs:
+            text = eng.detokenize(o).lstrip()
+            texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
+        return texts
+
+    # ----- embeddings --------------------------------------------------
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm embeddings (rows) of ``texts`` from the embedding engine (cached)."""
+        if self.embedder is None:
+            raise InvalidParameter("this audit needs an embedding engine (Engine(..., embeddings=True))")
+        rows = []
+        for text in texts:
+            e = self._embed_cache.get(text)
+            if e is None:
+                e = self.embedder.embed(text if text.strip() else "None")
+                n = np.linalg.norm(e)
+                e = e / n if n > 0 else e
+                e.setflags(write=False)
+                self._embed_cache[text] = e
+            rows.append(e)
+        return np.vstack(rows)
