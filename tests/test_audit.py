@@ -1,0 +1,370 @@
+"""Tests for ContextLeak audits: canaries, queries, mechanisms, the game, resumability, the CLI.
+
+Model tests run the real default model (Gemma-3-270M) on the bundled sample
+sets with small settings; they pin one llama.cpp thread so that they behave on a
+shared 2-core machine. Nothing here asserts on wall-clock time.
+"""
+import json
+import math
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from ctxlite.audit import AuditSettings, check_records, load_records, run_audit
+from ctxlite.calibration import analytic_gaussian_sigma
+from ctxlite.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat, leak_fraction, partition
+from ctxlite.queries import QueryKind, build_query, candidate_templates
+from ctxlite.records import RecordLog
+
+DATA = resources.files("ctxlite").joinpath("data")
+CLASSIFY = str(DATA / "classify_sample.jsonl")
+DIALOGUE = str(DATA / "dialogue_sample.jsonl")
+
+
+def classify_records():
+    return load_records(CLASSIFY, "classify")
+
+
+# ---------------------------------------------------------------------------
+# canaries and queries (no model)
+
+
+def test_hex_canary_is_64_hex_chars_and_seeded():
+    recs = classify_records()
+    a = make_canary("hex", "classify", recs, seed=3, labels=("subjective", "objective"))
+    b = make_canary("hex", "classify", recs, seed=3, labels=("subjective", "objective"))
+    c = make_canary("hex", "classify", recs, seed=4, labels=("subjective", "objective"))
+    assert re.fullmatch(r"[0-9a-f]{64}", a.text)
+    assert a == b and a.text != c.text
+    assert a.id.startswith("hex-") and a.kind is CanaryKind.HEX
+
+
+def test_semantic_canary_comes_from_the_curated_list():
+    c = make_canary("semantic", "generate", [{"dialogue": "A: hi", "summary": "hi"}], seed=1)
+    assert c.text in semantic_canaries()
+    assert c.label == c.text  # generation: y_c = x_c
+
+
+def test_label_rule_rarest_class_and_seeded_ties():
+    rng = np.random.default_rng(0)
+    assert canary_label("classify", "x", ("a", "b", "c"), ["a", "a", "b", "c", "c"], rng) == "b"
+    assert canary_label("classify", "x", ("a", "b"), ["a", "a"], rng) == "b"  # absent class is rarest
+    ties = {canary_label("classify", "x", ("a", "b"), ["a", "b"], np.random.default_rng(s)) for s in range(20)}
+    assert ties == {"a", "b"}
+    same = [canary_label("classify", "x", ("a", "b"), ["a", "b"], np.random.default_rng(5)) for _ in range(3)]
+    assert len(set(same)) == 1
+    assert canary_label("generate", "the canary", (), [], rng) == "the canary"
+
+
+def test_queries_fill_every_slot():
+    recs = classify_records()
+    c = make_canary("hex", "classify", recs, seed=0, labels=("subjective", "objective"))
+    for task in ("classify", "generate"):
+        for kind in QueryKind:
+            for i in range(len(candidate_templates(task, kind))):
+                q = build_query(task, kind, c, ("subjective", "objective"), i)
+                assert "{" not in q.text
+                if kind is QueryKind.IF_THEN_BLIND:
+                    assert c.text not in q.text
+                else:
+                    assert c.text in q.text
+    with pytest.raises(InvalidParameter):
+        build_query("classify", "input-output", c, (), 99)
+
+
+def test_leak_fraction():
+    assert leak_fraction("xx abcdef yy", "abcdef") == 1.0
+    assert leak_fraction("", "abc") == 0.0
+    assert leak_fraction("abc", "abcdef") == 0.5
+
+
+# ---------------------------------------------------------------------------
+# mechanisms (no model)
+
+
+def test_partition_is_disjoint_and_changing_one_record_changes_one_ensemble():
+    fmt = TaskFormat.for_task("classify")
+    recs = classify_records()[:20]
+    for seed in range(10):
+        groups = partition(len(recs), 10, 2, np.random.default_rng(seed))
+        assert sorted(groups.ravel().tolist()) == list(range(20))
+        for pos in (0, 7, 19):
+            changed = list(recs)
+            changed[pos] = {"text": "a canary", "label": "objective"}
+            before = [fmt.prompt([recs[i] for i in g], "Q") for g in groups]
+            after = [fmt.prompt([changed[i] for i in g], "Q") for g in groups]
+            assert sum(a != b for a, b in zip(before, after)) == 1
+
+
+def test_partition_rejects_too_few_records():
+    with pytest.raises(InvalidParameter):
+        partition(5, 3, 2, np.random.default_rng(0))
+
+
+def test_sigma_calibration_uses_analytic_gaussian_and_replacement_sensitivity():
+    rnm = ReportNoisyMax(10, 2, 1.0, 1e-5)
+    assert rnm.sensitivity == pytest.approx(math.sqrt(2))
+    assert rnm.sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
+    assert rnm.sigma == pytest.approx(3.7306 * math.sqrt(2), rel=1e-4)  # SPEC §2.4 table, Δ = √2
+    assert ReportNoisyMax(10, 2, math.inf, 1e-5).sigma == 0.0
+    esa = EmbeddingSpaceAggregation(10, 2, 8.0, 1e-5, clip_norm=0.5)
+    assert esa.sensitivity == pytest.approx(1.0)  # 2C
+    assert esa.sigma == pytest.approx(analytic_gaussian_sigma(8.0, 1e-5, 1.0))
+
+
+def test_settings_validate():
+    with pytest.raises(InvalidParameter):
+        AuditSettings(mechanism="none", epsilons=(1.0,))
+    with pytest.raises(InvalidParameter):
+        AuditSettings(task="generate", mechanism="rnm", epsilons=(1.0,))
+    with pytest.raises(InvalidParameter):
+        AuditSettings(mechanism="rnm", epsilons=(0.0,))
+    with pytest.raises(InvalidParameter):
+        AuditSettings(trials=3)
+    with pytest.raises(InvalidParameter):
+        AuditSettings(mechanism="bogus")
+    with pytest.raises(InvalidParameter):
+        AuditSettings(mechanism="none", ensembles=3)
+    s = AuditSettings(mechanism="rnm", epsilons=(8, 1, math.inf), ensembles=10, shots=2)
+    assert s.epsilons == (1.0, 8.0, math.inf) and s.queries_per_trial == 1 and s.private_size == 20
+    assert AuditSettings().queries_per_trial == 64
+
+
+def test_check_records_errors():
+    with pytest.raises(DataError, match="empty"):
+        check_records([], "classify")
+    with pytest.raises(DataError, match="unknown label"):
+        check_records([{"text": "x", "label": "neutral"}], "classify")
+    with pytest.raises(DataError, match="summary"):
+        check_records([{"dialogue": "x"}], "generate")
+
+
+# ---------------------------------------------------------------------------
+# CLI: bad data and bad parameters (exit codes)
+
+
+def _cli(args):
+    from ctxlite.cli import main
+
+    return CliRunner().invoke(main, ["audit", *args])
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("", "no records"),
+        ('{"text": "fine", "label": "objective"}\n{"text": "broken"\n', ":2: malformed JSON"),
+        ('{"text": "fine", "label": "neutral"}\n', "unknown label"),
+        ('{"text": "fine"}\n', "'label' is missing"),
+    ],
+)
+def test_cli_bad_data_exits_4(tmp_path, content, needle):
+    path = tmp_path / "private.jsonl"
+    path.write_text(content, encoding="utf-8")
+    res = _cli(["--data", str(path)])
+    assert res.exit_code == 4, res.output
+    assert needle in res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--mechanism", "rnm", "--epsilon", "0,1"],
+        ["--mechanism", "rnm", "--epsilon", "nan"],
+        ["--mechanism", "none", "--epsilon", "1"],
+        ["--trials", "2"],
+        ["--mechanism", "none", "--ensembles", "3"],
+        ["--resume"],
+    ],
+)
+def test_cli_bad_parameters_exit_2(args):
+    res = _cli(["--data", CLASSIFY, *args])
+    assert res.exit_code == 2, res.output
+
+
+@pytest.mark.model
+def test_cli_too_few_records_exits_4(tmp_path):
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in classify_records()[:5]), encoding="utf-8")
+    res = _cli(["--data", str(path), "--shots", "6", "-t", "1"])
+    assert res.exit_code == 4
+    assert "need 6" in res.output
+
+
+# ---------------------------------------------------------------------------
+# model tests
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from ctxlite.engine import Engine, EngineConfig
+
+    eng = Engine(None, EngineConfig(n_threads=1, kv_slots=4))
+    yield eng
+    eng.close()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_exact_label_distribution_matches_real_sampling(engine, temperature):
+    """The fast path's distribution vs real first-token sampling: chi-square, seeded."""
+    from ctxlite.decoding import SamplingSettings, sample_continuations
+    from ctxlite.oracle import ModelOracle
+
+    fmt = TaskFormat.for_task("classify")
+    oracle = ModelOracle(engine, fmt.labels, temperature)
+    prompt = fmt.prompt(classify_records()[:3], "Text: 5e2f81c0aa9d7b3e\nLabel:")
+    p = oracle.label_distribution(prompt)
+    assert p.shape == (3,) and p.sum() == pytest.approx(1.0)
+    toks = engine.tokenize(prompt, add_bos=True)
+    counts = np.zeros(3)
+    for seed in range(25):
+        settings = SamplingSettings(temperature=temperature, min_new_tokens=0, max_new_tokens=1, seed=seed)
+        for out in sample_continuations(engine, toks, 7, settings):
+            tok = out[0] if out else -1  # an EOG stop counts as "other"
+            j = list(oracle.first_ids).index(tok) if tok in oracle.first_ids else 2
+            counts[j] += 1
+    expected = p * counts.sum()
+    keep = expected >= 5  # pool tiny cells into the test only when they are large enough
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+@pytest.mark.model
+def test_rnm_histogram_sums_to_m_before_noise(engine):
+    from ctxlite.oracle import ModelOracle
+
+    fmt = TaskFormat.for_task("classify")
+    oracle = ModelOracle(engine, fmt.labels, 1.0)
+    mech = ReportNoisyMax(3, 2, math.inf, 1e-5)
+    recs = classify_records()[:6]
+    for seed in range(4):
+        rel = mech.release(oracle, fmt, recs, "Text: a plain sentence.\nLabel:", 1, np.random.default_rng(seed))
+        assert rel.signal.sum() == 3.0  # sigma = 0: the raw vote histogram over labels + "other"
+        assert np.all(rel.signal == np.round(rel.signal))
+        assert len(rel.outputs) == 1 and set(rel.outputs) <= {"subjective", "objective", "other"}
+    noisy = ReportNoisyMax(3, 2, 1.0, 1e-5).release(oracle, fmt, recs, "Text: a plain sentence.\nLabel:", 1,
+                                                   np.random.default_rng(0))
+    assert noisy.signal.sum() != 3.0
+
+
+@pytest.mark.model
+def test_no_defense_reaches_high_audit_accuracy(engine):
+    """(a) L0, input-output query with the canary label: audit accuracy >= 0.8."""
+    s = AuditSettings(task="classify", mechanism="none", canary="hex", query="input-output", trials=100,
+                      shots=20, queries_per_trial=256, reference_runs=8, utility_queries=2, seed=0)
+    report = run_audit(engine, classify_records(), s)
+    row = report.rows[0]
+    assert row["audit_accuracy"] >= 0.8
+    assert row["n_in"] + row["n_out"] == 100
+    assert row["epsilon"] is None and report.epsilon_kind.startswith("none")
+    assert 0.0 <= row["utility"] <= 1.0
+    assert report.forward_passes <= 8  # two distinct audit prompts + utility prompts, all cached
+
+
+@pytest.fixture(scope="module")
+def rnm_report(engine):
+    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(1.0, 8.0, math.inf), canary="semantic",
+                      trials=300, shots=2, ensembles=5, temperature=0.0, reference_runs=32, utility_queries=0,
+                      seed=0)
+    return run_audit(engine, classify_records(), s)
+
+
+@pytest.mark.model
+def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_report):
+    """(b) RNM at theoretical ε = 1: the Clopper-Pearson lower bound does not exceed 1."""
+    row = rnm_report.rows[0]
+    assert row["epsilon"] == 1.0
+    assert row["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
+    assert row["epsilon_lower_bound"] <= 1.0
+
+
+@pytest.mark.model
+def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_report):
+    """(c) over ε ∈ {1, 8, inf}: ε̂ at inf exceeds ε̂ at 1, and accuracy does not fall."""
+    r1, r8, rinf = rnm_report.rows
+    assert [r["epsilon"] for r in rnm_report.rows] == [1.0, 8.0, math.inf]
+    assert rinf["epsilon_point"] > r1["epsilon_point"]
+    assert rinf["epsilon_lower_bound"] > r1["epsilon_lower_bound"]
+    assert r8["audit_accuracy"] >= r1["audit_accuracy"]
+    assert rinf["audit_accuracy"] > r1["audit_accuracy"]
+
+
+@pytest.mark.model
+def test_trial_log_resumes(engine, tmp_path):
+    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(2.0, math.inf), canary="hex", trials=12,
+                      shots=2, ensembles=3, reference_runs=2, utility_queries=0, seed=4)
+    path = tmp_path / "audit.jsonl"
+    with RecordLog(path, s.params(), kind="audit") as log:
+        full = run_audit(engine, classify_records(), s, log)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 + 2 * (12 + 2 * 2)
+    keys = [json.loads(l)["key"] for l in lines[1:]]
+    assert "eps=2/trial=0" in keys and "eps=inf/ref=in/1" in keys
+    # simulate Ctrl-C after a few trials: keep the header, the first refs and trials, and a torn line
+    path.write_text("\n".join(lines[:9]) + "\n" + lines[9][:20])
+    with RecordLog(path, s.params(), kind="audit") as log:
+        assert len(log) == 8
+        resumed = run_audit(engine, classify_records(), s, log)
+    assert resumed.rows == full.rows
+    # everything finished: a re-run reuses every record and runs no trial
+    with RecordLog(path, s.params(), kind="audit") as log:
+        before = len(path.read_text().splitlines())
+        again = run_audit(engine, classify_records(), s, log)
+    assert again.rows == full.rows
+    assert len(path.read_text().splitlines()) == before
+    with pytest.raises(DataError, match="different parameters"):
+        RecordLog(path, {**s.params(), "trials": 13}, kind="audit")
+
+
+@pytest.mark.model
+def test_judge_blocks_injection_baseline(engine):
+    """Prompt-injection baseline through the L3 judge: runs end to end and scores a leak fraction."""
+    s = AuditSettings(task="classify", mechanism="judge", attack="injection", trials=8, shots=4,
+                      queries_per_trial=2, max_new_tokens=8, utility_queries=0, seed=1)
+    report = run_audit(engine, classify_records(), s)
+    row = report.rows[0]
+    assert row["n_in"] + row["n_out"] == 8
+    assert report.query["kind"] == "injection"
+
+
+@pytest.mark.model
+def test_generation_esa_end_to_end(engine, tmp_path):
+    from ctxlite.engine import Engine, EngineConfig
+
+    emb = Engine(None, EngineConfig(n_threads=1), embeddings=True)
+    try:
+        s = AuditSettings(task="generate", mechanism="esa", epsilons=(1.0, math.inf), trials=4, shots=1,
+                          ensembles=2, reference_runs=1, max_new_tokens=6, zero_shot_candidates=2,
+                          utility_queries=1, seed=2)
+        report = run_audit(engine, load_records(DIALOGUE, "generate"), s, embedder=emb)
+    finally:
+        emb.close()
+    assert [r["epsilon"] for r in report.rows] == [1.0, math.inf]
+    assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0]["utility"] <= 1.0
+    assert report.rows[0]["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
+
+
+@pytest.mark.model
+def test_cli_audit_json_and_table(tmp_path):
+    out = tmp_path / "log.jsonl"
+    args = ["--data", CLASSIFY, "--mechanism", "rnm", "--epsilon", "1,inf", "--trials", "8", "--shots", "1",
+            "--ensembles", "4", "--reference-runs", "2", "--utility-queries", "1", "--out", str(out), "-t", "1"]
+    res = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args])
+    assert res.exit_code == 0, res.output
+    start = res.stdout.index("{")
+    report = json.loads(res.stdout[start:])
+    assert [r["epsilon"] for r in report["rows"]] == [1.0, "inf"]
+    assert "acc*" in res.stderr
+    res2 = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args])
+    assert res2.exit_code == 2  # exists without --resume
+    res3 = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args, "--resume"])
+    assert res3.exit_code == 0, res3.output
