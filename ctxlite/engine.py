@@ -4,11 +4,12 @@
    every response token from the rows that predict them (``score_tokens``).
    Only those rows are flagged for output: the output projection over a 262k
    vocabulary is a large share of the work (SPEC §3).
-2. Prefix-shared variants: decode a *base* sequence once into sequence 0, then
-   for each variant that shares the prefix ``[0, s)`` with it, copy the prefix's
-   KV cells (``llama_memory_seq_cp``, no recompute) and decode only the variant's
-   suffix at positions ``s, s+1, ...`` (``load_base`` / ``score_variant``).
-   ``exact=True`` decodes the variant from scratch in a clean cache instead.
+2. Prefix-shared variants: decode a *base* sequence once, then for each variant
+   that shares the prefix ``[0, s)`` with it, drop the cells from ``s`` on
+   (``llama_memory_seq_rm``) and decode only the variant's suffix at positions
+   ``s, s+1, ...`` in place (``load_base`` / ``score_variant``). Submitting
+   variants in decreasing ``s`` keeps every prefix valid without recompute;
+   ``exact=True`` decodes the variant from scratch instead.
 3. Streams: several sequences stepped in lock-step, one token each per batch
    (``Streams``): k sampled continuations of one prompt (prompt decoded once, KV
    copied) and the two-stream with/without-context stepping of CID decoding.
@@ -45,8 +46,6 @@ RowsCallback = Callable[[np.ndarray, int], None]
 request. Valid only during the call."""
 
 _BASE_SEQ = 0
-_VARIANT_SEQ = 1
-_PAD_SEQ = 2
 
 
 @_llama.llama_log_callback
@@ -84,7 +83,6 @@ class EngineConfig:
     flash_attn: bool = False
     kv_slots: int = 2
     n_seq_max: int = 8
-    kv_align: int = 32
 
     def __post_init__(self):
         if self.n_ctx < 16:
@@ -93,9 +91,7 @@ class EngineConfig:
             raise InvalidParameter(f"n_batch must be >= 1, got {self.n_batch}")
         if self.n_threads is not None and self.n_threads < 1:
             raise InvalidParameter(f"n_threads must be >= 1, got {self.n_threads}")
-        if self.kv_align < 1:
-            raise InvalidParameter(f"kv_align must be >= 1 (1 = off), got {self.kv_align}")
-        if self.kv_slots < 1 or self.n_seq_max < 3:
+        if self.kv_slots < 1 or self.n_seq_max < 2:
             raise InvalidParameter(f"need kv_slots >= 1 and n_seq_max >= 2, got {self.kv_slots}, {self.n_seq_max}")
 
     @property
@@ -132,13 +128,14 @@ class Engine:
         self._batch = None
         self._make_context()
         self._base: list[int] | None = None
+        self._valid = 0  # leading cells of sequence 0 that still hold base tokens
         self._eog_ids: np.ndarray | None = None
 
     # ----- lifecycle -------------------------------------------------------
     def _make_context(self) -> None:
         cfg = self.config
         cp = _llama.llama_context_default_params()
-        cp.n_ctx = cfg.n_ctx * cfg.kv_slots + cfg.kv_align  # + room for alignment pad cells
+        cp.n_ctx = cfg.n_ctx * cfg.kv_slots
         cp.n_batch = cfg.n_batch
         cp.n_ubatch = cfg.n_batch
         cp.n_seq_max = cfg.n_seq_max
@@ -224,10 +221,6 @@ class Engine:
         return spans
 
     @property
-    def _pad_token(self) -> int:
-        return self.bos_id if self.bos_id is not None else 0
-
-    @property
     def bos_id(self) -> int | None:
         return int(_llama.llama_vocab_bos(self._vocab)) if _llama.llama_vocab_get_add_bos(self._vocab) else None
 
@@ -302,6 +295,7 @@ class Engine:
         """Empty the KV cache (forgets any base sequence)."""
         _llama.llama_memory_clear(self._mem, True)
         self._base = None
+        self._valid = 0
 
     # ----- 1. teacher forcing ---------------------------------------------
     def score_tokens(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback) -> None:
@@ -346,46 +340,41 @@ class Engine:
         self.clear()
         self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
         self._base = list(tokens)
-        self._cells_used = len(tokens)
+        self._valid = len(tokens)
 
     def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False) -> None:
         """Score a variant of the base that equals it on ``[0, shared)``.
 
-        Reuse path: copy the base's KV cells for ``[0, shared)`` into sequence 1,
-        decode ``tokens[shared:]`` at positions ``shared...`` (contiguous), hand
-        over the rows predicting ``tokens[targets_from:]``, then drop sequence 1.
-        ``exact=True``: decode the whole variant from scratch in a clean cache
-        (slower, and the base is forgotten).
-
-        Alignment: llama.cpp's CPU attention sums over KV cells in SIMD blocks, so
-        a suffix whose cells sit at a different offset (cell − position) than in
-        a from-scratch decode gets differently rounded sums (~1 nat summed over
-        a 25-token response on Gemma-3-270M). A few throw-away cells in a pad
-        sequence put the suffix at cell ≡ position (mod ``kv_align``); measured
-        on the sample set this made most 4-gram ablations bit-identical to the
-        exact path and cut the mean reuse-vs-exact gap ~5-9× (bench_engine).
+        Reuse path: drop the cache cells from ``shared`` on and decode
+        ``tokens[shared:]`` in place at positions ``shared...`` (contiguous),
+        handing over the rows predicting ``tokens[targets_from:]``. The cells of
+        ``[0, shared)`` must still hold base tokens: they do when variants come
+        in decreasing ``shared`` (otherwise the missing base tokens are decoded
+        again, correct but slower). A variant equal to the base (a null
+        ablation) restores it. Decoding in place keeps each token's cell equal
+        to its position, as in a from-scratch decode, so llama.cpp's SIMD
+        reductions over cells round the same way; copying the prefix into a
+        second sequence instead put the suffix at another offset and moved
+        summed log-probs by ~1 nat, and made attention span both sequences.
+        ``exact=True``: decode the whole variant from position 0.
         """
         self._check_targets(tokens, targets_from)
         if exact:
-            self.score_tokens(tokens, targets_from, on_rows)
-            return
-        base = self._base
-        if base is None:
-            raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
-        # the row predicting the first target sits at targets_from - 1: it must be re-decoded
-        if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
-            raise InvalidParameter(
-                f"variant must share its first {shared} tokens with the base and 1 <= shared < targets_from ({targets_from})"
-            )
-        try:
-            _llama.llama_memory_seq_cp(self._mem, _BASE_SEQ, _VARIANT_SEQ, 0, shared)
-            pad = (shared - self._cells_used) % self.config.kv_align
-            if pad:  # occupy `pad` throw-away cells so the suffix lands at cell ≡ position (mod kv_align)
-                self._decode_seq([self._pad_token] * pad, _PAD_SEQ, 0, pad, None)
-            self._decode_seq(tokens[shared:], _VARIANT_SEQ, shared, targets_from - 1 - shared, on_rows, len(tokens) - 1 - shared)
-        finally:
-            _llama.llama_memory_seq_rm(self._mem, _VARIANT_SEQ, -1, -1)
-            _llama.llama_memory_seq_rm(self._mem, _PAD_SEQ, -1, -1)
+            start = 0
+        else:
+            base = self._base
+            if base is None:
+                raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
+            # the row predicting the first target sits at targets_from - 1: it must be re-decoded
+            if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
+                raise InvalidParameter(
+                    f"variant must share its first {shared} tokens with the base and 1 <= shared < targets_from ({targets_from})"
+                )
+            start = min(shared, self._valid)
+        _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, start, -1)
+        self._valid = start
+        self._decode_seq(tokens[start:], _BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start)
+        self._valid = _common_prefix(tokens, self._base or ())
 
     # ----- 3. streams -----------------------------------------------------
     def streams(self, prompts: Sequence[Sequence[int]]) -> "Streams":
@@ -423,6 +412,14 @@ class Engine:
             flash_attn=self.config.flash_attn,
         )
         return info
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
 
 
 class Streams:

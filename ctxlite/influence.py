@@ -271,21 +271,31 @@ class InfluenceScorer:
         pmi = base[1.0] - logp_without
 
         windows: list[int] = []
-        ablated: dict = {k: [] for k in keys}
+        ablated: dict = {k: {} for k in keys}
+        nulls: dict = {}
         if st.ngram is not None:
-            n = st.ngram
+            n, p = st.ngram, len(enc.prefix)
             windows = ngram_starts(len(enc.context), n, st.window_stride)
-            p = len(enc.prefix)
-            for c in windows:
-                variant = full[: p + c] + full[p + c + n :] + y
-                col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
+            nulls = {"points": [], **{k: [] for k in keys}}
+            # (split point, null?): decreasing split points keep every shared
+            # prefix in the cache; a null ablation restores the base as it goes
+            jobs = [(c, False) for c in windows] + [(c, True) for c in self._null_points(windows, p)]
+            for c, is_null in sorted(jobs, key=lambda job: (-job[0], job[1])):
                 shared = p + c
+                col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
+                if is_null:
+                    eng.score_variant(full + y, shared, n_prompt, col)
+                    nulls["points"].append(c)
+                    for k in keys:
+                        nulls[k].append(float(np.abs(col.out[k] - base[k]).sum()))
+                    continue
+                variant = full[:shared] + full[shared + n :] + y
                 eng.score_variant(variant, shared, n_prompt - n, col, exact=st.exact or shared < 1)
                 for k in keys:
-                    ablated[k].append(col.out[k])
-            if not st.exact and p == 0:
-                eng.load_base(full + y, n_prompt)  # the window at 0 ran exact and cleared the base
-        nulls = self._null_ablations(full + y, n_prompt, windows, len(enc.prefix), keys, base, targets, without, T, banned, ban_rows, step_lambdas)
+                    ablated[k][c] = col.out[k]
+            ablated = {k: [v[c] for c in windows] for k, v in ablated.items()}
+            if not nulls["points"]:
+                nulls = {}
 
         spans = eng.char_spans(enc.context)
         ctx_text = eng.detokenize(enc.context)
@@ -320,25 +330,14 @@ class InfluenceScorer:
             return _Collector(targets, keys, without, T, banned, ban_rows)
         return _StepCollector(targets, step_lambdas, without, T, banned, ban_rows)
 
-    def _null_ablations(self, tokens, n_prompt, windows, p, keys, base, targets, without, T, banned, ban_rows, step_lambdas) -> dict:
-        """Re-decode the unchanged suffix from evenly spread split points in D."""
+    def _null_points(self, windows: list[int], prefix_len: int) -> list[int]:
+        """Split points (n-gram starts in D) for null ablations, evenly spread;
+        none in exact mode, where a from-scratch decode of the base is the base."""
         k = self.settings.null_ablations
         if k == 0 or self.settings.exact or not windows:
-            return {}
+            return []
         picks = np.unique(np.linspace(0, len(windows) - 1, num=min(k, len(windows))).round().astype(int))
-        out: dict = {"points": []}
-        for key in keys:
-            out[key] = []
-        for j in picks:
-            shared = p + windows[j]
-            if shared < 1:
-                continue
-            col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
-            self.engine.score_variant(tokens, shared, n_prompt, col)
-            out["points"].append(int(windows[j]))
-            for key in keys:
-                out[key].append(float(np.abs(col.out[key] - base[key]).sum()))
-        return out
+        return [windows[j] for j in picks if prefix_len + windows[j] >= 1]
 
 
 class _StepCollector(_Collector):

@@ -67,14 +67,8 @@ def test_logits_copies_survive_later_decodes(engine, with_response):
     assert np.array_equal(rows, keep)
 
 
-def test_null_variant_at_last_prompt_token_reproduces_base(engine, score_examples):
-    """s = L−1 (nothing removed; only the last prompt token and y re-decoded).
-
-    With the suffix's cells aligned (EngineConfig.kv_align) this reproduces the
-    base bit-exactly in most layouts (measured 4 of these 6); the rest stay
-    within the null-ablation noise floor. Without alignment it was 0 of 6.
-    """
-    hits = 0
+def test_null_variant_reproduces_base_bit_exactly(engine, score_examples):
+    """s = L−1 (nothing removed; the last prompt token and y re-decoded in place)."""
     for d in score_examples[:6]:
         ex = dict(d, response=d.get("response") or "The answer is in the document above, as stated.")
         enc, y = _workload(engine, ex)
@@ -82,45 +76,56 @@ def test_null_variant_at_last_prompt_token_reproduces_base(engine, score_example
         base, null = _Gather(y), _Gather(y)
         engine.load_base(toks, tf, base)
         engine.score_variant(toks, tf - 1, tf, null)
-        hits += np.array_equal(base.out, null.out)
-        assert np.abs(base.out - null.out).sum() < 1.5
-    assert hits >= 3
+        assert np.array_equal(base.out, null.out), d["id"]
 
 
 def test_reuse_path_matches_exact_path(engine, with_response):
-    """Per-variant summed |Δ log p| within the measured noise floor; correlation ≥ 0.99.
+    """Variants scored in decreasing split order reuse the prefix in place and
+    reproduce the from-scratch decode bit-exactly; null ablations are exactly 0.
 
-    Noise floor: 2 × the largest null-ablation sum (re-decoding the unchanged
-    suffix from split points), because reuse and exact can each be off by one
-    floor in opposite directions. Measured: the worst ratio is ~0.6 of this.
+    (Copying the prefix into a second sequence instead moved summed log-probs by
+    up to ~2 nats: see EngineConfig / score_variant.)
     """
     n = 4
-    enc, y = _workload(engine, with_response[0], n)
+    for ex in with_response[:2]:
+        enc, y = _workload(engine, ex, n)
+        full, tf, p = enc.with_context, len(enc.with_context), len(enc.prefix)
+        base = _Gather(y)
+        engine.load_base(full + y, tf, base)
+        starts = ngram_starts(len(enc.context), n, n)[::-3]
+        reuse, nulls = [], []
+        for c in starts:
+            g = _Gather(y)
+            engine.score_variant(full[: p + c] + full[p + c + n :] + y, p + c, tf - n, g)
+            reuse.append(g.out)
+            g = _Gather(y)
+            engine.score_variant(full + y, p + c, tf, g)
+            nulls.append(np.abs(g.out - base.out).sum())
+        exact = []
+        for c in starts:
+            g = _Gather(y)
+            engine.score_variant(full[: p + c] + full[p + c + n :] + y, p + c, tf - n, g, exact=True)
+            exact.append(g.out)
+        assert max(nulls) == 0.0
+        assert all(np.array_equal(r, e) for r, e in zip(reuse, exact))
+        infl = [np.abs(r - base.out).sum() for r in reuse]
+        assert max(infl) > 1.0  # the ablations do change the response's log-probs
+
+
+def test_out_of_order_variants_are_still_correct(engine, with_response):
+    """An increasing split order re-decodes the missing base tokens: slower, same numbers."""
+    enc, y = _workload(engine, with_response[0])
     full, tf, p = enc.with_context, len(enc.with_context), len(enc.prefix)
-    base = _Gather(y)
-    engine.load_base(full + y, tf, base)
-    starts = ngram_starts(len(enc.context), n, n)[::3]
-    reuse, nulls = [], []
-    for c in starts:
+    engine.load_base(full + y, tf)
+    got = []
+    for c in (40, 0, 80):  # 0 then 80 forces re-decoding base tokens [p, p + 80)
         g = _Gather(y)
-        engine.score_variant(full[: p + c] + full[p + c + n :] + y, p + c, tf - n, g)
-        reuse.append(g.out)
-    for c in starts[::2]:
+        engine.score_variant(full[: p + c] + full[p + c + 4 :] + y, p + c, tf - 4, g)
+        got.append(g.out)
+    for c, out in zip((40, 0, 80), got):
         g = _Gather(y)
-        engine.score_variant(full + y, p + c, tf, g)
-        nulls.append(np.abs(g.out - base.out).sum())
-    exact = []
-    for c in starts:
-        g = _Gather(y)
-        engine.score_variant(full[: p + c] + full[p + c + n :] + y, p + c, tf - n, g, exact=True)
-        exact.append(g.out)
-    floor = 2 * max(max(nulls), 0.05)
-    gaps = [np.abs(r - e).sum() for r, e in zip(reuse, exact)]
-    assert max(gaps) <= floor, (gaps, nulls)
-    infl_r = [np.abs(r - base.out).sum() for r in reuse]
-    infl_e = [np.abs(e - base.out).sum() for e in exact]
-    assert np.corrcoef(infl_r, infl_e)[0, 1] >= 0.99
-    assert sum(np.array_equal(r, e) for r, e in zip(reuse, exact)) >= len(reuse) // 2
+        engine.score_variant(full[: p + c] + full[p + c + 4 :] + y, p + c, tf - 4, g, exact=True)
+        assert np.array_equal(out, g.out)
 
 
 def test_variant_must_share_prefix(engine, with_response):
