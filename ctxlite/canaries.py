@@ -23,7 +23,6 @@ Label rule: for classification ``y_c`` is the rarest class of the private set
 """
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections import Counter
 from dataclasses import dataclass
@@ -32,13 +31,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ctxlite.choices import Choice
 from ctxlite.errors import DataError, InvalidParameter
 
 HEX_BYTES = 32
 UNIGRAM_TOKENS = 16
 
 
-class CanaryKind(enum.Enum):
+class CanaryKind(Choice):
     """Kind of canary text ``x_c`` (the value is the CLI spelling)."""
 
     HEX = "hex"
@@ -50,14 +50,9 @@ class CanaryKind(enum.Enum):
         """Key of this kind in ``audit_templates.json``'s ``canary_kinds``."""
         return "rare-unigram" if self is CanaryKind.UNIGRAM else self.value
 
-    @classmethod
-    def parse(cls, value) -> "CanaryKind":
-        if isinstance(value, cls):
-            return value
-        for kind in cls:
-            if value in (kind.value, kind.template_key, kind.name):
-                return kind
-        raise InvalidParameter(f"unknown canary kind {value!r}: use one of {', '.join(k.value for k in cls)}")
+    @property
+    def spellings(self) -> tuple:
+        return (self.value, self.template_key, self.name)
 
 
 @dataclass(frozen=True)

@@ -19,32 +19,23 @@ seed) and keeps the template with the best audit accuracy.
 """
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Sequence
 
 from ctxlite.canaries import Canary
+from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
 from ctxlite.templates import audit_templates
 
 GENERATE_OTHER = "None"
 
 
-class QueryKind(enum.Enum):
+class QueryKind(Choice):
     INPUT_OUTPUT = "input-output"
     IF_THEN = "if-then"
     IF_THEN_BLIND = "if-then-blind"
-
-    @classmethod
-    def parse(cls, value) -> "QueryKind":
-        if isinstance(value, cls):
-            return value
-        for kind in cls:
-            if value in (kind.value, kind.name):
-                return kind
-        raise InvalidParameter(f"unknown query kind {value!r}: use one of {', '.join(k.value for k in cls)}")
 
 
 @dataclass(frozen=True)
