@@ -9,11 +9,13 @@ For response tokens y_t and mixing λ (CID, see ``ctxlite.decoding``):
 n-grams are runs of the model's own tokens of D, removed directly from the
 token sequence (never decoded and re-tokenized). The ablated prompts share the
 prefix before the n-gram with the full prompt, so the engine decodes the full
-prompt once and each ablation only from the n-gram on (KV-cache reuse).
+prompt once and each ablation only from the n-gram on (KV-cache reuse, in
+decreasing split order so every shared prefix stays cached).
 
-Re-decoding an unchanged suffix from a split point already moves log-probs a
-little (different KV layout and batch shapes, SPEC §3); every result carries
-that *noise floor*, measured by null ablations, and flags n-grams below it.
+Re-decoding from a split point can round differently from the full decode
+(SPEC §3 measured ~1 nat for a copied prefix; in place on CPU it is
+bit-identical, but no backend is trusted blindly): every result carries that
+*noise floor*, measured by null ablations, and flags n-grams below it.
 """
 from __future__ import annotations
 
