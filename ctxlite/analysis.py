@@ -64,13 +64,18 @@ def start_means(ngram_lists: Iterable[Sequence[dict]]) -> dict:
 
 
 def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
-    """Per-λ dataset summary of example records (``ExampleResult.to_dict()`` output)."""
-    by_lam: dict[float, list[dict]] = defaultdict(list)
+    """Per-λ dataset summary of example records (``ExampleResult.to_dict()`` output).
+
+    Keys are ``"λ"``, or ``"λ@k"`` for results scored on the first k context
+    tokens (the context-size analysis).
+    """
+    by_lam: dict[tuple, list[dict]] = defaultdict(list)
     for rec in records:
         for res in rec["results"]:
-            by_lam[res["lam"]].append(res)
+            size = res.get("context_size")
+            by_lam[(res["lam"], -1 if size is None else size)].append(res)
     out = {}
-    for lam, results in sorted(by_lam.items()):
+    for (lam, size), results in sorted(by_lam.items()):
         doc = [r["document_influence"] for r in results]
         ngram_profile = start_means(r["ngrams"] for r in results)
         all_grams = [g for r in results for g in r["ngrams"]]
@@ -78,8 +83,11 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
         floors = [r["noise_floor"]["max"] for r in results if r.get("noise_floor")]
         reg = [r["regurgitation"] for r in results]
         lo, hi = bootstrap_ci(doc, confidence)
-        out[str(lam)] = {
+        key = str(lam) if size == -1 else f"{lam}@{size}"
+        out[key] = {
             "lam": lam,
+            "context_size": None if size == -1 else size,
+            "context_tokens_mean": float(np.mean([r.get("context_tokens", 0) for r in results])),
             "examples": len(results),
             "document_influence": {"mean": float(np.mean(doc)), "std": float(np.std(doc)), "ci": [lo, hi], "confidence": confidence},
             "ngram_influence": {

@@ -36,7 +36,9 @@ class InfluenceSettings:
     """What to measure. ``ngram=None`` scores the document level only.
 
     ``stride`` defaults to ``ngram`` (disjoint windows, the cheap default);
-    ``stride=1`` gives the reference's overlapping windows.
+    ``stride=1`` gives the reference's overlapping windows. ``context_sizes``
+    (the paper's context-size analysis) scores the first k tokens of D for each
+    k given, instead of the whole context.
     """
 
     lambdas: tuple[float, ...] = (1.0,)
@@ -47,6 +49,7 @@ class InfluenceSettings:
     epsilon: float | None = None
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     top_spans: int = 5
+    context_sizes: tuple[int, ...] = ()
 
     def __post_init__(self):
         if not self.lambdas:
@@ -59,6 +62,9 @@ class InfluenceSettings:
             raise InvalidParameter(
                 f"stride must be in [1, n] with an n-gram size (a larger stride would leave tokens unscored), got {self.stride}"
             )
+        object.__setattr__(self, "context_sizes", tuple(int(c) for c in self.context_sizes))
+        if any(c < 1 for c in self.context_sizes):
+            raise InvalidParameter(f"context sizes must be >= 1 token, got {self.context_sizes}")
         if self.null_ablations < 0:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
 
@@ -129,6 +135,8 @@ class LambdaResult:
     noise_floor: NoiseFloor | None
     regurgitation: dict
     generation: dict | None = None
+    context_tokens: int = 0             # tokens of D actually used
+    context_size: int | None = None     # the requested truncation (None = whole context)
 
     @property
     def max_ngram_influence(self) -> float:
@@ -231,9 +239,18 @@ class InfluenceScorer:
 
     # ----- scoring ---------------------------------------------------------
     def score(self, example: Example) -> ExampleResult:
-        """Influence of the context (and each n-gram) for every λ in the settings."""
+        """Influence of the context (and each n-gram) for every λ (and context size) in the settings."""
+        full = self.encode(example)
+        results = []
+        for size in self.settings.context_sizes or (None,):
+            enc = full if size is None else EncodedPrompt(full.prefix, full.context[:size], full.suffix)
+            for r in self._score_encoded(example, enc):
+                r.context_tokens, r.context_size = len(enc.context), size
+                results.append(r)
+        return ExampleResult(example.id, len(full.context), example.query, results)
+
+    def _score_encoded(self, example: Example, enc: EncodedPrompt) -> list[LambdaResult]:
         st = self.settings
-        enc = self.encode(example)
         self.engine.check_fits(len(enc.with_context) + (st.sampling.max_new_tokens if example.response is None else 0))
         if st.ngram is not None and st.ngram > len(enc.context):
             raise InvalidParameter(f"n-gram size {st.ngram} is larger than the context ({len(enc.context)} tokens)")
@@ -253,7 +270,7 @@ class InfluenceScorer:
         source = example.source or example.context
         for r in results:
             r.regurgitation = regurgitation(r.response, source).to_dict()
-        return ExampleResult(example.id, len(enc.context), example.query, results)
+        return results
 
     def _score_response(self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None) -> list[LambdaResult]:
         eng, st = self.engine, self.settings

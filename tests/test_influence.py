@@ -157,3 +157,18 @@ def test_influence_trends(engine, with_response):
         s = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=n, null_ablations=0))
         by_n[n] = np.mean([np.mean([g.influence for g in s.score(ex).results[0].ngrams]) for ex in examples])
     assert by_n[4] < by_n[16] < doc.mean(axis=0)[1]
+
+
+def test_context_size_analysis(engine, with_response):
+    """Scoring the first k context tokens: document influence grows with k (SPEC §1.7 curve)."""
+    from ctxlite.analysis import summarize
+
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=None, context_sizes=(16, 64, 4096)))
+    records = [scorer.score(_example(d)).to_dict() for d in with_response[:3]]
+    for rec in records:
+        assert [r["context_size"] for r in rec["results"]] == [16, 64, 4096]
+        assert [r["context_tokens"] for r in rec["results"]][:2] == [16, 64]
+        assert rec["results"][2]["context_tokens"] == rec["context_tokens"]
+    summary = summarize(records)
+    curve = [summary[f"1.0@{k}"]["document_influence"]["mean"] for k in (16, 64, 4096)]
+    assert curve[0] < curve[1] < curve[2]
