@@ -202,6 +202,9 @@ class _Collector:
         sl = slice(first, first + len(view))
         ban = None if self.ban_rows is None else self.ban_rows[sl]
         for lam in self.lambdas:
+            if lam == 1.0:  # ordinary decoding: no need to read the without-context rows
+                self.out[lam][sl] = kernels.logprob_gather(view, self.targets[sl], self.T, banned_ids=self.banned, ban_rows=ban)
+                continue
             self.out[lam][sl] = kernels.mixed_logprob(
                 view, self.without[sl], self.targets[sl], lam, self.T, banned_ids=self.banned, ban_rows=ban
             ).logprob
