@@ -25,9 +25,11 @@ model: install
 
 demo: model
 	mkdir -p $(OUT)
-	$(CTX) score --data ctxlite/data/score_sample.jsonl --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
-	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm \
-		--epsilon 1,8,inf --canary hex --query input-output --trials 200 --out $(OUT)/audit_rnm.jsonl
+	$(CTX) score --data ctxlite/data/score_sample.jsonl --limit 8 --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
+	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism none \
+		--canary hex --query input-output --trials 200 --out $(OUT)/audit_none.jsonl --resume
+	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm --temperature 0 \
+		--epsilon 1,8,inf --canary semantic --query input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
 
 test: model
 	$(PY) -m pytest
@@ -35,6 +37,8 @@ test: model
 bench: model
 	$(PY) bench/bench_kernels.py
 	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_score.py
+	$(PY) bench/bench_audit.py
 
 clean:
 	rm -rf build *.egg-info ctxlite/_kernels*.so ctxlite/_kernels.c
