@@ -19,9 +19,10 @@ are handed to a callback and never escape it: the buffer is overwritten by the
 next decode, so keeping a view would be a dangling pointer.
 
 The context is built with the low-level API because the high-level ``Llama``
-silently ignores ``kv_unified`` (needed for partial ``seq_cp``), and with
-``swa_full`` so that sliding-window layers keep every prefix cell a variant may
-attend to.
+silently ignores ``kv_unified`` (one cache in which streams share their
+prompt's cells), and with ``swa_full`` so that sliding-window layers keep every
+prefix cell a re-decoded suffix may attend to (a pruned sliding-window cache
+cannot be rolled back to an earlier split point).
 """
 from __future__ import annotations
 
