@@ -25,6 +25,10 @@ def _settings(kw):
     )
 
 
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def _read_context(path: str) -> str:
     from ctxlite.records import read_text
 
@@ -139,6 +143,6 @@ def score(**kw):
     for lam, s in summary.items():
         d = s["document_influence"]
         progress(f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
-                 f"n-gram max-of-mean {s['ngram_influence']['max_of_mean']}, "
+                 f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
                  f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}")
     emit_json({"run": meta, "summary": summary, "examples": len(records), "out": kw["out"]})
