@@ -361,6 +361,9 @@ class Engine:
         """
         self._check_targets(tokens, targets_from)
         if exact:
+            # a clean cache: also drop other sequences' cells (e.g. earlier streams),
+            # whose presence would change where the variant's cells land
+            _llama.llama_memory_clear(self._mem, True)
             start = 0
         else:
             base = self._base
