@@ -23,14 +23,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite.decoding import SamplingSettings
+from ctxlite.decoding import TOP_P_WINDOW_NATS, SamplingSettings
 from ctxlite.errors import InvalidParameter
 
 
-SAMPLE_WINDOW_NATS = 30.0
+SAMPLE_WINDOW_NATS = TOP_P_WINDOW_NATS
 """Sampling only considers tokens within this many nats of the best one (at
-temperature T): the mass ignored is below V·e^-30 ≈ 2e-8 for a 262k vocabulary
-(the same window ``decoding.sample_token`` uses for top-p)."""
+temperature T): the mass ignored is below V·e^-30 ≈ 2e-8 for a 262k vocabulary."""
 
 
 def _sample_window(row: np.ndarray, temperature: float, banned, rng: np.random.Generator) -> int:
