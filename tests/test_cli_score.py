@@ -91,6 +91,7 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     (["--epsilon", "0"], 2, "epsilon"),
     (["--temperature", "0"], 2, "temperature"),
     (["--stride", "9", "--ngram", "8"], 2, "stride"),
+    (["--context-sizes", "32.5"], 2, "whole number"),
 ])
 def test_bad_parameters_exit_2(note, args, code, message):
     r = _run(["score", "--context", str(note), "-q", "x"] + args)

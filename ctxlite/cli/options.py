@@ -14,8 +14,8 @@ class NumberList(click.ParamType):
 
     name = "LIST"
 
-    def __init__(self, minimum: float = -math.inf, strict: bool = False, allow_inf: bool = False):
-        self.minimum, self.strict, self.allow_inf = minimum, strict, allow_inf
+    def __init__(self, minimum: float = -math.inf, strict: bool = False, allow_inf: bool = False, integer: bool = False):
+        self.minimum, self.strict, self.allow_inf, self.integer = minimum, strict, allow_inf, integer
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
@@ -29,10 +29,12 @@ class NumberList(click.ParamType):
         for v in nums:
             if math.isnan(v) or (math.isinf(v) and not self.allow_inf):
                 self.fail(f"{v} is not allowed", param, ctx)
+            if self.integer and not float(v).is_integer():
+                self.fail(f"every value must be a whole number, got {v:g}", param, ctx)
             if v < self.minimum or (self.strict and v == self.minimum):
                 op = ">" if self.strict else ">="
                 self.fail(f"every value must be {op} {self.minimum:g}, got {v:g}", param, ctx)
-        return nums
+        return tuple(int(v) for v in nums) if self.integer else nums
 
 
 def engine_options(f):

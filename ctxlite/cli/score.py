@@ -21,7 +21,7 @@ def _settings(kw):
     return InfluenceSettings(
         lambdas=kw["lam"], ngram=None if kw["doc"] else kw["ngram"], stride=None if kw["doc"] else kw["stride"],
         null_ablations=kw["null_ablations"], exact=kw["exact"], epsilon=kw["epsilon"], sampling=sampling,
-        top_spans=kw["top"], context_sizes=tuple(int(c) for c in kw["context_sizes"] or ()),
+        top_spans=kw["top"], context_sizes=kw["context_sizes"] or (),
     )
 
 
@@ -75,7 +75,7 @@ def _examples(kw):
 @click.option("--ngram", "-n", type=click.IntRange(1), default=8, show_default=True, help="n-gram size in model tokens.")
 @click.option("--stride", type=click.IntRange(1), default=None, help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.")
 @click.option("--doc", is_flag=True, help="Document level only (no n-gram ablations).")
-@click.option("--context-sizes", type=NumberList(minimum=1), default=None,
+@click.option("--context-sizes", type=NumberList(minimum=1, integer=True), default=None,
               help="Context-size analysis: score the first k tokens of the context for each k, e.g. 32,128,256.")
 @click.option("--lam", type=NumberList(minimum=0), default="1", show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=None, help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).")
