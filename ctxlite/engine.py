@@ -13,6 +13,11 @@
 3. Streams: several sequences stepped in lock-step, one token each per batch
    (``Streams``): k sampled continuations of one prompt (prompt decoded once, KV
    copied) and the two-stream with/without-context stepping of CID decoding.
+   The first prompt goes into sequence 0 the same in-place way as a variant:
+   the cells it shares with what sequence 0 already holds are kept, so an
+   audit that asks about the same (or a prefix-sharing) prompt trial after
+   trial decodes only what changed, and the logits are bit-identical to a
+   decode from an empty cache.
 
 Logits are read in place from llama.cpp's float32 buffer as numpy *views* that
 are handed to a callback and never escape it: the buffer is overwritten by the
@@ -130,6 +135,7 @@ class Engine:
         self._make_context()
         self._base: list[int] | None = None
         self._valid = 0  # leading cells of sequence 0 that still hold base tokens
+        self._held_row: np.ndarray | None = None  # logits after all of _base (streams only)
         self._eog_ids: np.ndarray | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -297,6 +303,7 @@ class Engine:
         _llama.llama_memory_clear(self._mem, True)
         self._base = None
         self._valid = 0
+        self._held_row = None
 
     # ----- 1. teacher forcing ---------------------------------------------
     def score_tokens(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback) -> None:
@@ -377,6 +384,7 @@ class Engine:
             start = min(shared, self._valid)
         _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, start, -1)
         self._valid = start
+        self._held_row = None
         self._decode_seq(tokens[start:], _BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start)
         self._valid = _common_prefix(tokens, self._base or ())
 
@@ -385,6 +393,37 @@ class Engine:
         """Start one stream per prompt (identical prompts are decoded once and
         their KV copied); see ``Streams``."""
         return Streams(self, prompts)
+
+    def next_logits(self, prompt: Sequence[int]) -> np.ndarray:
+        """Copy of the (V,) float32 logits that follow ``prompt`` (one stream, no step)."""
+        return self.streams([prompt]).last_logits[0]
+
+    def _hold_prompt(self, prompt: Sequence[int], out_row: np.ndarray) -> None:
+        """Put ``prompt`` in sequence 0 in place and write the logits after it to ``out_row``.
+
+        Every other sequence is dropped and sequence 0 keeps only the cells it
+        shares with ``prompt`` (``_valid`` leading base tokens), so the cache
+        ends up exactly as a decode of ``prompt`` into an empty cache leaves
+        it (llama.cpp moves its cell search back to the first freed cell):
+        the same cells, the same rounding, only fewer tokens decoded.
+        """
+        for seq in range(1, self.config.n_seq_max):
+            _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        keep = min(self._valid, _common_prefix(prompt, self._base or ()))
+        if keep == len(prompt) and self._held_row is not None and keep == len(self._base):
+            _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
+            out_row[:] = self._held_row
+            return
+        keep = min(keep, len(prompt) - 1)  # the last token is decoded again for its row
+        _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
+        self._base, self._valid, self._held_row = None, 0, None
+
+        def take(view, first):
+            out_row[:] = view[-1]
+
+        self._decode_seq(prompt[keep:], _BASE_SEQ, keep, len(prompt) - 1 - keep, take)
+        self._base, self._valid = list(prompt), len(prompt)
+        self._held_row = out_row.copy()
 
     # ----- embeddings -----------------------------------------------------
     def embed(self, text: str) -> np.ndarray:
@@ -439,15 +478,18 @@ class Streams:
         if not 1 <= len(prompts) < engine.config.n_seq_max:
             raise InvalidParameter(f"number of streams must be in [1, {engine.config.n_seq_max - 1}], got {len(prompts)}")
         self.engine = engine
-        engine.clear()
         self.n = len(prompts)
         self.positions = np.array([len(p) for p in prompts], dtype=np.int32)
         self.last_logits = np.empty((self.n, engine.n_vocab), dtype=np.float32)
-        first_of: dict[tuple[int, ...], int] = {}
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise InvalidParameter(f"stream {i} has an empty prompt")
             engine.check_fits(len(prompt), f"prompt of stream {i}")
+        engine._hold_prompt(list(prompts[0]), self.last_logits[0])
+        first_of: dict[tuple[int, ...], int] = {tuple(prompts[0]): 0}
+        for i, prompt in enumerate(prompts):
+            if i == 0:
+                continue
             key = tuple(prompt)
             if key in first_of:  # same prompt: share its KV cells, copy its last row
                 src = first_of[key]

@@ -81,23 +81,14 @@ class ModelOracle:
 
     def _last_row_logprobs(self, toks: tuple[int, ...], ids: np.ndarray, temperature: float) -> np.ndarray:
         """log softmax(l/T)[ids] of the row that follows ``toks`` (one forward pass)."""
-        out = np.empty(len(ids))
-
-        def take(view, first):
-            row = view[0]
-            if temperature == 0:
-                best = int(np.argmax(row))
-                out[:] = np.where(ids == best, 0.0, -np.inf)
-                return
-            z = row.astype(np.float64) / temperature
-            m = z.max()
-            lse = m + np.log(np.exp(z - m).sum())
-            out[:] = z[ids] - lse
-
-        # a dummy target makes the row predicting position len(toks) available
-        self.engine.score_tokens(list(toks) + [int(ids[0])], len(toks), take)
+        row = self.engine.next_logits(toks)  # reuses the cells it shares with the last prompt
         self.forward_passes += 1
-        return out
+        if temperature == 0:
+            return np.where(ids == int(np.argmax(row)), 0.0, -np.inf)
+        z = row.astype(np.float64) / temperature
+        m = z.max()
+        lse = m + np.log(np.exp(z - m).sum())
+        return z[ids] - lse
 
     def label_distribution(self, prompt: str) -> np.ndarray:
         """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""

@@ -164,3 +164,34 @@ def test_streams_share_prompt_and_match_teacher_forcing(engine):
     lp_stream = _log_softmax(rows[0:1])[0, nxt]
     lp_tf = _log_softmax(tf_rows[0:1])[0, nxt]
     assert abs(lp_stream - lp_tf) < 0.2
+
+
+def _greedy_rows(engine, prompts, steps=5):
+    """Logits rows of greedy lock-step streams: (steps + 1, n_streams, V)."""
+    streams = engine.streams(prompts)
+    out = [streams.last_logits.copy()]
+    for _ in range(steps):
+        streams.step(np.argmax(streams.last_logits, axis=1))
+        out.append(streams.last_logits.copy())
+    return np.array(out)
+
+
+def test_streams_reuse_held_prompt_bit_exactly(engine):
+    """A prompt that shares cells with what sequence 0 holds gives the logits of an empty-cache decode."""
+    head = "Text: the sky is blue today\nLabel: objective\nText: "
+    a = engine.tokenize(head + "I love this film so much\nLabel: subjective\nText: water boils", add_bos=True)
+    b = engine.tokenize(head + "I hate rainy mornings\nLabel: subjective\nText: water boils", add_bos=True)
+    fresh = {}
+    for name, prompts in (("a", [a, a, a]), ("ba", [b, a, b])):
+        engine.clear()
+        fresh[name] = _greedy_rows(engine, prompts)
+    engine.clear()
+    fresh_b = engine.next_logits(b).copy()
+    # now without clearing: the same prompts, a prompt that shares a prefix, after teacher forcing
+    for name, prompts in (("a", [a, a, a]), ("ba", [b, a, b]), ("a", [a, a, a])):
+        assert np.array_equal(_greedy_rows(engine, prompts), fresh[name]), name
+    assert np.array_equal(engine.next_logits(b), fresh_b)
+    assert np.array_equal(engine.next_logits(b), fresh_b)  # the held row itself
+    engine.load_base(a, len(a) - 3)
+    assert np.array_equal(engine.next_logits(b), fresh_b)
+    assert np.array_equal(_greedy_rows(engine, [a, a, a]), fresh["a"])
