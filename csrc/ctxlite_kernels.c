@@ -499,6 +499,112 @@ static int mixed_row(const float *a, const float *b, size_t V, const int32_t *ba
     return CTXLITE_OK;
 }
 
+/*
+ * p = exp((x - m) / T) for one float block, 0 outside the window or on -inf;
+ * summed, and written to p (padded to a multiple of CTX_LANES) unless NULL.
+ */
+CTX_INLINE double block_window_probs(const float *x, size_t n, float m, float inv_t, float neg_window,
+                                     float *p)
+{
+    vf acc = {0};
+    for (size_t i = 0; i < n; i += CTX_LANES) {
+        const vf z = (load_f32(x, i, n) - m) * inv_t;
+        /* select before exp: a select of exp's result made gcc keep the mask as
+         * integers and run 6x slower */
+        const vf e = exp_neg(vf_select(z >= vf_splat(neg_window), z, vf_splat(-INFINITY)));
+        if (p != NULL)
+            memcpy(p + i, &e, sizeof e);
+        acc += e;
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * Inverse-CDF draw from the windowed softmax (contract in the header).  Pass
+ * 1 is the vectorised block max; pass 2 sums p block by block with the
+ * vectorised exp and keeps the first CTX_SAMPLE_PIECES block sums; pass 3
+ * adds those (recomputing, bit-identically, any beyond) until the block where
+ * the running sum passes u * P, and walks that block's p in id order.  If
+ * rounding inside the block leaves the walk short, the block's last token
+ * with p > 0 is taken.
+ */
+#define CTX_SAMPLE_PIECES 1024 /* 2M tokens without a ban before sums are recomputed */
+CTX_MULTIVERSION
+static int sample_row(const float *x, size_t V, const int32_t *banned, size_t n_banned,
+                      double t, double window, double u, int32_t *out)
+{
+    if (banned_entries_bad(x, banned, n_banned))
+        return CTXLITE_ERR_NONFINITE;
+    float m = -INFINITY;
+    piece_iter it = pieces(V, banned, n_banned);
+    size_t lo, n;
+    while (piece_next(&it, &lo, &n)) {
+        int bad = 0;
+        const float bm = block_max_f32(x + lo, n, &bad);
+        if (bad)
+            return CTXLITE_ERR_NONFINITE;
+        m = bm > m ? bm : m;
+    }
+    if (m == -INFINITY)
+        return CTXLITE_ERR_EMPTY_ROW;
+    if (t == 0.0) { /* greedy: first allowed id holding the max */
+        it = pieces(V, banned, n_banned);
+        while (piece_next(&it, &lo, &n))
+            for (size_t i = lo; i < lo + n; i++)
+                if (x[i] == m) {
+                    *out = (int32_t)i;
+                    return CTXLITE_OK;
+                }
+        return CTXLITE_ERR_EMPTY_ROW; /* unreachable */
+    }
+    const float inv_t = (float)(1.0 / t);
+    const float neg_window = window < FLT_MAX ? (float)-window : -INFINITY;
+    float p[CTX_BLOCK + CTX_LANES];
+    double sums[CTX_SAMPLE_PIECES];
+    double total = 0.0;
+    size_t k = 0;
+    it = pieces(V, banned, n_banned);
+    for (; piece_next(&it, &lo, &n); k++) {
+        const double block = block_window_probs(x + lo, n, m, inv_t, neg_window, NULL);
+        if (k < CTX_SAMPLE_PIECES)
+            sums[k] = block;
+        total += block;
+    }
+    const double target = u * total;
+    double acc = 0.0;
+    it = pieces(V, banned, n_banned);
+    for (k = 0; piece_next(&it, &lo, &n); k++) {
+        const double block =
+            k < CTX_SAMPLE_PIECES ? sums[k] : block_window_probs(x + lo, n, m, inv_t, neg_window, NULL);
+        if (acc + block <= target) {
+            acc += block;
+            continue;
+        }
+        block_window_probs(x + lo, n, m, inv_t, neg_window, p);
+        int32_t last = -1;
+        for (size_t i = 0; i < n; i++) {
+            if (p[i] > 0.0f) {
+                last = (int32_t)(lo + i);
+                acc += p[i];
+                if (acc > target)
+                    break;
+            }
+        }
+        if (last >= 0) {
+            *out = last;
+            return CTXLITE_OK;
+        }
+    }
+    /* u * P rounded past the last block sum: the last token with p > 0 */
+    for (size_t i = V; i-- > 0;)
+        if (!is_banned((int32_t)i, banned, n_banned) && ((double)x[i] - m) * inv_t >= neg_window &&
+            x[i] > -INFINITY) {
+            *out = (int32_t)i;
+            return CTXLITE_OK;
+        }
+    return CTXLITE_ERR_EMPTY_ROW; /* unreachable: the max itself has p = 1 */
+}
+
 /* ------------------------------------------------------------------------ */
 /* Public logits kernels                                                    */
 /* ------------------------------------------------------------------------ */
@@ -548,6 +654,34 @@ int ctxlite_mixed_logprob(const float *a, const float *b, int64_t n_rows, int64_
         st = mixed_row(a + off, b + off, (size_t)V, banned_ids, nb, lam, temperature,
                        targets[r], &out_logprob[r],
                        out_max_abs_pmi != NULL ? &out_max_abs_pmi[r] : NULL);
+        if (st != CTXLITE_OK) {
+            set_err(err_at, r);
+            return st;
+        }
+    }
+    return CTXLITE_OK;
+}
+
+int ctxlite_sample_rows(const float *rows, int64_t n_rows, int64_t V, double temperature,
+                        double window, const int32_t *banned_ids, int64_t n_banned,
+                        const uint8_t *ban_row, const double *uniforms,
+                        int32_t *out, int64_t *err_at)
+{
+    /* T == 0 (greedy) is allowed here; the shared check wants T > 0 */
+    int st = check_logits_args(n_rows, V, temperature == 0.0 ? 1.0 : temperature, banned_ids,
+                               n_banned, ban_row, err_at);
+    if (st != CTXLITE_OK)
+        return st;
+    if (!(window > 0.0))
+        return CTXLITE_ERR_BAD_WINDOW;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (!(uniforms[r] >= 0.0 && uniforms[r] < 1.0)) {
+            set_err(err_at, r);
+            return CTXLITE_ERR_BAD_UNIFORM;
+        }
+        const size_t nb = (n_banned > 0 && ban_row[r]) ? (size_t)n_banned : 0;
+        st = sample_row(rows + (size_t)r * (size_t)V, (size_t)V, banned_ids, nb, temperature,
+                        window, uniforms[r], &out[r]);
         if (st != CTXLITE_OK) {
             set_err(err_at, r);
             return st;

@@ -27,6 +27,8 @@
 #define CTXLITE_ERR_BAD_CLIP         6  /* clip norm C not finite or C <= 0 */
 #define CTXLITE_ERR_EMPTY_ROW        7  /* every allowed logit of a row is -inf; err_at = row */
 #define CTXLITE_ERR_BAD_BANNED       8  /* banned ids not strictly increasing in [0, V); err_at = position */
+#define CTXLITE_ERR_BAD_WINDOW       9  /* sampling window NaN or <= 0 */
+#define CTXLITE_ERR_BAD_UNIFORM     10  /* a uniform draw outside [0, 1); err_at = row */
 
 /* Package version stamped at build time; checked by ctxlite.kernels on import. */
 const char *ctxlite_kernels_version(void);
@@ -62,6 +64,23 @@ int ctxlite_mixed_logprob(const float *a, const float *b, int64_t n_rows, int64_
                           const uint8_t *ban_row,
                           double *out_logprob, double *out_max_abs_pmi,
                           int64_t *err_at);
+
+/*
+ * One token per row from softmax(rows[r] / T) by inversion (SPEC 1.3, 2.5):
+ * over the allowed tokens v (not banned on the row) whose
+ * z_v = (x_v - max) / T >= -window (max over allowed tokens; window = +inf
+ * keeps every token), with p_v = exp(z_v) and P = sum p_v,
+ *   out[r] = the first v in id order with sum_{u <= v} p_u > uniforms[r] * P.
+ * The window leaves out mass below V * e^-window (2e-8 for V = 262144 and
+ * window = 30).  p and the running sums are float per block, double across
+ * (relative error ~1e-6: a draw can differ from an exact-arithmetic
+ * inversion only when u * P lies that close to a boundary).  T == 0 is greedy: the lowest allowed id with the largest
+ * logit.  uniforms[r] must lie in [0, 1).
+ */
+int ctxlite_sample_rows(const float *rows, int64_t n_rows, int64_t V, double temperature,
+                        double window, const int32_t *banned_ids, int64_t n_banned,
+                        const uint8_t *ban_row, const double *uniforms,
+                        int32_t *out, int64_t *err_at);
 
 /*
  * Report-noisy-max histogram (SPEC 2.4): out_counts[j] = #{i : votes[i] == j},

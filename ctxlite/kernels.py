@@ -44,6 +44,7 @@ __all__ = [
     "mixed_logprob",
     "nearest_cosine",
     "noisy_histogram",
+    "sample_rows",
 ]
 
 _INT32 = np.iinfo(np.int32)
@@ -182,6 +183,43 @@ def logprob_gather(logits: np.ndarray, targets, temperature: float = 1.0, banned
         _ptr("double[]", out), err_at,
     )
     _check(status, err_at, _logits_messages(V, temperature, banned, ("logits",), (rows,), ys))
+    return out
+
+
+def sample_rows(logits: np.ndarray, uniforms, temperature: float, window: float, banned_ids=None,
+                ban_rows=None) -> np.ndarray:
+    """One token id per row drawn from ``softmax(logits[r] / T)`` by inversion with ``uniforms[r]``.
+
+    Only allowed tokens (see :func:`logprob_gather` for ``banned_ids`` /
+    ``ban_rows``) with ``(x_v - max) / T >= -window`` take part, so the mass
+    left out is below ``V * exp(-window)``; ``window = inf`` keeps all. With
+    ``p_v = exp((x_v - max) / T)`` the result is the first id (in id order)
+    whose running sum of ``p`` exceeds ``u * sum p``. ``temperature = 0`` is
+    greedy (the lowest allowed id with the largest logit). ``uniforms`` must
+    lie in ``[0, 1)``, e.g. ``rng.random(n_rows)``. Returns int32 ids.
+
+    >>> sample_rows(np.log(np.array([[0.25, 0.75]], np.float32)), [0.3], 1.0, 30.0).tolist()
+    [1]
+    """
+    rows = _float_array(logits, "logits", 2, np.float32, floating_only=True)
+    n_rows, V = rows.shape
+    u = np.ascontiguousarray(uniforms, dtype=np.float64)
+    if u.shape != (n_rows,):
+        raise InvalidParameter(f"uniforms must have shape ({n_rows},), got {u.shape}")
+    if not temperature >= 0:
+        raise InvalidParameter(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+    banned, ban = _ban_arrays(banned_ids, ban_rows, n_rows)
+    out = np.empty(n_rows, dtype=np.int32)
+    err_at = ffi.new("int64_t *", -1)
+    status = lib.ctxlite_sample_rows(
+        _ptr("float[]", rows), n_rows, V, float(temperature), float(window),
+        _ptr("int32_t[]", banned), 0 if banned is None else banned.size, _ptr("uint8_t[]", ban),
+        _ptr("double[]", u), _ptr("int32_t[]", out), err_at,
+    )
+    messages = _logits_messages(V, temperature, banned, ("logits",), (rows,), out)
+    messages[lib.CTXLITE_ERR_BAD_WINDOW] = lambda _: f"window must be > 0 (inf allowed), got {window!r}"
+    messages[lib.CTXLITE_ERR_BAD_UNIFORM] = lambda r: f"uniforms[{r}] = {float(u[r])} is outside [0, 1)"
+    _check(status, err_at, messages)
     return out
 
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from ctxlite.kernels import MixedLogprob, NoisyHistogram
 
-__all__ = ["embed_aggregate", "logprob_gather", "mixed_logprob", "nearest_cosine", "noisy_histogram"]
+__all__ = ["embed_aggregate", "logprob_gather", "mixed_logprob", "nearest_cosine", "noisy_histogram",
+           "sample_cdf", "sample_rows"]
 
 
 def _ban_mask(V: int, n_rows: int, banned_ids, ban_rows) -> np.ndarray:
@@ -39,6 +40,35 @@ def logprob_gather(logits, targets, temperature: float = 1.0, banned_ids=None, b
     for r in range(n_rows):
         z = np.where(banned[r], -np.inf, x[r] / temperature)
         out[r] = _log_softmax(z)[targets[r]]
+    return out
+
+
+def sample_cdf(row, temperature: float, window: float, banned=None) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate ids, running sums of p) of one row's windowed softmax, in id order (T > 0)."""
+    x = np.asarray(row, dtype=np.float32).astype(np.float64)
+    allowed = np.ones(len(x), bool)
+    if banned is not None and len(banned):
+        allowed[np.asarray(banned, dtype=np.int64)] = False
+    m = x[allowed].max()
+    z = (x - m) / temperature
+    cand = np.flatnonzero(allowed & (z >= -window))
+    return cand, np.cumsum(np.exp(z[cand]))
+
+
+def sample_rows(logits, uniforms, temperature: float, window: float, banned_ids=None, ban_rows=None) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float32)
+    n_rows, V = x.shape
+    ban = _ban_mask(V, n_rows, banned_ids, ban_rows)
+    out = np.empty(n_rows, dtype=np.int32)
+    for r in range(n_rows):
+        banned = np.flatnonzero(ban[r])
+        if temperature == 0:
+            z = np.where(ban[r], -np.inf, x[r].astype(np.float64))
+            out[r] = int(np.argmax(z))  # first maximum
+            continue
+        cand, cum = sample_cdf(x[r], temperature, window, banned)
+        k = int(np.searchsorted(cum, uniforms[r] * cum[-1], side="right"))
+        out[r] = cand[min(k, len(cand) - 1)]
     return out
 
 

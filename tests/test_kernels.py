@@ -273,6 +273,79 @@ def test_mixed_logprob_rejects_nan_hidden_behind_minus_inf():
 
 
 # --------------------------------------------------------------------------
+# sample_rows
+
+
+def _ref_boundary_gap(row, u, T, window, banned, got, want):
+    """How far u * P is from the running-sum boundary between two differing draws (relative to P)."""
+    cand, cum = ref.sample_cdf(row, T, window, banned)
+    lo = int(np.searchsorted(cand, min(got, want)))
+    return abs(cum[lo] - u * cum[-1]) / cum[-1]
+
+
+@SETTINGS
+@given(logits_case(), st.sampled_from([1.0, 5.0, 30.0, np.inf]), st.integers(0, 2**32 - 1), st.booleans())
+def test_sample_rows_matches_reference(case, window, seed, greedy):
+    """The same uniform picks the same token as numpy's cumsum + searchsorted
+    (or lands within rounding of the boundary between the two)."""
+    a, _, _, T, banned, ban_rows = case
+    T = 0.0 if greedy else T
+    u = np.random.default_rng(seed).random(len(a))
+    got = kernels.sample_rows(a, u, T, window, banned, ban_rows)
+    want = ref.sample_rows(a, u, T, window, banned, ban_rows)
+    for r in np.flatnonzero(got != want):
+        assert not greedy
+        row_banned = banned if banned is not None and (ban_rows is None or ban_rows[r]) else None
+        assert _ref_boundary_gap(a[r], u[r], T, window, row_banned, got[r], want[r]) < 1e-5
+    mask = ref._ban_mask(a.shape[1], len(a), banned, ban_rows)
+    assert not mask[np.arange(len(a)), got].any()  # never a banned token
+    assert np.isfinite(a[np.arange(len(a)), got]).all()
+
+
+def test_sample_rows_frequencies_match_softmax_chi_square():
+    """Empirical frequencies over 20k draws from a Gemma-width row fit softmax(x/T) (seeded)."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(7)
+    V, T = 262_144, 0.8
+    x = np.full(V, -20.0, np.float32)
+    top = rng.choice(V, 6, replace=False)
+    x[top] = np.array([2.0, 1.5, 1.0, 0.2, -0.5, -1.0], np.float32)
+    banned = np.sort(top[-1:])  # the last one is banned: it must never appear
+    n, chunk = 20_000, 40
+    rows = np.ascontiguousarray(np.broadcast_to(x, (chunk, V)))
+    draws = np.concatenate([kernels.sample_rows(rows, rng.random(chunk), T, 30.0, banned) for _ in range(n // chunk)])
+    assert not np.isin(draws, banned).any()
+    keep = np.sort(top[:-1])
+    p = np.exp(x[keep].astype(np.float64) / T)
+    p /= p.sum()  # the 262k-5 tokens at -20 are outside the 30-nat window at T = 0.8
+    counts = np.array([(draws == k).sum() for k in keep])
+    assert counts.sum() == n
+    assert chisquare(counts, p * n).pvalue > 1e-3
+
+
+def test_sample_rows_edges_and_errors():
+    x = np.array([[0.0, 3.0, 3.0, -np.inf]], np.float32)
+    assert kernels.sample_rows(x, [0.0], 0.0, 30.0).tolist() == [1]  # greedy: lowest id on ties
+    assert kernels.sample_rows(x, [0.0], 0.0, 30.0, banned_ids=[1]).tolist() == [2]
+    assert kernels.sample_rows(x, [0.0], 1.0, 30.0).tolist() == [0]  # u = 0: first id with p > 0
+    assert kernels.sample_rows(x, [np.nextafter(1.0, 0)], 1.0, 30.0).tolist() == [2]  # never the -inf token
+    assert kernels.sample_rows(x, [0.0], 1.0, 1.0).tolist() == [1]  # token 0 is 3 nats out of a 1-nat window
+    for kwargs, match in (
+        (dict(uniforms=[1.0]), r"uniforms\[0\] = 1.0"),
+        (dict(uniforms=[0.1, 0.2]), "shape"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(window=0.0), "window"),
+        (dict(banned_ids=[0, 1, 2, 3]), "every allowed"),
+    ):
+        args = dict(logits=x, uniforms=[0.5], temperature=1.0, window=30.0) | kwargs
+        with pytest.raises(InvalidParameter, match=match):
+            kernels.sample_rows(**args)
+    with pytest.raises(InvalidParameter, match="NaN"):
+        kernels.sample_rows(np.array([[0.0, np.nan]], np.float32), [0.5], 1.0, 30.0)
+
+
+# --------------------------------------------------------------------------
 # mechanisms
 
 
