@@ -12,6 +12,7 @@ so each step uses λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -19,8 +20,8 @@ from ctxlite import kernels
 from ctxlite.errors import InvalidParameter
 
 TOP_P_WINDOW_NATS = 30.0
-"""Top-p only sorts tokens within this many nats of the best one: the mass it
-ignores is below V·e^-30 ≈ 2e-8 for a 262k vocabulary."""
+"""Sampling (and top-p's sort) only considers tokens within this many nats of
+the best one: the mass it ignores is below V·e^-30 ≈ 2e-8 for a 262k vocabulary."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def sample_token(logp: np.ndarray, settings: SamplingSettings, rng: np.random.Ge
         k = min(settings.top_k, len(logp))
         cand = np.argpartition(logp, -k)[-k:]
     else:
-        cand = np.flatnonzero(logp > -np.inf) if settings.top_p >= 1 else np.flatnonzero(logp >= logp.max() - TOP_P_WINDOW_NATS)
+        cand = np.flatnonzero(logp >= logp.max() - TOP_P_WINDOW_NATS)
     lp = logp[cand]
     if settings.top_p < 1:
         order = np.argsort(-lp, kind="stable")
@@ -165,36 +166,64 @@ def generate(engine, prompt_with: list[int], prompt_without: list[int], lam: flo
     return gen
 
 
-def sample_continuations(engine, prompt: list[int], k: int, settings: SamplingSettings, stop: tuple[str, ...] = ()) -> list[list[int]]:
-    """k independent sampled continuations of one prompt (ordinary decoding, λ = 1).
+def sample_streams(engine, prompts: Sequence[Sequence[int]], settings: SamplingSettings, rng: np.random.Generator,
+                   stop: tuple[str, ...] = (), greedy: bool = False) -> list[list[int]]:
+    """One sampled continuation per prompt (ordinary decoding, λ = 1), prompts in lock-step.
 
-    The prompt is decoded once and its KV cells copied to the k streams; each
-    step decodes one token for every unfinished stream in a single batch.
-    A stream ends at an EOG token (after ``min_new_tokens``), at
-    ``max_new_tokens``, or once its text contains one of ``stop`` (the stop
-    string and what follows it are cut from the returned tokens' text by the caller).
+    Up to ``n_seq_max - 1`` prompts run as ``Engine.streams`` at a time
+    (identical prompts are decoded once and share their KV cells); each step
+    decodes one token for every unfinished stream in a single batch. A stream
+    ends at an EOG token (banned before ``min_new_tokens``), at
+    ``max_new_tokens``, or once its text (leading whitespace ignored) contains
+    one of ``stop`` (the caller cuts the stop string from the text). Without
+    top-k/top-p, tokens are drawn by ``kernels.sample_rows`` (windowed
+    inverse CDF in C, one uniform per stream and step); ``greedy`` takes the argmax.
     """
-    if k < 1:
-        raise InvalidParameter(f"k must be >= 1, got {k}")
-    engine.check_fits(len(prompt) + settings.max_new_tokens)
-    rng = np.random.default_rng(settings.seed)
-    streams = engine.streams([prompt] * k)
+    if not prompts:
+        return []
+    width = engine.config.n_seq_max - 1
+    out: list[list[int]] = []
+    for lo in range(0, len(prompts), width):
+        out.extend(_lockstep(engine, prompts[lo : lo + width], settings, rng, stop, greedy))
+    return out
+
+
+def _draw(rows: np.ndarray, settings: SamplingSettings, banned, rng, greedy: bool) -> np.ndarray:
+    """One token per row of raw logits under ``settings`` (top-k/top-p through ``sample_token``)."""
+    if greedy or not (settings.top_k or settings.top_p < 1):
+        T = 0.0 if greedy else settings.temperature
+        return kernels.sample_rows(rows, rng.random(len(rows)), T, TOP_P_WINDOW_NATS, banned_ids=banned)
+    return np.array([sample_token(cid_logprobs(r, r, 1.0, settings.temperature, banned), settings, rng) for r in rows])
+
+
+def _lockstep(engine, prompts, settings: SamplingSettings, rng, stop: tuple[str, ...], greedy: bool) -> list[list[int]]:
+    for p in prompts:
+        engine.check_fits(len(p) + settings.max_new_tokens)
+    streams = engine.streams(prompts)
+    k = len(prompts)
     outs: list[list[int]] = [[] for _ in range(k)]
     active = np.ones(k, dtype=bool)
     for t in range(settings.max_new_tokens):
         banned = engine.eog_ids if t < settings.min_new_tokens else None
-        tokens = np.zeros(k, dtype=np.int32)
-        for i in np.flatnonzero(active):
-            row = streams.last_logits[i]
-            tok = sample_token(cid_logprobs(row, row, 1.0, settings.temperature, banned), settings, rng)
+        live = np.flatnonzero(active)
+        drawn = _draw(streams.last_logits[live], settings, banned, rng, greedy)
+        step = np.zeros(k, dtype=np.int32)
+        for i, tok in zip(live, drawn.tolist()):
             if engine.is_eog(tok):
                 active[i] = False
                 continue
             outs[i].append(tok)
-            tokens[i] = tok
-            if stop and any(s in engine.detokenize(outs[i]) for s in stop):
+            step[i] = tok
+            if stop and any(s in engine.detokenize(outs[i]).lstrip() for s in stop):
                 active[i] = False
         if not active.any() or t + 1 == settings.max_new_tokens:
             break
-        streams.step(tokens, active)
+        streams.step(step, active)
     return outs
+
+
+def sample_continuations(engine, prompt: list[int], k: int, settings: SamplingSettings, stop: tuple[str, ...] = ()) -> list[list[int]]:
+    """k independent sampled continuations of one prompt (seeded by ``settings.seed``); see ``sample_streams``."""
+    if k < 1:
+        raise InvalidParameter(f"k must be >= 1, got {k}")
+    return sample_streams(engine, [prompt] * k, settings, np.random.default_rng(settings.seed), stop)

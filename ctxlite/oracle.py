@@ -13,9 +13,9 @@ plus one multinomial draw, and a prompt seen in an earlier trial, ε or
 reference run costs nothing. ``tests/test_audit.py`` checks it against real
 token sampling (``decoding.sample_continuations``) with a chi-square test.
 
-Generation. ``sample_texts`` samples one continuation per prompt, up to
-``n_seq_max - 1`` prompts in lock-step (``Engine.streams``); identical prompts
-are decoded once and share their KV cells.
+Generation. ``sample_texts`` samples one continuation per prompt through
+``decoding.sample_streams`` (prompts in lock-step, identical prompts decoded
+once, the prompt's cells kept between calls by the engine).
 """
 from __future__ import annotations
 
@@ -23,26 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite.decoding import TOP_P_WINDOW_NATS, SamplingSettings
+from ctxlite.decoding import SamplingSettings, sample_streams
 from ctxlite.errors import InvalidParameter
-
-
-SAMPLE_WINDOW_NATS = TOP_P_WINDOW_NATS
-"""Sampling only considers tokens within this many nats of the best one (at
-temperature T): the mass ignored is below V·e^-30 ≈ 2e-8 for a 262k vocabulary."""
-
-
-def _sample_window(row: np.ndarray, temperature: float, banned, rng: np.random.Generator) -> int:
-    """One token from softmax(row / T), restricted to the top window (float32 scan, no full log-softmax)."""
-    z = row / np.float32(temperature)
-    if banned is not None:
-        z = z.copy()
-        z[banned] = -np.inf
-    top = z.max()
-    cand = np.flatnonzero(z >= top - SAMPLE_WINDOW_NATS)
-    p = np.exp(z[cand].astype(np.float64) - float(top))
-    p /= p.sum()
-    return int(cand[rng.choice(len(cand), p=p)])
 
 
 class ModelOracle:
@@ -63,6 +45,7 @@ class ModelOracle:
         self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._embed_cache: dict[str, np.ndarray] = {}
+        self._text_cache: dict[tuple, tuple[str, ...]] = {}
         self.forward_passes = 0
 
     def _first_token(self, label: str) -> int:
@@ -120,52 +103,27 @@ class ModelOracle:
 
     # ----- generation --------------------------------------------------
     def sample_texts(self, prompts: Sequence[str], rng: np.random.Generator, stop: str = "\n") -> list[str]:
-        """One sampled continuation per prompt, cut at ``stop``; prompts run in lock-step."""
-        eng = self.engine
-        width = eng.config.n_seq_max - 1
+        """One sampled continuation per prompt, cut at ``stop`` (``decoding.sample_streams``).
+
+        The draw is seeded by one integer taken from ``rng`` and memoised on
+        (prompts, seed): a trial replayed at another ε (same seeds, common
+        random numbers) gets its texts back without decoding.
+        """
+        seed = int(rng.integers(2**63))
+        toks = tuple(self.tokens(p) for p in prompts)
+        key = (toks, seed)
+        hit = self._text_cache.get(key)
+        if hit is not None:
+            return list(hit)
         settings = SamplingSettings(temperature=max(self.temperature, 1e-6), min_new_tokens=1,
                                     max_new_tokens=self.max_new_tokens)
-        toks = [list(self.tokens(p)) for p in prompts]
-        out: list[str] = []
-        for lo in range(0, len(toks), width):
-            out.extend(self._sample_chunk(toks[lo : lo + width], settings, rng, stop))
-        return out
-
-    def _sample_chunk(self, prompts, settings: SamplingSettings, rng, stop: str) -> list[str]:
-        eng = self.engine
-        for p in prompts:
-            eng.check_fits(len(p) + settings.max_new_tokens)
-        streams = eng.streams(prompts)
-        k = len(prompts)
-        outs: list[list[int]] = [[] for _ in range(k)]
-        active = np.ones(k, dtype=bool)
-        greedy = self.temperature == 0
-        for t in range(settings.max_new_tokens):
-            banned = eng.eog_ids if t < settings.min_new_tokens else None
-            step = np.zeros(k, dtype=np.int32)
-            for i in np.flatnonzero(active):
-                row = streams.last_logits[i]
-                if greedy:
-                    r = row.copy()
-                    if banned is not None:
-                        r[banned] = -np.inf
-                    tok = int(np.argmax(r))
-                else:
-                    tok = _sample_window(row, settings.temperature, banned, rng)
-                if eng.is_eog(tok):
-                    active[i] = False
-                    continue
-                outs[i].append(tok)
-                step[i] = tok
-                if stop and stop in eng.detokenize(outs[i]).lstrip():
-                    active[i] = False
-            if not active.any() or t + 1 == settings.max_new_tokens:
-                break
-            streams.step(step, active)
+        outs = sample_streams(self.engine, toks, settings, np.random.default_rng(seed), (stop,) if stop else (),
+                              greedy=self.temperature == 0)
         texts = []
         for o in outs:
-            text = eng.detokenize(o).lstrip()
+            text = self.engine.detokenize(o).lstrip()
             texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
+        self._text_cache[key] = tuple(texts)
         return texts
 
     # ----- embeddings --------------------------------------------------
