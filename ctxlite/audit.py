@@ -260,6 +260,7 @@ class AuditReport:
     utility_metric: str
     private_size: int
     forward_passes: int = 0
+    texts_sampled: int = 0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -456,6 +457,7 @@ def run_audit(
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=oracle.forward_passes,
+        texts_sampled=oracle.texts_sampled,
         notes=notes,
     )
 

@@ -351,6 +351,10 @@ def test_generation_esa_end_to_end(engine, tmp_path):
     assert [r["epsilon"] for r in report.rows] == [1.0, math.inf]
     assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0]["utility"] <= 1.0
     assert report.rows[0]["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
+    # common random numbers: the second epsilon replays the first one's ensemble texts from the memo
+    # (per epsilon: 2 x 1 reference runs + 4 trials, 2 ensembles each; plus 2 zero-shot candidates
+    # and the utility query's 2 ensembles once per epsilon)
+    assert report.texts_sampled == (2 + 4) * 2 + 2 + 2 * 2
 
 
 @pytest.mark.model
