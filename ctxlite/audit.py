@@ -20,8 +20,11 @@ Theoretical ε: for RNM / ESA the reported ``epsilon`` is **per query with the
 canary always present** (the analytic Gaussian σ for the mechanism's
 replacement sensitivity); ``epsilon_per_trial`` composes the
 ``queries_per_trial`` releases of one trial (Gaussian composition, exact:
-μ_trial = √n · Δ/σ), which is what the per-trial score is bounded by. The
-heuristic defenses have no theoretical ε (``null``).
+μ_trial = √n · Δ/σ), which is what the per-trial score is bounded by. With
+``accounting_queries`` T (and ``sampling_rate`` q) each row also gives
+``epsilon_subsampled``, the ε *subsampled over T queries* of a deployment
+that runs this σ (PLD accountant). The heuristic defenses have no
+theoretical ε (``null``).
 
 Randomness: every trial has its own seed (``seed``, trial index), independent
 of ε, so the same trial at different ε sees the same Z, partitions and votes
@@ -40,6 +43,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ctxlite.calibration import subsampled_gaussian_epsilon
 from ctxlite.canaries import Canary, CanaryKind, make_canary
 from ctxlite.detectors import CountDetector, Detector, DirectionDetector, LeakDetector
 from ctxlite.errors import DataError, InvalidParameter
@@ -129,6 +133,8 @@ class AuditSettings:
     split_fraction: float = 0.5
     utility_queries: int = 20
     resample_data: bool = False
+    accounting_queries: int | None = None
+    sampling_rate: float = 1.0
     seed: int = 0
 
     def __post_init__(self):
@@ -178,6 +184,15 @@ class AuditSettings:
             raise InvalidParameter("max_new_tokens and zero_shot_candidates must be >= 1, utility_queries >= 0")
         if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
             raise InvalidParameter(f"clip_norm must be finite and > 0, got {self.clip_norm}")
+        if self.accounting_queries is not None:
+            if not self.mechanism.is_dp:
+                raise InvalidParameter("accounting_queries needs a DP mechanism (rnm or esa)")
+            if self.accounting_queries < 1:
+                raise InvalidParameter(f"accounting_queries must be >= 1, got {self.accounting_queries}")
+        if not 0 < self.sampling_rate <= 1:
+            raise InvalidParameter(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
+        if self.sampling_rate < 1 and self.accounting_queries is None:
+            raise InvalidParameter("sampling_rate only enters the subsampled accounting: set accounting_queries too")
         if self.template_index < 0 or self.seed < 0:
             raise InvalidParameter("template_index and seed must be >= 0")
 
@@ -189,8 +204,11 @@ class AuditSettings:
     def private_size(self) -> int:
         return self.ensembles * self.shots
 
+    REPORT_ONLY = ("confidence", "fpr", "split_fraction", "accounting_queries", "sampling_rate")
+    """Settings that change the estimates but no trial: a resume may change them."""
+
     def params(self) -> dict:
-        """JSON-ready parameters (the RecordLog header: a resume must match them)."""
+        """JSON-ready parameters (all of them: the report's ``settings``)."""
         out = {}
         for k, v in asdict(self).items():
             if isinstance(v, enum.Enum):
@@ -199,6 +217,10 @@ class AuditSettings:
                 v = [("inf" if math.isinf(e) else e) for e in v]
             out[k] = v
         return out
+
+    def log_params(self) -> dict:
+        """The RecordLog header: what a resumed run must match (``params`` less ``REPORT_ONLY``)."""
+        return {k: v for k, v in self.params().items() if k not in self.REPORT_ONLY}
 
 
 # --------------------------------------------------------------------------
@@ -249,7 +271,11 @@ class AuditReport:
     **optimistic**), ``threshold``/``tpr``/``fpr`` at the empirical FPR
     target, ``epsilon_point`` (plug-in at that FPR), ``epsilon_lower_bound``
     (Clopper--Pearson at ``confidence``, threshold chosen on a split),
-    ``epsilon_gdp`` and ``utility`` (accuracy or ROUGE-1 on held-out queries).
+    ``epsilon_gdp``, ``utility`` (accuracy or ROUGE-1 on held-out queries) and,
+    when ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
+    accounted over T queries that each Poisson-subsample the records at
+    ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity), i.e. the
+    deployment's ε after T answers rather than the audited single release.
     """
 
     settings: dict
@@ -260,7 +286,6 @@ class AuditReport:
     utility_metric: str
     private_size: int
     forward_passes: int = 0
-    texts_sampled: int = 0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -268,7 +293,9 @@ class AuditReport:
 
     def table(self) -> str:
         """A readable table of the rows."""
+        sub = self.settings.get("accounting_queries") is not None
         head = f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} {'eps_lb':>7} {'eps_gdp':>8} {'utility':>8}"
+        head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
 
         def f(v, w, p=3):
@@ -280,10 +307,13 @@ class AuditReport:
             lines.append(" ".join([f(r["epsilon"], 6, 2), f(r["epsilon_per_trial"], 9, 2), f(r["sigma"], 7),
                                    f(r["audit_accuracy"], 6), f(r["tpr"], 6), f(r["fpr"], 6),
                                    f(r["epsilon_point"], 7), f(r["epsilon_lower_bound"], 7),
-                                   f(r["epsilon_gdp"], 8), f(r["utility"], 8)]))
+                                   f(r["epsilon_gdp"], 8), f(r["utility"], 8)]
+                                  + ([f(r["epsilon_subsampled"], 7)] if sub else [])))
         lines.append(f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
                      f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold); "
-                     f"theoretical eps: {self.epsilon_kind}")
+                     f"theoretical eps: {self.epsilon_kind}"
+                     + (f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
+                        f"at q = {self.settings['sampling_rate']:g}" if sub else ""))
         return "\n".join(lines)
 
 
@@ -445,6 +475,10 @@ def run_audit(
     if s.mechanism.is_dp:
         notes.append("epsilon is per query with the canary always present (analytic Gaussian, replacement "
                      "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)")
+    if s.accounting_queries is not None:
+        notes.append(f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
+                     f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
+                     "sensitivity); it is not what the audit measures, which is one release per query")
     if s.detector is DetectorKind.DIRECTION and s.attack is Attack.CANARY:
         notes.append(f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
                      "disjoint from the evaluated trials")
@@ -457,7 +491,6 @@ def run_audit(
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=oracle.forward_passes,
-        texts_sampled=oracle.texts_sampled,
         notes=notes,
     )
 
@@ -489,6 +522,10 @@ def _row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> d
         per_trial = gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma, s.delta)
     else:
         per_trial = math.inf if dp else None
+    subsampled = None
+    if s.accounting_queries is not None:
+        subsampled = subsampled_gaussian_epsilon(mech.sigma, mech.add_remove_sensitivity, s.sampling_rate,
+                                                 s.accounting_queries, s.delta)
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -506,5 +543,10 @@ def _row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> d
                                "n_out": cp.n_out, "threshold": cp.threshold},
         "confidence": s.confidence,
         "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr),
+        "epsilon_subsampled": subsampled,
+        "accounting": None if subsampled is None else {"queries": s.accounting_queries,
+                                                       "sampling_rate": s.sampling_rate,
+                                                       "sensitivity_add_remove": mech.add_remove_sensitivity,
+                                                       "accountant": "dp_accounting PLD"},
         "utility": utility,
     }

@@ -16,8 +16,9 @@
    The first prompt goes into sequence 0 the same in-place way as a variant:
    the cells it shares with what sequence 0 already holds are kept, so an
    audit that asks about the same (or a prefix-sharing) prompt trial after
-   trial decodes only what changed, and the logits are bit-identical to a
-   decode from an empty cache.
+   trial decodes only what changed. The same prompt held again gives the same
+   row; a prompt reached through another decode history can differ by
+   rounding (llama.cpp's CPU kernels round by batch shape, SPEC §3).
 
 Logits are read in place from llama.cpp's float32 buffer as numpy *views* that
 are handed to a callback and never escape it: the buffer is overwritten by the
@@ -394,8 +395,16 @@ class Engine:
         their KV copied); see ``Streams``."""
         return Streams(self, prompts)
 
-    def next_logits(self, prompt: Sequence[int]) -> np.ndarray:
-        """Copy of the (V,) float32 logits that follow ``prompt`` (one stream, no step)."""
+    def next_logits(self, prompt: Sequence[int], *, exact: bool = False) -> np.ndarray:
+        """Copy of the (V,) float32 logits that follow ``prompt`` (one stream, no step).
+
+        The cells ``prompt`` shares with what sequence 0 holds are reused, so
+        the row can differ by rounding with the decode history (llama.cpp's
+        CPU kernels round by batch shape; SPEC §3). ``exact=True`` decodes
+        from an empty cache: the row then depends on ``prompt`` alone.
+        """
+        if exact:
+            self.clear()
         return self.streams([prompt]).last_logits[0]
 
     def _hold_prompt(self, prompt: Sequence[int], out_row: np.ndarray) -> None:

@@ -129,7 +129,8 @@ class Mechanism(abc.ABC):
     name: str = "mechanism"
     epsilon: float | None = None
     sigma: float = 0.0
-    sensitivity: float | None = None
+    sensitivity: float | None = None  # L2, replacement (the canary game)
+    add_remove_sensitivity: float | None = None  # L2, add/remove (subsampled accounting)
 
     @abc.abstractmethod
     def release(self, oracle, fmt: TaskFormat, records: Sequence[dict], query: str, n_queries: int,
@@ -245,6 +246,7 @@ class ReportNoisyMax(Mechanism):
         self.ensembles, self.shots = int(ensembles), int(shots)
         self.epsilon, self.delta = float(epsilon), float(delta)
         self.sensitivity = rnm_l2_sensitivity(relation)
+        self.add_remove_sensitivity = rnm_l2_sensitivity(Neighbouring.ADD_REMOVE)
         self.sigma = _sigma(self.epsilon, self.delta, self.sensitivity)
 
     def votes(self, oracle, fmt, records, query, rng) -> np.ndarray:
@@ -282,6 +284,7 @@ class EmbeddingSpaceAggregation(Mechanism):
         self.epsilon, self.delta = float(epsilon), float(delta)
         self.clip_norm = float(clip_norm)
         self.sensitivity = esa_l2_sensitivity(self.clip_norm, relation)
+        self.add_remove_sensitivity = esa_l2_sensitivity(self.clip_norm, Neighbouring.ADD_REMOVE)
         self.sigma = _sigma(self.epsilon, self.delta, self.sensitivity)
         self.n_candidates = int(candidates)
         self._candidates: dict[str, tuple[list[str], np.ndarray]] = {}

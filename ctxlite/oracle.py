@@ -10,12 +10,14 @@ from the logits of one forward pass: at temperature T,
 and temperature 0 puts all mass on the argmax token's class. The distribution
 is cached by prompt tokens, so n queries on one prompt cost one forward pass
 plus one multinomial draw, and a prompt seen in an earlier trial, ε or
-reference run costs nothing. ``tests/test_audit.py`` checks it against real
+reference run costs nothing. The row is decoded from an empty cache (no
+prefix reuse), so it depends on the prompt alone and a classification audit
+is reproducible whatever ran before it (a resume included). ``tests/test_audit.py`` checks it against real
 token sampling (``decoding.sample_continuations``) with a chi-square test.
 
-Generation. ``sample_texts`` samples one continuation per prompt through
-``decoding.sample_streams`` (prompts in lock-step, identical prompts decoded
-once, the prompt's cells kept between calls by the engine).
+Generation. ``sample_texts`` samples one continuation per prompt by a walk
+down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
+is decoded once, and the walks are exact i.i.d. samples.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite.decoding import SamplingSettings, sample_streams
+from ctxlite.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
 
 
@@ -45,15 +47,19 @@ class ModelOracle:
         self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._embed_cache: dict[str, np.ndarray] = {}
-        self._text_cache: dict[tuple, tuple[str, ...]] = {}
-        self.forward_passes = 0  # label-distribution / judge rows actually decoded
-        self.texts_sampled = 0  # continuations actually decoded (memo hits excluded)
+        self._trees: dict[str, ContinuationTree] = {}
+        self._label_rows = 0
 
     def _first_token(self, label: str) -> int:
         toks = self.engine.tokenize(" " + label)
         if not toks:
             raise InvalidParameter(f"label {label!r} tokenizes to nothing")
         return toks[0]
+
+    @property
+    def forward_passes(self) -> int:
+        """Next-token rows decoded so far (label distributions, judge verdicts, continuation nodes)."""
+        return self._label_rows + sum(t.rows_decoded for t in self._trees.values())
 
     @property
     def n_outcomes(self) -> int:
@@ -65,8 +71,8 @@ class ModelOracle:
 
     def _last_row_logprobs(self, toks: tuple[int, ...], ids: np.ndarray, temperature: float) -> np.ndarray:
         """log softmax(l/T)[ids] of the row that follows ``toks`` (one forward pass)."""
-        row = self.engine.next_logits(toks)  # reuses the cells it shares with the last prompt
-        self.forward_passes += 1
+        row = self.engine.next_logits(toks, exact=True)  # from an empty cache: a function of the prompt alone
+        self._label_rows += 1
         if temperature == 0:
             return np.where(ids == int(np.argmax(row)), 0.0, -np.inf)
         z = row.astype(np.float64) / temperature
@@ -104,28 +110,22 @@ class ModelOracle:
 
     # ----- generation --------------------------------------------------
     def sample_texts(self, prompts: Sequence[str], rng: np.random.Generator, stop: str = "\n") -> list[str]:
-        """One sampled continuation per prompt, cut at ``stop`` (``decoding.sample_streams``).
+        """One sampled continuation per prompt, cut at ``stop`` (``continuations.ContinuationTree``).
 
-        The draw is seeded by one integer taken from ``rng`` and memoised on
-        (prompts, seed): a trial replayed at another ε (same seeds, common
-        random numbers) gets its texts back without decoding.
+        The walks are seeded by one integer taken from ``rng``, so a trial
+        replayed at another ε (same seeds: common random numbers) draws the
+        same texts, from memoised nodes, without decoding.
         """
-        seed = int(rng.integers(2**63))
-        toks = tuple(self.tokens(p) for p in prompts)
-        key = (toks, seed)
-        hit = self._text_cache.get(key)
-        if hit is not None:
-            return list(hit)
-        settings = SamplingSettings(temperature=max(self.temperature, 1e-6), min_new_tokens=1,
-                                    max_new_tokens=self.max_new_tokens)
-        outs = sample_streams(self.engine, toks, settings, np.random.default_rng(seed), (stop,) if stop else (),
-                              greedy=self.temperature == 0)
-        self.texts_sampled += len(outs)
+        tree = self._trees.get(stop)
+        if tree is None:
+            tree = ContinuationTree(self.engine, self.temperature, self.max_new_tokens, min_new_tokens=1,
+                                    stop=(stop,) if stop else ())
+            self._trees[stop] = tree
+        walk_rng = np.random.default_rng(int(rng.integers(2**63)))
         texts = []
-        for o in outs:
-            text = self.engine.detokenize(o).lstrip()
+        for p in prompts:
+            text = self.engine.detokenize(tree.sample(self.tokens(p), walk_rng)).lstrip()
             texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
-        self._text_cache[key] = tuple(texts)
         return texts
 
     # ----- embeddings --------------------------------------------------

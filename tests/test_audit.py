@@ -7,6 +7,7 @@ shared 2-core machine. Nothing here asserts on wall-clock time.
 import json
 import math
 import re
+from dataclasses import replace
 from importlib import resources
 
 import numpy as np
@@ -15,11 +16,11 @@ from click.testing import CliRunner
 from scipy import stats
 
 from ctxlite.audit import AuditSettings, check_records, load_records, run_audit
-from ctxlite.calibration import analytic_gaussian_sigma
+from ctxlite.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma, subsampled_gaussian_epsilon
 from ctxlite.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat, leak_fraction, partition
-from ctxlite.queries import QueryKind, build_query, candidate_templates
+from ctxlite.queries import QueryKind, build_query, candidate_templates, search_template
 from ctxlite.records import RecordLog
 
 DATA = resources.files("ctxlite").joinpath("data")
@@ -131,6 +132,12 @@ def test_settings_validate():
         AuditSettings(mechanism="bogus")
     with pytest.raises(InvalidParameter):
         AuditSettings(mechanism="none", ensembles=3)
+    with pytest.raises(InvalidParameter, match="DP mechanism"):
+        AuditSettings(mechanism="none", accounting_queries=10)
+    with pytest.raises(InvalidParameter, match="sampling_rate"):
+        AuditSettings(mechanism="rnm", sampling_rate=1.5, accounting_queries=10)
+    with pytest.raises(InvalidParameter, match="accounting_queries too"):
+        AuditSettings(mechanism="rnm", sampling_rate=0.5)
     s = AuditSettings(mechanism="rnm", epsilons=(8, 1, math.inf), ensembles=10, shots=2)
     assert s.epsilons == (1.0, 8.0, math.inf) and s.queries_per_trial == 1 and s.private_size == 20
     assert AuditSettings().queries_per_trial == 64
@@ -181,6 +188,9 @@ def test_cli_bad_data_exits_4(tmp_path, content, needle):
         ["--trials", "2"],
         ["--mechanism", "none", "--ensembles", "3"],
         ["--resume"],
+        ["--mechanism", "none", "--accounting-queries", "10"],
+        ["--mechanism", "rnm", "--sampling-rate", "0.5"],
+        ["--mechanism", "rnm", "--accounting-queries", "0"],
     ],
 )
 def test_cli_bad_parameters_exit_2(args):
@@ -303,7 +313,7 @@ def test_trial_log_resumes(engine, tmp_path):
     s = AuditSettings(task="classify", mechanism="rnm", epsilons=(2.0, math.inf), canary="hex", trials=12,
                       shots=2, ensembles=3, reference_runs=2, utility_queries=0, seed=4)
     path = tmp_path / "audit.jsonl"
-    with RecordLog(path, s.params(), kind="audit") as log:
+    with RecordLog(path, s.log_params(), kind="audit") as log:
         full = run_audit(engine, classify_records(), s, log)
     lines = path.read_text().splitlines()
     assert len(lines) == 1 + 2 * (12 + 2 * 2)
@@ -311,18 +321,36 @@ def test_trial_log_resumes(engine, tmp_path):
     assert "eps=2/trial=0" in keys and "eps=inf/ref=in/1" in keys
     # simulate Ctrl-C after a few trials: keep the header, the first refs and trials, and a torn line
     path.write_text("\n".join(lines[:9]) + "\n" + lines[9][:20])
-    with RecordLog(path, s.params(), kind="audit") as log:
+    with RecordLog(path, s.log_params(), kind="audit") as log:
         assert len(log) == 8
         resumed = run_audit(engine, classify_records(), s, log)
     assert resumed.rows == full.rows
     # everything finished: a re-run reuses every record and runs no trial
-    with RecordLog(path, s.params(), kind="audit") as log:
+    with RecordLog(path, s.log_params(), kind="audit") as log:
         before = len(path.read_text().splitlines())
         again = run_audit(engine, classify_records(), s, log)
     assert again.rows == full.rows
     assert len(path.read_text().splitlines()) == before
     with pytest.raises(DataError, match="different parameters"):
-        RecordLog(path, {**s.params(), "trials": 13}, kind="audit")
+        RecordLog(path, {**s.log_params(), "trials": 13}, kind="audit")
+    # report-only settings may change on resume: the subsampled-over-T epsilon from the same trials
+    for T, q in ((100, 0.1), (1, 1.0)):
+        acc = replace(s, accounting_queries=T, sampling_rate=q)
+        with RecordLog(path, acc.log_params(), kind="audit") as log:
+            sub = run_audit(engine, classify_records(), acc, log)
+        assert len(path.read_text().splitlines()) == before
+        r2, rinf = sub.rows
+        same = lambda row: {k: v for k, v in row.items() if k not in ("epsilon_subsampled", "accounting")}  # noqa: E731
+        assert same(r2) == same(full.rows[0])
+        assert rinf["epsilon_subsampled"] == math.inf
+        assert r2["accounting"] == {"queries": T, "sampling_rate": q, "sensitivity_add_remove": 1.0,
+                                    "accountant": "dp_accounting PLD"}
+        if T == 1:  # one unsubsampled release: the analytic add/remove epsilon of the same sigma
+            assert r2["epsilon_subsampled"] == pytest.approx(analytic_gaussian_epsilon(r2["sigma"], s.delta, 1.0),
+                                                             abs=2e-3)
+        else:
+            assert r2["epsilon_subsampled"] == subsampled_gaussian_epsilon(r2["sigma"], 1.0, q, T, s.delta)
+            assert "eps_T" in sub.table() and any("T = 100" in n for n in sub.notes)
 
 
 @pytest.mark.model
@@ -351,10 +379,43 @@ def test_generation_esa_end_to_end(engine, tmp_path):
     assert [r["epsilon"] for r in report.rows] == [1.0, math.inf]
     assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0]["utility"] <= 1.0
     assert report.rows[0]["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
-    # common random numbers: the second epsilon replays the first one's ensemble texts from the memo
-    # (per epsilon: 2 x 1 reference runs + 4 trials, 2 ensembles each; plus 2 zero-shot candidates
-    # and the utility query's 2 ensembles once per epsilon)
-    assert report.texts_sampled == (2 + 4) * 2 + 2 + 2 * 2
+    # common random numbers: the second epsilon replays the first one's walks from memoised nodes
+    emb = Engine(None, EngineConfig(n_threads=1), embeddings=True)
+    try:
+        one = run_audit(engine, load_records(DIALOGUE, "generate"), replace(s, epsilons=(1.0,)), embedder=emb)
+    finally:
+        emb.close()
+    assert report.forward_passes == one.forward_passes > 0
+
+
+@pytest.mark.model
+def test_template_search_picks_the_best_held_out_template(engine):
+    s = AuditSettings(task="classify", mechanism="none", trials=40, shots=6, queries_per_trial=16,
+                      reference_runs=2, utility_queries=0, seed=3)
+    found = search_template(engine, classify_records(), s, trials=8)
+    n = len(candidate_templates("classify", QueryKind.INPUT_OUTPUT))
+    assert found.kind == "input-output" and len(found.accuracies) == n and found.trials == 8
+    assert found.seed == 3 + 7919  # held-out trials: not the seed of the audit that gets reported
+    assert found.best_index == max(range(n), key=lambda i: (found.accuracies[i], -i))
+    assert all(0.5 <= a <= 1.0 for a in found.accuracies)
+    # each accuracy is a real small audit of that template under the search seed
+    for i in range(n):
+        small = replace(s, template_index=i, trials=8, seed=found.seed)
+        assert run_audit(engine, classify_records(), small).rows[0]["audit_accuracy"] == found.accuracies[i]
+    with pytest.raises(InvalidParameter, match=">= 4 trials"):
+        search_template(engine, classify_records(), s, trials=3)
+
+
+@pytest.mark.model
+def test_cli_search_template_audits_with_the_chosen_template():
+    res = _cli(["--data", CLASSIFY, "--search-template", "--trials", "8", "--shots", "4", "--queries-per-trial", "8",
+                "--reference-runs", "2", "--utility-queries", "0", "-t", "1"])
+    assert res.exit_code == 0, res.output
+    m = re.search(r"template search \(input-output\): accuracies \[([^\]]*)\] -> template (\d+)", res.stderr)
+    assert m, res.stderr
+    report = json.loads(res.stdout[res.stdout.index("{"):])
+    assert report["settings"]["template_index"] == int(m.group(2))
+    assert report["query"]["index"] == int(m.group(2))
 
 
 @pytest.mark.model

@@ -176,8 +176,10 @@ def _greedy_rows(engine, prompts, steps=5):
     return np.array(out)
 
 
-def test_streams_reuse_held_prompt_bit_exactly(engine):
-    """A prompt that shares cells with what sequence 0 holds gives the logits of an empty-cache decode."""
+def test_streams_reuse_held_prompt(engine):
+    """Held and prefix-sharing prompts reuse cells: repeated prompts give the identical rows, and for
+    these short prompts (suffixes decoded in batches of the same shape) reuse is bit-exact too. In
+    general it is not: llama.cpp's CPU kernels round by batch shape (see next_logits(exact=True))."""
     head = "Text: the sky is blue today\nLabel: objective\nText: "
     a = engine.tokenize(head + "I love this film so much\nLabel: subjective\nText: water boils", add_bos=True)
     b = engine.tokenize(head + "I hate rainy mornings\nLabel: subjective\nText: water boils", add_bos=True)
@@ -195,3 +197,11 @@ def test_streams_reuse_held_prompt_bit_exactly(engine):
     engine.load_base(a, len(a) - 3)
     assert np.array_equal(engine.next_logits(b), fresh_b)
     assert np.array_equal(_greedy_rows(engine, [a, a, a]), fresh["a"])
+
+
+def test_next_logits_exact_depends_on_the_prompt_alone(engine):
+    toks = engine.tokenize("Text: The cat sat on the mat.\nLabel:", add_bos=True)
+    fresh = engine.next_logits(toks, exact=True).copy()
+    engine.next_logits(toks[:-3])  # another history: the prefix held, then the suffix reused
+    engine.next_logits(toks)
+    assert np.array_equal(engine.next_logits(toks, exact=True), fresh)

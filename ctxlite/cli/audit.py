@@ -53,6 +53,10 @@ def _jsonable(obj):
 @click.option("--utility-queries", type=click.IntRange(0), default=20, show_default=True)
 @click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True)
+@click.option("--accounting-queries", type=click.IntRange(1), default=None, metavar="T",
+              help="Also report each sigma's epsilon subsampled over T queries (rnm/esa; PLD accountant).")
+@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="Poisson rate q at which each of those T queries samples a record.")
 @click.option("--resample-data", is_flag=True, help="Re-draw the private set every trial (average-case audit).")
 @click.option("--embed-model", default=None, metavar="PATH", help="GGUF for embeddings [default: the audited model].")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
@@ -62,7 +66,7 @@ def _jsonable(obj):
 @engine_options
 def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_index, search_template, attack,
           detector, trials, queries_per_trial, shots, ensembles, reference_runs, temperature, max_new_tokens,
-          clip_norm, utility_queries, confidence, resample_data, embed_model, seed, out_path, resume, **kwargs):
+          clip_norm, utility_queries, confidence, accounting_queries, sampling_rate, resample_data, embed_model, seed, out_path, resume, **kwargs):
     """Audit private in-context learning with canaries (ContextLeak).
 
     Each trial swaps a canary record into the private set with probability
@@ -95,7 +99,8 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_i
         trials=trials, queries_per_trial=queries_per_trial, shots=shots or (2 if dp else 20),
         ensembles=ensembles or (10 if dp else 1), reference_runs=reference_runs, temperature=temperature,
         max_new_tokens=max_new_tokens, clip_norm=clip_norm, utility_queries=utility_queries,
-        confidence=confidence, resample_data=resample_data, seed=seed,
+        confidence=confidence, resample_data=resample_data, accounting_queries=accounting_queries,
+        sampling_rate=sampling_rate, seed=seed,
     )
     records = load_records(data_path, task)
     ekw = engine_kwargs(kwargs)
@@ -116,7 +121,7 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_i
         if Path(out_path).exists() and Path(out_path).stat().st_size > 0:
             raise click.BadParameter(f"{out_path} exists: pass --resume to continue it or choose another file",
                                      param_hint="--out")
-    log = RecordLog(out_path, settings.params(), kind="audit") if out_path else None
+    log = RecordLog(out_path, settings.log_params(), kind="audit") if out_path else None
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress)
     finally:
