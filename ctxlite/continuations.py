@@ -88,9 +88,13 @@ class ContinuationTree:
         self.tail_draws = 0
 
     # ----- one node -------------------------------------------------------
-    def _probs(self, tokens: list[int], depth: int) -> np.ndarray:
-        """p over the vocabulary relative to the best allowed token (0 outside the window or banned)."""
-        row = self.engine.next_logits(tokens).astype(np.float64)
+    def _probs(self, tokens: list[int], depth: int, pid: int) -> np.ndarray:
+        """p over the vocabulary relative to the best allowed token (0 outside the window or banned).
+
+        Each prompt keeps its own KV sequence (``Engine.held_logits``), so
+        walks that alternate between prompts do not decode a prompt again.
+        """
+        row = self.engine.held_logits(tokens, key=("continuations", pid)).astype(np.float64)
         self.rows_decoded += 1
         if depth < self.min_new_tokens:
             row[self.engine.eog_ids] = -np.inf
@@ -105,7 +109,7 @@ class ContinuationTree:
         node = self._nodes.get(key)
         if node is not None:
             return node
-        p = self._probs(tokens, depth)
+        p = self._probs(tokens, depth, key[0])
         k = min(self.top_k, len(p))
         ids = np.argpartition(-p, k - 1)[:k]
         ids = ids[np.lexsort((ids, -p[ids]))]  # largest p first, ties by id
@@ -118,7 +122,7 @@ class ContinuationTree:
             self._nodes[key] = node
         return node
 
-    def _draw(self, node: _Node, tokens: list[int], depth: int, u: float) -> int:
+    def _draw(self, node: _Node, tokens: list[int], depth: int, pid: int, u: float) -> int:
         target = u * node.total
         k = int(np.searchsorted(node.cum, target, side="right"))
         if k < len(node.ids):
@@ -128,7 +132,7 @@ class ContinuationTree:
         self.tail_draws += 1
         tail_ids, tail_cum = node.tail_ids, node.tail_cum
         if tail_ids is None:
-            p = self._probs(tokens, depth)
+            p = self._probs(tokens, depth, pid)
             p[node.ids] = 0.0
             tail_ids = np.flatnonzero(p).astype(np.int32)
             tail_cum = np.cumsum(p[tail_ids])
@@ -151,7 +155,7 @@ class ContinuationTree:
         for depth in range(self.max_new_tokens):
             tokens = prompt + path
             key = (pid, *path)
-            tok = self._draw(self._node(key, tokens, depth), tokens, depth, float(rng.random()))
+            tok = self._draw(self._node(key, tokens, depth), tokens, depth, pid, float(rng.random()))
             if self.engine.is_eog(tok):
                 break
             path.append(tok)

@@ -137,6 +137,8 @@ class Engine:
         self._base: list[int] | None = None
         self._valid = 0  # leading cells of sequence 0 that still hold base tokens
         self._held_row: np.ndarray | None = None  # logits after all of _base (streams only)
+        self._keyed: dict[object, _KeyedSeq] = {}  # held_logits: key -> sequence >= 1, LRU order
+        self.tokens_decoded = 0  # every token through llama_decode (a cost counter)
         self._eog_ids: np.ndarray | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -273,6 +275,7 @@ class Engine:
             for i in range(n):
                 self._b_seq[i][0] = seqs[lo + i]
             self._batch.n_tokens = n
+            self.tokens_decoded += n
             rc = _llama.llama_decode(self._ctx, self._batch)
             if rc != 0:
                 reason = {1: "no free KV-cache slot (raise --n-ctx)", 2: "aborted"}.get(rc, "see CTXLITE_LLAMA_LOG=1")
@@ -305,6 +308,7 @@ class Engine:
         self._base = None
         self._valid = 0
         self._held_row = None
+        self._keyed.clear()
 
     # ----- 1. teacher forcing ---------------------------------------------
     def score_tokens(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback) -> None:
@@ -372,6 +376,7 @@ class Engine:
             # a clean cache: also drop other sequences' cells (e.g. earlier streams),
             # whose presence would change where the variant's cells land
             _llama.llama_memory_clear(self._mem, True)
+            self._keyed.clear()
             start = 0
         else:
             base = self._base
@@ -418,6 +423,7 @@ class Engine:
         """
         for seq in range(1, self.config.n_seq_max):
             _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        self._keyed.clear()
         keep = min(self._valid, _common_prefix(prompt, self._base or ()))
         if keep == len(prompt) and self._held_row is not None and keep == len(self._base):
             _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
@@ -433,6 +439,80 @@ class Engine:
         self._decode_seq(prompt[keep:], _BASE_SEQ, keep, len(prompt) - 1 - keep, take)
         self._base, self._valid = list(prompt), len(prompt)
         self._held_row = out_row.copy()
+
+    # ----- 4. keyed prompts ------------------------------------------------
+    def held_logits(self, tokens: Sequence[int], key) -> np.ndarray:
+        """Copy of the logits after ``tokens``, whose cells stay in the sequence of ``key``.
+
+        Up to ``n_seq_max - 1`` keys (e.g. the distinct prompts of an audit)
+        each keep a sequence of their own (1, 2, ...; least recently used
+        first out). A call drops the key's cells past the prefix ``tokens``
+        shares with what it holds and decodes the rest; a key seen for the
+        first time starts from the longest prefix any held sequence shares
+        with ``tokens``, whose cells it shares (``seq_cp``). So alternating
+        between prompts (Z = 0 / 1 trials) decodes each prompt once. Rows
+        depend on the decode history by rounding (see ``next_logits``).
+        Sequence 0 and its users (variants, streams) are separate: starting
+        streams or clearing the cache forgets every key.
+        """
+        tokens = list(tokens)
+        if not tokens:
+            raise InvalidParameter("held_logits needs at least one token")
+        self.check_fits(len(tokens))
+        entry = self._keyed.pop(key, None)
+        if entry is None:
+            entry = self._new_keyed(tokens)
+        self._keyed[key] = entry  # most recently used last
+        keep = _common_prefix(tokens, entry.tokens)
+        if keep == len(tokens) == len(entry.tokens) and entry.row is not None:
+            return entry.row.copy()
+        keep = min(keep, len(tokens) - 1)  # the last token is decoded again for its row
+        _llama.llama_memory_seq_rm(self._mem, entry.seq, keep, -1)
+        entry.tokens, entry.row = tokens[:keep], None
+        self._make_room(len(tokens) - keep, entry)
+        row = np.empty(self.n_vocab, dtype=np.float32)
+
+        def take(view, first):
+            row[:] = view[-1]
+
+        try:
+            self._decode_seq(tokens[keep:], entry.seq, keep, len(tokens) - 1 - keep, take)
+        except DecodeError:
+            if not keep and len(self._keyed) == 1 and self._base is None:
+                raise  # alone in an empty cache: a real failure
+            self.clear()  # the cache was full (sequence 0 holds cells too): start over once
+            return self.held_logits(tokens, key)
+        entry.tokens, entry.row = tokens, row
+        return row.copy()
+
+    def _new_keyed(self, tokens: list[int]) -> "_KeyedSeq":
+        used = {e.seq for e in self._keyed.values()}
+        free = [q for q in range(1, self.config.n_seq_max) if q not in used]
+        if not free:  # evict the least recently used key
+            old_key = next(iter(self._keyed))
+            free = [self._keyed.pop(old_key).seq]
+        seq = free[0]
+        _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        best, src = 0, None
+        for e in self._keyed.values():
+            n = _common_prefix(tokens, e.tokens)
+            if n > best:
+                best, src = n, e.seq
+        best = min(best, len(tokens) - 1)
+        if src is not None and best > 0:
+            _llama.llama_memory_seq_cp(self._mem, src, seq, 0, best)
+        return _KeyedSeq(seq=seq, tokens=tokens[:best] if src is not None else [])
+
+    def _make_room(self, n_new: int, keep_entry: "_KeyedSeq") -> None:
+        """Evict least recently used keys until ``n_new`` more cells surely fit (shared cells counted
+        twice; one window is left to sequence 0 when there are several)."""
+        capacity = self.config.n_ctx * max(1, self.config.kv_slots - 1)
+        while sum(len(e.tokens) for e in self._keyed.values()) + n_new > capacity:
+            victims = [k for k, e in self._keyed.items() if e is not keep_entry]
+            if not victims:
+                return
+            e = self._keyed.pop(victims[0])
+            _llama.llama_memory_seq_rm(self._mem, e.seq, -1, -1)
 
     # ----- embeddings -----------------------------------------------------
     def embed(self, text: str) -> np.ndarray:
@@ -464,6 +544,15 @@ class Engine:
             flash_attn=self.config.flash_attn,
         )
         return info
+
+
+@dataclass
+class _KeyedSeq:
+    """A sequence of ``held_logits``: the tokens its cells hold and the row after them."""
+
+    seq: int
+    tokens: list[int]
+    row: np.ndarray | None = None
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

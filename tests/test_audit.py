@@ -368,24 +368,21 @@ def test_judge_blocks_injection_baseline(engine):
 def test_generation_esa_end_to_end(engine, tmp_path):
     from ctxlite.engine import Engine, EngineConfig
 
-    emb = Engine(None, EngineConfig(n_threads=1), embeddings=True)
-    try:
-        s = AuditSettings(task="generate", mechanism="esa", epsilons=(1.0, math.inf), trials=4, shots=1,
-                          ensembles=2, reference_runs=1, max_new_tokens=6, zero_shot_candidates=2,
-                          utility_queries=1, seed=2)
-        report = run_audit(engine, load_records(DIALOGUE, "generate"), s, embedder=emb)
-    finally:
-        emb.close()
+    s = AuditSettings(task="generate", mechanism="esa", epsilons=(1.0, math.inf), trials=4, shots=1,
+                      ensembles=2, reference_runs=1, max_new_tokens=6, zero_shot_candidates=2,
+                      utility_queries=1, seed=2)
+    records = load_records(DIALOGUE, "generate")
+    with Engine(None, EngineConfig(n_threads=1), embeddings=True) as emb:
+        engine.clear()  # the same start for both runs: generation rows depend on the decode history
+        report = run_audit(engine, records, s, embedder=emb)
+        engine.clear()
+        one = run_audit(engine, records, replace(s, epsilons=(1.0,)), embedder=emb)
     assert [r["epsilon"] for r in report.rows] == [1.0, math.inf]
     assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0]["utility"] <= 1.0
     assert report.rows[0]["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
-    # common random numbers: the second epsilon replays the first one's walks from memoised nodes
-    emb = Engine(None, EngineConfig(n_threads=1), embeddings=True)
-    try:
-        one = run_audit(engine, load_records(DIALOGUE, "generate"), replace(s, epsilons=(1.0,)), embedder=emb)
-    finally:
-        emb.close()
+    # common random numbers: epsilon = inf replays epsilon = 1's walks from memoised nodes, decoding nothing
     assert report.forward_passes == one.forward_passes > 0
+    assert report.rows[0] == one.rows[0]
 
 
 @pytest.mark.model
@@ -433,3 +430,12 @@ def test_cli_audit_json_and_table(tmp_path):
     assert res2.exit_code == 2  # exists without --resume
     res3 = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args, "--resume"])
     assert res3.exit_code == 0, res3.output
+    # the finished log, re-reported with the subsampled-over-T accounting: no new trial
+    lines = out.read_text().splitlines()
+    res4 = _cli([*args, "--resume", "--accounting-queries", "50", "--sampling-rate", "0.2"])
+    assert res4.exit_code == 0, res4.output
+    assert out.read_text().splitlines() == lines
+    rows = json.loads(res4.stdout[res4.stdout.index("{"):])["rows"]
+    assert rows[0]["epsilon_subsampled"] == pytest.approx(
+        subsampled_gaussian_epsilon(rows[0]["sigma"], 1.0, 0.2, 50, 1e-5)) and rows[1]["epsilon_subsampled"] == "inf"
+    assert "eps_T" in res4.stderr and "T = 50" in res4.stderr

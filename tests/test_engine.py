@@ -205,3 +205,53 @@ def test_next_logits_exact_depends_on_the_prompt_alone(engine):
     engine.next_logits(toks[:-3])  # another history: the prefix held, then the suffix reused
     engine.next_logits(toks)
     assert np.array_equal(engine.next_logits(toks, exact=True), fresh)
+
+
+def _top_logprobs(row, k=10):
+    z = row.astype(np.float64)
+    z -= z.max()
+    lp = z - np.log(np.exp(z).sum())
+    top = np.argsort(-lp)[:k]
+    return top, lp[top]
+
+
+def test_held_logits_keep_each_keys_prompt(engine):
+    """Alternating prompts decode each once; rows agree with an empty-cache decode up to rounding."""
+    head = "Text: the sky is blue today\nLabel: objective\nText: "
+    a = engine.tokenize(head + "I love this film so much\nLabel: subjective\nText: water boils\nLabel:", add_bos=True)
+    b = engine.tokenize(head + "I hate rainy mornings\nLabel: subjective\nText: water boils\nLabel:", add_bos=True)
+    engine.clear()
+    n0 = engine.tokens_decoded
+    ra = engine.held_logits(a, "a")
+    assert engine.tokens_decoded - n0 == len(a)
+    rb = engine.held_logits(b, "b")
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert engine.tokens_decoded - n0 == len(a) + len(b) - shared  # b's prefix shares a's cells
+    n1 = engine.tokens_decoded
+    for _ in range(3):  # alternating costs nothing more
+        assert np.array_equal(engine.held_logits(a, "a"), ra)
+        assert np.array_equal(engine.held_logits(b, "b"), rb)
+    assert engine.tokens_decoded == n1
+    # extend a by one token: one token decoded, in a's sequence
+    ext = engine.held_logits(a + [int(np.argmax(ra))], "a")
+    assert engine.tokens_decoded == n1 + 1
+    for got, toks in ((ra, a), (rb, b), (ext, a + [int(np.argmax(ra))])):
+        want = engine.next_logits(toks, exact=True)
+        (gt, gl), (wt, wl) = _top_logprobs(got), _top_logprobs(want)
+        assert gt[0] == wt[0] and abs(gl[0] - wl[0]) < 0.5  # same best token, close log-prob
+    # streams (sequence 0 users) forget every key; results stay correct
+    engine.streams([a])
+    again = engine.held_logits(a, "a")
+    assert _top_logprobs(again)[0][0] == _top_logprobs(ra)[0][0]
+
+
+def test_held_logits_evicts_by_use_and_capacity():
+    from ctxlite.engine import Engine, EngineConfig
+
+    with Engine(None, EngineConfig(n_ctx=64, kv_slots=2, n_seq_max=3, n_threads=1)) as eng:
+        prompts = [eng.tokenize(f"Record {i}: " + "word " * 40, add_bos=True) for i in range(5)]
+        rows = [eng.held_logits(p, i).copy() for i, p in enumerate(prompts)]  # 5 keys, 2 sequences, 128 cells
+        assert len(eng._keyed) <= 2
+        for i in (4, 0, 3):  # evicted or not, every answer is the prompt's row
+            got = eng.held_logits(prompts[i], i)
+            assert _top_logprobs(got)[0][0] == _top_logprobs(rows[i])[0][0]
