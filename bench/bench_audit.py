@@ -16,8 +16,9 @@ and a trial replayed at the other ε of a sweep (common random numbers) walks
 memoised nodes only. ctxlite's
 count includes the detector's reference runs, which the baseline skips.
 
-Cases (``--cases``): ``classify`` (no defense, 64 queries per trial),
-``rnm-sweep`` (RNM, 10 ensembles x 2 shots, ε ∈ {1, 8, inf}), ``generate`` (no
+Cases (``--cases``): ``classify`` (no defense, 64 queries per trial, the
+default), ``classify-256`` (256 queries per trial, where the test suite's
+no-defense audit reaches accuracy >= 0.8), ``rnm-sweep`` (RNM, 10 ensembles x 2 shots, ε ∈ {1, 8, inf}), ``generate`` (no
 defense, 4 queries per trial), ``esa-sweep`` (ESA, 4 ensembles x 2 shots,
 ε ∈ {1, 8, inf}). This is a measurement, not a test.
 
@@ -56,6 +57,8 @@ def cases(args) -> list[Case]:
     return [
         Case("classify", CLASSIFY, AuditSettings(task="classify", mechanism="none", trials=args.trials,
                                                  queries_per_trial=64, shots=args.shots, **common), ">= 100x"),
+        Case("classify-256", CLASSIFY, AuditSettings(task="classify", mechanism="none", trials=args.trials,
+                                                     queries_per_trial=256, shots=args.shots, **common), ">= 100x"),
         Case("rnm-sweep", CLASSIFY, AuditSettings(task="classify", mechanism="rnm", epsilons=(1, 8, math.inf),
                                                   trials=args.sweep_trials, shots=2, ensembles=10, **common), "-"),
         Case("generate", DIALOGUE, AuditSettings(task="generate", mechanism="none", trials=args.gen_trials,
@@ -103,9 +106,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--trials", type=int, default=200, help="classification trials (the audit default)")
     ap.add_argument("--sweep-trials", type=int, default=20, help="RNM sweep trials per epsilon")
-    ap.add_argument("--gen-trials", type=int, default=8, help="generation trials per epsilon")
+    ap.add_argument("--gen-trials", type=int, default=24, help="generation trials per epsilon")
     ap.add_argument("--shots", type=int, default=8, help="shots of the no-defense prompts")
-    ap.add_argument("--cases", default="classify,rnm-sweep,generate,esa-sweep")
+    ap.add_argument("--cases", default="classify,classify-256,rnm-sweep,generate,esa-sweep")
     args = ap.parse_args()
 
     import llama_cpp
