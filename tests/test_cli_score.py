@@ -65,7 +65,10 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     """Ctrl-C mid-run keeps finished records; the re-run only scores the rest."""
     out = tmp_path / "scores.jsonl"
     cmd = [sys.executable, "-m", "ctxlite", "score", "--data", str(data), "--out", str(out), "--ngram", "32"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell that runs the suite in the background starts it with SIGINT ignored, and the child
+    # would inherit that: restore the default so Python installs its KeyboardInterrupt handler
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 2):
         time.sleep(0.2)
