@@ -20,7 +20,8 @@ Cases (``--cases``): ``classify`` (no defense, 64 queries per trial, the
 default), ``classify-256`` (256 queries per trial, where the test suite's
 no-defense audit reaches accuracy >= 0.8), ``rnm-sweep`` (RNM, 10 ensembles x 2 shots, ε ∈ {1, 8, inf}), ``generate`` (no
 defense, 4 queries per trial), ``esa-sweep`` (ESA, 4 ensembles x 2 shots,
-ε ∈ {1, 8, inf}). This is a measurement, not a test.
+ε ∈ {1, 8, inf}); ``breakdown`` times one decode step of 1 and 4 streams and
+an embedding with and without logits. This is a measurement, not a test.
 
     python bench/bench_audit.py [--threads 1] [--cases classify,generate,...]
 """
@@ -101,6 +102,40 @@ def baseline(llm, emb_llm, s: AuditSettings, records) -> float:
     return time.perf_counter() - t0
 
 
+def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
+    """What one unit of generation work costs on this machine (median ms), both tools' floor."""
+    import statistics
+
+    prompt = eng.tokenize(TaskFormat.for_task("generate").prompt(load_records(DIALOGUE, "generate")[:8], ""),
+                          add_bos=True)
+    text = "Ana tells Ben the meeting moved to Friday at noon."
+    toks = emb.tokenize(text, add_bos=True)
+
+    def median_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    for k in (1, 4):
+        streams = eng.streams([prompt] * k)
+        ms = median_ms(lambda: streams.step(np.full(k, 236743, np.int32)))
+        print(f"  one step of {k} stream(s) (one logits row each, {len(prompt)}-token prompt): {ms:7.1f} ms")
+    print(f"  embed a {len(toks)}-token text (embedding mode, logits for every token): "
+          f"{median_ms(lambda: emb.embed(text)):7.1f} ms")
+    n = len(toks)
+
+    def no_logits():
+        eng.clear()
+        eng._decode(np.asarray(toks, np.int32), np.arange(n, dtype=np.int32), np.zeros(n, np.int32),
+                    np.zeros(n, np.int8), None)
+
+    print(f"  the same {n} tokens decoded without logits: {median_ms(no_logits):7.1f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -108,7 +143,7 @@ def main():
     ap.add_argument("--sweep-trials", type=int, default=20, help="RNM sweep trials per epsilon")
     ap.add_argument("--gen-trials", type=int, default=24, help="generation trials per epsilon")
     ap.add_argument("--shots", type=int, default=8, help="shots of the no-defense prompts")
-    ap.add_argument("--cases", default="classify,classify-256,rnm-sweep,generate,esa-sweep")
+    ap.add_argument("--cases", default="breakdown,classify,classify-256,rnm-sweep,generate,esa-sweep")
     args = ap.parse_args()
 
     import llama_cpp
@@ -124,6 +159,9 @@ def main():
     emb_llm = llama_cpp.Llama(model_path=path, embedding=True, **kw)
 
     wanted = args.cases.split(",")
+    if "breakdown" in wanted:
+        print("breakdown: where generation time goes (the same for ctxlite and the baseline)")
+        cost_breakdown(eng, emb)
     for case in cases(args):
         if case.name not in wanted:
             continue

@@ -21,6 +21,16 @@ def _softmax(row, T=1.0):
     return p / p.sum()
 
 
+def _walk_counts(tree, toks, seed: int, n: int) -> dict:
+    """How often each continuation comes out of n walks."""
+    rng = np.random.default_rng(seed)
+    counts: dict = {}
+    for _ in range(n):
+        out = tuple(tree.sample(toks, rng))
+        counts[out] = counts.get(out, 0) + 1
+    return counts
+
+
 def _fit(observed: dict, probs: dict, n: int) -> float:
     """Chi-square p-value of counts over the listed outcomes plus "everything else"."""
     keys = list(probs)
@@ -35,12 +45,8 @@ def test_first_token_frequencies_match_the_model(engine, top_k, tail_budget):
     toks = engine.tokenize(PROMPT, add_bos=True)
     p = _softmax(engine.next_logits(toks))
     tree = ContinuationTree(engine, 1.0, 1, min_new_tokens=0, stop=(), top_k=top_k, max_tail_entries=tail_budget)
-    rng = np.random.default_rng(11)
     n = 4000
-    counts: dict = {}
-    for _ in range(n):
-        out = tuple(tree.sample(toks, rng))
-        counts[out] = counts.get(out, 0) + 1
+    counts = _walk_counts(tree, toks, 11, n)
     top = np.argsort(-p)[:6]
     eog = set(engine.eog_ids.tolist())
     probs = {(() if int(t) in eog else (int(t),)): float(p[t]) for t in top}
@@ -54,12 +60,8 @@ def test_first_token_frequencies_match_the_model(engine, top_k, tail_budget):
 def test_two_token_paths_match_the_model_and_nodes_are_decoded_once(engine):
     toks = engine.tokenize(PROMPT, add_bos=True)
     tree = ContinuationTree(engine, 1.0, 2, min_new_tokens=1, stop=())
-    rng = np.random.default_rng(5)
     n = 2500
-    counts: dict = {}
-    for _ in range(n):
-        out = tuple(tree.sample(toks, rng))
-        counts[out] = counts.get(out, 0) + 1
+    counts = _walk_counts(tree, toks, 5, n)
     assert tree.rows_decoded < n  # most draws reuse a node
     assert tree.rows_decoded <= tree.nodes + min(tree.tail_draws, tree.nodes)  # each row once, each tail once
     # exact path probabilities from fresh rows (EOG banned at depth 0: min_new_tokens = 1)
