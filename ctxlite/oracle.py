@@ -1,4 +1,4 @@
-"""Model access for audits: exact label distributions, batched sampling, embeddings.
+"""Model access for audits: exact label distributions, memoised sampling, embeddings.
 
 Classification fast path. The answer to a classification prompt is decided by
 its first token, so the distribution of a sampled answer is read *exactly*
@@ -12,8 +12,9 @@ is cached by prompt tokens, so n queries on one prompt cost one forward pass
 plus one multinomial draw, and a prompt seen in an earlier trial, ε or
 reference run costs nothing. The row is decoded from an empty cache (no
 prefix reuse), so it depends on the prompt alone and a classification audit
-is reproducible whatever ran before it (a resume included). ``tests/test_audit.py`` checks it against real
-token sampling (``decoding.sample_continuations``) with a chi-square test.
+is reproducible whatever ran before it (a resume included).
+``tests/test_audit.py`` checks it against real token sampling
+(``decoding.sample_continuations``) with a chi-square test.
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
