@@ -416,10 +416,11 @@ class Engine:
         """Put ``prompt`` in sequence 0 in place and write the logits after it to ``out_row``.
 
         Every other sequence is dropped and sequence 0 keeps only the cells it
-        shares with ``prompt`` (``_valid`` leading base tokens), so the cache
-        ends up exactly as a decode of ``prompt`` into an empty cache leaves
-        it (llama.cpp moves its cell search back to the first freed cell):
-        the same cells, the same rounding, only fewer tokens decoded.
+        shares with ``prompt`` (``_valid`` leading base tokens), so each token
+        still sits in the cell of its position (llama.cpp moves its cell
+        search back to the first freed cell) and only the rest is decoded. The
+        row can still differ by rounding from an empty-cache decode: the
+        suffix is decoded in a batch of another shape (see ``next_logits``).
         """
         for seq in range(1, self.config.n_seq_max):
             _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
@@ -429,16 +430,21 @@ class Engine:
             _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
             out_row[:] = self._held_row
             return
-        keep = min(keep, len(prompt) - 1)  # the last token is decoded again for its row
-        _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
         self._base, self._valid, self._held_row = None, 0, None
+        self._decode_tail(_BASE_SEQ, prompt, keep, out_row)
+        self._base, self._valid = list(prompt), len(prompt)
+        self._held_row = out_row.copy()
+
+    def _decode_tail(self, seq: int, tokens: Sequence[int], keep: int, out_row: np.ndarray) -> None:
+        """Drop ``seq``'s cells from ``keep`` on, decode ``tokens`` from there (at least the last
+        token, whose row is needed) and write the logits after ``tokens`` to ``out_row``."""
+        keep = min(keep, len(tokens) - 1)
+        _llama.llama_memory_seq_rm(self._mem, seq, keep, -1)
 
         def take(view, first):
             out_row[:] = view[-1]
 
-        self._decode_seq(prompt[keep:], _BASE_SEQ, keep, len(prompt) - 1 - keep, take)
-        self._base, self._valid = list(prompt), len(prompt)
-        self._held_row = out_row.copy()
+        self._decode_seq(tokens[keep:], seq, keep, len(tokens) - 1 - keep, take)
 
     # ----- 4. keyed prompts ------------------------------------------------
     def held_logits(self, tokens: Sequence[int], key) -> np.ndarray:
@@ -467,16 +473,11 @@ class Engine:
         if keep == len(tokens) == len(entry.tokens) and entry.row is not None:
             return entry.row.copy()
         keep = min(keep, len(tokens) - 1)  # the last token is decoded again for its row
-        _llama.llama_memory_seq_rm(self._mem, entry.seq, keep, -1)
         entry.tokens, entry.row = tokens[:keep], None
         self._make_room(len(tokens) - keep, entry)
         row = np.empty(self.n_vocab, dtype=np.float32)
-
-        def take(view, first):
-            row[:] = view[-1]
-
         try:
-            self._decode_seq(tokens[keep:], entry.seq, keep, len(tokens) - 1 - keep, take)
+            self._decode_tail(entry.seq, tokens, keep, row)
         except DecodeError:
             if not keep and len(self._keyed) == 1 and self._base is None:
                 raise  # alone in an empty cache: a real failure
