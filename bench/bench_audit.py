@@ -21,7 +21,8 @@ default), ``classify-256`` (256 queries per trial, where the test suite's
 no-defense audit reaches accuracy >= 0.8), ``rnm-sweep`` (RNM, 10 ensembles x 2 shots, ε ∈ {1, 8, inf}), ``generate`` (no
 defense, 4 queries per trial), ``esa-sweep`` (ESA, 4 ensembles x 2 shots,
 ε ∈ {1, 8, inf}); ``breakdown`` times one decode step of 1 and 4 streams and
-an embedding with and without logits. This is a measurement, not a test.
+an embedding with and without logits, and measures how much a row moves when
+part of its prompt is decoded as a separate batch. This is a measurement, not a test.
 
     python bench/bench_audit.py [--threads 1] [--cases classify,generate,...]
 """
@@ -134,6 +135,13 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
                     np.zeros(n, np.int8), None)
 
     print(f"  the same {n} tokens decoded without logits: {median_ms(no_logits):7.1f} ms")
+    fresh = eng.next_logits(prompt, exact=True).copy()
+    worst = 0.0
+    for k in (1, 8, 64):  # the prompt again, its last k tokens decoded as a separate batch
+        eng.next_logits(prompt[:-k], exact=True)
+        worst = max(worst, float(np.abs(eng.next_logits(prompt) - fresh).max()))
+    print(f"  rounding: the prompt's row, suffix of 1/8/64 tokens decoded separately vs one batch: "
+          f"max |logit difference| {worst:.3f}")
 
 
 def main():
