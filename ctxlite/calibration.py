@@ -14,9 +14,12 @@ every function here says which one it means:
   :func:`subsampled_gaussian_epsilon`, :func:`calibrate_subsampled_sigma`
   (these need the ``dp-accounting`` package).
 
-Sensitivities depend on the neighbouring relation, which is always explicit
-(:class:`Neighbouring`). Never use the classic sigma = sqrt(2 ln(1.25/delta))/eps
-formula: it is only valid for eps < 1.
+Sensitivities are stated per neighbouring relation (:class:`Neighbouring`).
+With a fixed number m of ensembles, replacing, adding or removing one record
+changes one ensemble's answer, so both relations give the same L2
+sensitivity: sqrt(2) for the RNM histogram, 2C for the ESA sum (the DP-ICL
+mechanisms of Wu et al. 2024 that ContextLeak audits). Never use the classic
+sigma = sqrt(2 ln(1.25/delta))/eps formula: it is only valid for eps < 1.
 """
 
 from __future__ import annotations
@@ -79,36 +82,43 @@ def _check_delta(delta) -> float:
 
 
 def rnm_l2_sensitivity(relation: Neighbouring) -> float:
-    """L2 sensitivity of the report-noisy-max vote histogram.
+    """L2 sensitivity of the report-noisy-max vote histogram: sqrt(2).
 
-    Changing one record changes one ensemble, i.e. one vote. Under REPLACE
-    the vote moves between two classes (one count -1, another +1): sqrt(2).
-    Under ADD_REMOVE one count changes by 1: 1.
+    The m ensembles are fixed, so the histogram n = (n_1, ..., n_k) always
+    sums to m. Replacing, adding or removing one record changes one ensemble's
+    prompt, hence at most one vote, which moves from one class to another:
+    ||n - n'||_2 <= sqrt(1 + 1) under REPLACE and under ADD_REMOVE alike
+    (RNM of Wu et al. 2024, DP-ICL). 1 would hold only if an added record
+    formed a new ensemble whose vote appears.
 
     >>> round(rnm_l2_sensitivity(Neighbouring.REPLACE), 4)
     1.4142
-    >>> rnm_l2_sensitivity(Neighbouring.ADD_REMOVE)
-    1.0
+    >>> round(rnm_l2_sensitivity(Neighbouring.ADD_REMOVE), 4)
+    1.4142
     """
-    relation = _check_relation(relation)
-    return math.sqrt(2.0) if relation is Neighbouring.REPLACE else 1.0
+    _check_relation(relation)
+    return math.sqrt(2.0)
 
 
 def esa_l2_sensitivity(clip_norm: float, relation: Neighbouring) -> float:
-    """L2 sensitivity of the sum of clipped ensemble embeddings (ESA).
+    """L2 sensitivity of the sum of clipped ensemble embeddings (ESA): 2C.
 
-    Each ensemble's embedding is clipped to L2 norm ``clip_norm`` (C). Under
-    REPLACE one clipped vector is swapped for another: ||u - v|| <= 2C. Under
-    ADD_REMOVE one vector appears or disappears: C.
+    Each of the m fixed ensembles' embeddings is clipped to L2 norm
+    ``clip_norm`` (C) and the noise is added to their sum. Replacing, adding
+    or removing one record changes one ensemble's output, i.e. swaps one
+    clipped vector u for another v: ||u - v||_2 <= ||u|| + ||v|| <= 2C, under
+    REPLACE and ADD_REMOVE alike, since an added record joins an existing
+    ensemble (ESA of Wu et al. 2024, DP-ICL). C would hold only if an added
+    record formed a new ensemble.
 
     >>> esa_l2_sensitivity(1.5, Neighbouring.REPLACE)
     3.0
     >>> esa_l2_sensitivity(1.5, Neighbouring.ADD_REMOVE)
-    1.5
+    3.0
     """
     clip_norm = _check_positive("clip_norm", clip_norm)
-    relation = _check_relation(relation)
-    return 2.0 * clip_norm if relation is Neighbouring.REPLACE else clip_norm
+    _check_relation(relation)
+    return 2.0 * clip_norm
 
 
 def gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
@@ -242,7 +252,9 @@ def subsampled_gaussian_epsilon(
     ``discretization`` of it.
 
     Subsampling is analysed under add/remove neighbouring (a sampled record's
-    contribution appears or not), so pass the add/remove sensitivity there.
+    contribution appears or not), so pass the add/remove sensitivity there
+    (:func:`rnm_l2_sensitivity`, :func:`esa_l2_sensitivity`: sqrt(2) and 2C,
+    not 1 and C, since the record joins one of m fixed ensembles).
     With ``sampling_rate=1, num_queries=1`` this is the per-query epsilon of
     :func:`analytic_gaussian_epsilon` (any relation, with that relation's
     sensitivity), up to the discretisation.

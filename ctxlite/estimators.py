@@ -16,7 +16,8 @@ rates into epsilon estimates:
   differentially private machine learning: how private is private SGD?");
 * :func:`gdp_mu` / :func:`gdp_epsilon` -- fit a Gaussian-DP trade-off curve
   through one (TPR, FPR) point (Dong, Roth & Su 2022, "Gaussian differential
-  privacy", Corollary 2.13; Nasr et al. 2023, "Tight auditing of DP ML");
+  privacy", Corollary 2.13; Nasr et al. 2023, "Tight auditing of DP ML"): a
+  model-based estimate, not a bound (it overshoots on non-Gaussian curves);
 * :func:`one_run_epsilon` -- many canaries in one run (Steinke, Nasr &
   Jagielski 2023, "Privacy auditing with one (1) training run").
 
@@ -145,6 +146,28 @@ class Split:
         if not 0.0 < fraction < 1.0:
             raise InvalidParameter(f"Split.fraction must be in (0, 1), got {self.fraction!r}")
         _check_count("Split.seed", self.seed)
+
+    def halves(self, n_in: int, n_out: int) -> Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]:
+        """Trial indices ``((in_select, in_eval), (out_select, out_eval))``.
+
+        Each side keeps round(fraction * n) trials (at least 1, at most n - 1)
+        for selection, drawn by one ``default_rng(seed)`` permutation of the IN
+        trials and then one of the OUT trials; the rest are evaluated. Depends
+        on the sizes only, never on the scores.
+
+        >>> [(a.tolist(), b.tolist()) for a, b in Split(0.5, seed=0).halves(4, 2)]
+        [([2, 0], [1, 3]), ([1], [0])]
+        """
+        n_in = _check_count("n_in", n_in, minimum=2)
+        n_out = _check_count("n_out", n_out, minimum=2)
+        rng = np.random.default_rng(self.seed)
+
+        def split(n: int) -> Tuple[np.ndarray, np.ndarray]:
+            n_sel = min(max(int(round(self.fraction * n)), 1), n - 1)
+            perm = rng.permutation(n)
+            return perm[:n_sel], perm[n_sel:]
+
+        return split(n_in), split(n_out)
 
 
 @dataclass(frozen=True)
@@ -276,7 +299,7 @@ def _cp_lower(k: np.ndarray, n: np.ndarray, a: float) -> np.ndarray:
     k = np.asarray(k)
     n = np.asarray(n)
     safe_k = np.maximum(k, 1)
-    return np.where(k == 0, 0.0, stats.beta.ppf(a, safe_k, n - safe_k + 1))
+    return np.where(k == 0, 0.0, special.betaincinv(safe_k, n - safe_k + 1, a))  # Beta(k, n-k+1) quantile
 
 
 def _cp_upper(k: np.ndarray, n: np.ndarray, a: float) -> np.ndarray:
@@ -284,7 +307,7 @@ def _cp_upper(k: np.ndarray, n: np.ndarray, a: float) -> np.ndarray:
     k = np.asarray(k)
     n = np.asarray(n)
     safe_k = np.minimum(k, n - 1)
-    return np.where(k == n, 1.0, stats.beta.ppf(1.0 - a, safe_k + 1, n - safe_k))
+    return np.where(k == n, 1.0, special.betaincinv(safe_k + 1, n - safe_k, 1.0 - a))  # Beta(k+1, n-k) quantile
 
 
 def _cp_epsilon_array(tp, n_in, fp, n_out, alpha: float, delta: float) -> np.ndarray:
@@ -630,8 +653,12 @@ class CanaryScoreAuditor:
         Measures (TPR, FPR) at :meth:`threshold_at_fpr`, converts it to
         mu = Phi^-1(1 - FPR) - Phi^-1(1 - TPR) (:func:`gdp_mu`) and returns
         :func:`gdp_epsilon` (mu, delta). Assumes the mechanism's trade-off
-        curve is Gaussian (true for the Gaussian mechanism; Nasr et al. 2023).
-        A point estimate, no confidence.
+        curve is Gaussian (true for the Gaussian mechanism; Nasr et al. 2023):
+        a **model-based estimate, not a bound**, with no confidence. On a
+        pure-epsilon mechanism (e.g. randomised response) the Gaussian curve
+        through one measured point implies a larger epsilon at small delta,
+        so it can exceed the true epsilon even with exact rates. ``inf``
+        when FPR = 0 or TPR = 1 at the threshold.
 
         >>> auditor = CanaryScoreAuditor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         ...                              [0, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 9.5])
@@ -709,15 +736,10 @@ class CanaryScoreAuditor:
             raise InvalidParameter(
                 f"Split needs >= 2 trials per side, got n_in={self.n_in}, n_out={self.n_out}"
             )
-        rng = np.random.default_rng(selection.seed)
-
-        def split(scores: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-            n_sel = min(max(int(round(selection.fraction * scores.size)), 1), scores.size - 1)
-            perm = rng.permutation(scores.size)
-            return np.sort(scores[perm[:n_sel]]), np.sort(scores[perm[n_sel:]])
-
-        in_sel, in_eval = split(self._in)
-        out_sel, out_eval = split(self._out)
+        (in_s, in_e), (out_s, out_e) = selection.halves(self.n_in, self.n_out)
+        in_sel, in_eval = np.sort(self._in[in_s]), np.sort(self._in[in_e])
+        out_sel, out_eval = np.sort(self._out[out_s]), np.sort(self._out[out_e])
+        # the threshold is chosen from in_sel / out_sel only (never the evaluation half)
         cands = np.append(np.unique(np.concatenate([in_sel, out_sel])), np.inf)
         tp_s = self._count_at_least(in_sel, cands)
         fp_s = self._count_at_least(out_sel, cands)

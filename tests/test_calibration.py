@@ -21,7 +21,7 @@ from ctxlite.calibration import (
 )
 from ctxlite.errors import InvalidParameter
 
-pytest.importorskip("dp_accounting")
+import dp_accounting  # noqa: E402,F401  (a hard dependency: a broken install must fail here, never skip)
 
 
 # ---------------------------------------------------------------------------
@@ -126,10 +126,12 @@ def test_gaussian_delta_edge_cases():
 
 
 def test_sensitivities():
+    """m fixed ensembles: one record moves one vote / swaps one clipped vector under either relation
+    (brute-forced over neighbouring record sets in test_soundness.py)."""
     assert rnm_l2_sensitivity(Neighbouring.REPLACE) == pytest.approx(math.sqrt(2))
-    assert rnm_l2_sensitivity(Neighbouring.ADD_REMOVE) == 1.0
+    assert rnm_l2_sensitivity(Neighbouring.ADD_REMOVE) == pytest.approx(math.sqrt(2))
     assert esa_l2_sensitivity(3.0, Neighbouring.REPLACE) == 6.0
-    assert esa_l2_sensitivity(3.0, Neighbouring.ADD_REMOVE) == 3.0
+    assert esa_l2_sensitivity(3.0, Neighbouring.ADD_REMOVE) == 6.0
     with pytest.raises(InvalidParameter):
         rnm_l2_sensitivity("replace")
     with pytest.raises(InvalidParameter):
@@ -165,6 +167,30 @@ def test_subsampling_and_composition_are_monotone():
     assert subsampled_gaussian_epsilon(2.0, 1.0, 1.0, 20, 1e-5) > base
     assert subsampled_gaussian_epsilon(4.0, 2.0, 1.0, 10, 1e-5) == pytest.approx(base, abs=1e-9)
     assert subsampled_gaussian_epsilon(0.0, 1.0, 1.0, 1, 1e-5) == math.inf
+
+
+@pytest.mark.parametrize(
+    "epsilon, q, T, old, new",
+    [
+        (1.0, 1.0, 1, 0.684, 1.000),  # one release: the add/remove epsilon is the per-query epsilon
+        (4.0, 0.1, 100, 3.43, 6.10),
+    ],
+)
+def test_subsampled_epsilon_uses_the_true_add_remove_sensitivity(epsilon, q, T, old, new):
+    """RNM's sigma (calibrated for sqrt(2) under replacement) accounted with the add/remove sensitivity.
+
+    The former add/remove sensitivity 1 under-reported epsilon_subsampled (``old``); with
+    sqrt(2) one unsubsampled release gets exactly its per-query epsilon back. ESA's sigma
+    for 2C accounted with 2C is the same Gaussian (mu = 2C / sigma), so the same numbers.
+    """
+    delta = 1e-5
+    sigma = analytic_gaussian_sigma(epsilon, delta, rnm_l2_sensitivity(Neighbouring.REPLACE))
+    accounted = subsampled_gaussian_epsilon(sigma, rnm_l2_sensitivity(Neighbouring.ADD_REMOVE), q, T, delta)
+    assert accounted == pytest.approx(new, abs=5e-3)
+    assert subsampled_gaussian_epsilon(sigma, 1.0, q, T, delta) == pytest.approx(old, abs=5e-3)
+    esa_sigma = analytic_gaussian_sigma(epsilon, delta, esa_l2_sensitivity(0.5, Neighbouring.REPLACE))
+    assert subsampled_gaussian_epsilon(esa_sigma, esa_l2_sensitivity(0.5, Neighbouring.ADD_REMOVE), q, T,
+                                       delta) == pytest.approx(new, abs=5e-3)
 
 
 @pytest.mark.parametrize(

@@ -376,6 +376,22 @@ def test_soundness_check_has_power():
     assert sum(e > eps for e in point) > 3 * MAX_VIOLATIONS
 
 
+def test_gdp_is_an_estimate_not_a_bound():
+    """On eps = 1 randomised response (scores jittered so every threshold is tight) the GDP figure
+    exceeds the true eps in every audit, even at the exact rates (TPR = e * FPR at FPR 0.1):
+    it is a model-based estimate (Dong, Roth & Su 2022), unlike the Clopper--Pearson bound."""
+    eps, delta = 1.0, 1e-5
+    assert gdp_epsilon(gdp_mu(math.e * 0.1, 0.1), delta) == pytest.approx(2.789, abs=1e-3)
+    rng = np.random.default_rng(0)
+    p = 1.0 / (1.0 + math.exp(-eps))
+    gdp = []
+    for _ in range(100):
+        ins = (rng.random(500) < p) + rng.random(500)
+        outs = (rng.random(500) < 1 - p) + rng.random(500)
+        gdp.append(CanaryScoreAuditor(ins, outs).epsilon_gdp(delta, fpr=0.1))
+    assert min(gdp) > eps and np.median(gdp) > 2.5
+
+
 @pytest.mark.parametrize(
     "eps, delta",
     [(1.0, 1e-5), (0.5, 0.2)],  # large delta moves the binding threshold to mid-range scores
