@@ -15,6 +15,7 @@ from ctxlite.errors import (
     DecodeError,
     InvalidParameter,
     ModelError,
+    OutputError,
 )
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "DecodeError",
     "InvalidParameter",
     "ModelError",
+    "OutputError",
     "Engine",
     "EngineConfig",
     "Example",

@@ -48,6 +48,7 @@ from ctxlite.canaries import Canary, CanaryKind, make_canary
 from ctxlite.detectors import CountDetector, Detector, DirectionDetector, LeakDetector
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+from ctxlite.identity import bundled_data_hash, content_hash, differences
 from ctxlite.mechanisms import (
     EmbeddingSpaceAggregation,
     Judge,
@@ -219,8 +220,21 @@ class AuditSettings:
         return out
 
     def log_params(self) -> dict:
-        """The RecordLog header: what a resumed run must match (``params`` less ``REPORT_ONLY``)."""
+        """The settings part of a trial log's identity (``params`` less ``REPORT_ONLY``)."""
         return {k: v for k, v in self.params().items() if k not in self.REPORT_ONLY}
+
+
+BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json", "templates/injection_templates.json")
+"""Package data that shapes an audit: the canary pool, the query, defence and judge templates."""
+
+
+def audit_identity(engine_identity: dict, settings: AuditSettings, records: Sequence[dict],
+                   embedder_identity: dict | None = None) -> dict:
+    """What a trial log must match to be resumed: the model runtime (``Engine.identity()``), the
+    settings that change trials, the private pool's content, the bundled canaries and templates,
+    and the embedding model (generation audits)."""
+    return {**engine_identity, "settings": settings.log_params(), "data": content_hash(list(records)),
+            "bundled_data": bundled_data_hash(*BUNDLED_AUDIT_DATA), "embed_model": embedder_identity}
 
 
 # --------------------------------------------------------------------------
@@ -269,13 +283,23 @@ class AuditReport:
     queries), ``sigma``, ``sensitivity``, ``n_in``/``n_out``,
     ``audit_accuracy`` (threshold optimised on the same trials:
     **optimistic**), ``threshold``/``tpr``/``fpr`` at the empirical FPR
-    target, ``epsilon_point`` (plug-in at that FPR), ``epsilon_lower_bound``
-    (Clopper--Pearson at ``confidence``, threshold chosen on a split),
-    ``epsilon_gdp``, ``utility`` (accuracy or ROUGE-1 on held-out queries) and,
-    when ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
+    target, ``epsilon_point`` (plug-in at that FPR, an estimate),
+    ``epsilon_lower_bound`` (Clopper--Pearson at ``confidence``, threshold
+    chosen on a split: the only **guarantee**, Jagielski et al. 2020),
+    ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
+    a Gaussian trade-off curve (Dong, Roth & Su 2022) and overshoots the true
+    ε of a pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
+    (accuracy or ROUGE-1 on held-out queries) and, when
+    ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
     accounted over T queries that each Poisson-subsample the records at
-    ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity), i.e. the
-    deployment's ε after T answers rather than the audited single release.
+    ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity √2 for
+    RNM, 2C for ESA), i.e. the deployment's ε after T answers rather than the
+    audited single release.
+
+    An estimate that cannot be formed (e.g. fewer than 1/FPR OUT trials, or
+    perfect separation at the threshold) is null, and ``reasons`` maps its key
+    to why; so is a +inf threshold. Only theoretical ε of a σ = 0 setting
+    are infinite; :meth:`to_dict` writes them as the string ``"inf"``.
     """
 
     settings: dict
@@ -289,31 +313,54 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
+
+        def strict(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+            if isinstance(v, dict):
+                return {k: strict(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [strict(x) for x in v]
+            return v
+
+        return strict(asdict(self))
 
     def table(self) -> str:
-        """A readable table of the rows."""
+        """A readable table of the rows; an estimate that could not be formed prints n/a, with its reason below."""
         sub = self.settings.get("accounting_queries") is not None
-        head = f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} {'eps_lb':>7} {'eps_gdp':>8} {'utility':>8}"
+        head = f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} {'eps_lb':>7} {'gdp_est':>8} {'utility':>8}"
         head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
+        missing = []
 
         def f(v, w, p=3):
             if v is None:
                 return f"{'-':>{w}}"
             return f"{v:>{w}.{p}f}" if math.isfinite(v) else f"{'inf':>{w}}"
 
+        def est(r, key, w):
+            if r.get(key) is None and key in r.get("reasons", {}):
+                missing.append((r["epsilon"], key, r["reasons"][key]))
+                return f"{'n/a':>{w}}"
+            return f(r[key], w)
+
         for r in self.rows:
             lines.append(" ".join([f(r["epsilon"], 6, 2), f(r["epsilon_per_trial"], 9, 2), f(r["sigma"], 7),
                                    f(r["audit_accuracy"], 6), f(r["tpr"], 6), f(r["fpr"], 6),
-                                   f(r["epsilon_point"], 7), f(r["epsilon_lower_bound"], 7),
-                                   f(r["epsilon_gdp"], 8), f(r["utility"], 8)]
+                                   est(r, "epsilon_point", 7), f(r["epsilon_lower_bound"], 7),
+                                   est(r, "epsilon_gdp", 8), f(r["utility"], 8)]
                                   + ([f(r["epsilon_subsampled"], 7)] if sub else [])))
         lines.append(f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
-                     f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold); "
+                     f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold; "
+                     f"the guarantee); gdp_est = GDP estimate (model-based, not a bound); "
                      f"theoretical eps: {self.epsilon_kind}"
                      + (f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
                         f"at q = {self.settings['sampling_rate']:g}" if sub else ""))
+        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est"}
+        for eps, key, why in missing:
+            at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
+            lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
         return "\n".join(lines)
 
 
@@ -429,6 +476,12 @@ def run_audit(
                         f"shot(s) need {s.private_size}")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY and embedder is None:
         raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
+    if log is not None:
+        expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
+        diff = differences(log.identity, expected)
+        if diff:
+            raise DataError(f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
+                            "this audit's identity (audit_identity) or choose another log")
     fmt = TaskFormat.for_task(s.task.value)
     oracle = ModelOracle(engine, fmt.labels, s.temperature, embedder, s.max_new_tokens)
     canary = make_canary(s.canary, s.task.value, records, s.seed, engine=engine, labels=fmt.labels)
@@ -458,6 +511,9 @@ def run_audit(
         for i in range(s.trials):
             key = f"eps={ek}/trial={i}"
             rec = log.records.get(key) if log is not None else None
+            if rec is not None and rec.get("canary") != canary.id:
+                raise DataError(f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
+                                f"canary is {canary.id!r}: choose another --out")
             if rec is None:
                 rng = _rng(s.seed, 2, i)
                 z = bool(rng.random() < 0.5)
@@ -478,7 +534,13 @@ def run_audit(
     if s.accounting_queries is not None:
         notes.append(f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
                      f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
-                     "sensitivity); it is not what the audit measures, which is one release per query")
+                     "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
+                     "not what the audit measures, which is one release per query")
+    if s.utility_queries == 0:
+        notes.append("utility: not measured (utility_queries = 0)")
+    elif not game.held_out:
+        notes.append(f"utility: not measured, no held-out records (the private set uses all {len(records)} records "
+                     "of the data: add records to measure it)")
     if s.detector is DetectorKind.DIRECTION and s.attack is Attack.CANARY:
         notes.append(f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
                      "disjoint from the evaluated trials")
@@ -505,8 +567,21 @@ def _detector(s: AuditSettings, fmt: TaskFormat, canary: Canary) -> Detector:
     return DirectionDetector()
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if x is not None and not math.isnan(x) else None
+def _finite(x: float | None) -> float | None:
+    """``x`` as a float if it is finite, else None (JSON null)."""
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> str:
+    """Why the plug-in / GDP estimate at the FPR target cannot be formed."""
+    if n_out * s.fpr < 1:
+        return (f"fewer than 1/FPR = {1 / s.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
+                f"empirical FPR in (0, {s.fpr:g}], so the estimate at that FPR is undefined; raise --trials")
+    if fpr == 0:
+        return "no OUT trial scored at or above the threshold (empirical FPR 0): log(TPR/FPR) is unbounded"
+    if tpr == 1:
+        return "every IN trial scored at or above the threshold (empirical TPR 1): log(TNR/FNR) is unbounded"
+    return "the estimate is not finite on these trials"  # pragma: no cover - the cases above are exhaustive
 
 
 def _row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> dict:
@@ -526,6 +601,20 @@ def _row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> d
     if s.accounting_queries is not None:
         subsampled = subsampled_gaussian_epsilon(mech.sigma, mech.add_remove_sensitivity, s.sampling_rate,
                                                  s.accounting_queries, s.delta)
+    # estimates that cannot be formed are null with a reason (never inf/NaN in the JSON)
+    reasons = {}
+    estimates = {"epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
+                 "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)}
+    for key, value in estimates.items():
+        if n_out * s.fpr < 1 or not math.isfinite(value):
+            estimates[key] = None
+            reasons[key] = _unbounded_reason(s, n_out, tpr, fpr)
+    no_call = "no observed score has empirical FPR <= {:g}: the threshold is +inf (no trial called present)"
+    if not math.isfinite(t):
+        reasons["threshold"] = no_call.format(s.fpr)
+    if not math.isfinite(cp.threshold):
+        reasons["lower_bound_threshold"] = ("the selection half preferred +inf (no trial called present); "
+                                            "the bound at it is 0")
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -534,15 +623,17 @@ def _row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> d
         "n_in": n_in,
         "n_out": n_out,
         "audit_accuracy": auditor.audit_accuracy(),
-        "threshold": t,
+        "threshold": _finite(t),
         "tpr": tpr,
         "fpr": fpr,
-        "epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
+        "epsilon_point": estimates["epsilon_point"],
         "epsilon_lower_bound": cp.epsilon,
         "lower_bound_counts": {"tp": cp.true_positives, "n_in": cp.n_in, "fp": cp.false_positives,
-                               "n_out": cp.n_out, "threshold": cp.threshold},
+                               "n_out": cp.n_out, "threshold": _finite(cp.threshold)},
         "confidence": s.confidence,
-        "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr),
+        "epsilon_gdp": estimates["epsilon_gdp"],
+        "epsilon_gdp_kind": "model-based estimate, not a bound",
+        "reasons": reasons,
         "epsilon_subsampled": subsampled,
         "accounting": None if subsampled is None else {"queries": s.accounting_queries,
                                                        "sampling_rate": s.sampling_rate,

@@ -73,6 +73,82 @@ def _init_backend() -> None:
     _backend_ready = True
 
 
+class _InterruptDuringLoad:
+    """Ctrl-C while llama.cpp loads a model: remember it, abort the load, raise it after.
+
+    A Python exception raised inside a C callback is printed and swallowed by
+    ctypes, so the default handler would lose the interrupt. While loading,
+    SIGINT only sets a flag; llama.cpp polls the load's progress callback,
+    which returns False to abort once the flag is set.
+    """
+
+    pending = False
+
+    @staticmethod
+    def handler(signum, frame):
+        _InterruptDuringLoad.pending = True
+
+
+@_llama.llama_progress_callback
+def _load_progress(progress, user_data):  # pragma: no cover - called from C
+    return not _InterruptDuringLoad.pending
+
+
+def _load_model(path: Path, n_gpu_layers: int):
+    """``llama_model_load_from_file`` that a Ctrl-C aborts promptly (``KeyboardInterrupt``)."""
+    import signal
+    import threading
+
+    mparams = _llama.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    mparams.progress_callback = _load_progress
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _InterruptDuringLoad.handler) if main else None
+    _InterruptDuringLoad.pending = False
+    try:
+        model = _llama.llama_model_load_from_file(str(path).encode(), mparams)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if _InterruptDuringLoad.pending:
+        _InterruptDuringLoad.pending = False
+        if model:
+            _llama.llama_model_free(model)
+        raise KeyboardInterrupt
+    if not model:
+        raise ModelError(
+            f"llama.cpp could not load {path}: truncated, corrupt or unsupported GGUF "
+            f"(set CTXLITE_LLAMA_LOG=1 to see llama.cpp's reason)"
+        )
+    return model
+
+
+def _meta_int(model, key: str) -> int | None:
+    """An integer of the model's GGUF metadata under ``{architecture}.{key}``, or None."""
+    buf = ctypes.create_string_buffer(256)
+    if _llama.llama_model_meta_val_str(model, b"general.architecture", buf, 256) < 0:
+        return None
+    arch = buf.value.decode()
+    if _llama.llama_model_meta_val_str(model, f"{arch}.{key}".encode(), buf, 256) < 0:
+        return None
+    try:
+        return int(buf.value)
+    except ValueError:
+        return None
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """llama.cpp settings (names mirror llama.cpp's CLI flags).
@@ -119,20 +195,18 @@ class Engine:
         self.model_path: Path = resolve_model(model)
         self.embeddings = embeddings
         _init_backend()
-        mparams = _llama.llama_model_default_params()
-        mparams.n_gpu_layers = self.config.n_gpu_layers
-        self._model = _llama.llama_model_load_from_file(str(self.model_path).encode(), mparams)
-        if not self._model:
-            raise ModelError(
-                f"llama.cpp could not load {self.model_path}: truncated, corrupt or unsupported GGUF "
-                f"(set CTXLITE_LLAMA_LOG=1 to see llama.cpp's reason)"
-            )
+        self._ctx = None
+        self._batch = None
+        self._model = _load_model(self.model_path, self.config.n_gpu_layers)
         self._vocab = _llama.llama_model_get_vocab(self._model)
         self.n_vocab: int = _llama.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train: int = _llama.llama_model_n_ctx_train(self._model)
         self.n_embd: int = _llama.llama_model_n_embd(self._model)
-        self._ctx = None
-        self._batch = None
+        try:
+            self._check_resources()
+        except InvalidParameter:
+            self.close()
+            raise
         self._make_context()
         self._base: list[int] | None = None
         self._valid = 0  # leading cells of sequence 0 that still hold base tokens
@@ -142,6 +216,29 @@ class Engine:
         self._eog_ids: np.ndarray | None = None
 
     # ----- lifecycle -------------------------------------------------------
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the f16 KV cache this config allocates: cells × layers × (K + V widths) × 2."""
+        n_layer = _llama.llama_model_n_layer(self._model)
+        n_head = max(1, _llama.llama_model_n_head(self._model))
+        n_head_kv = _llama.llama_model_n_head_kv(self._model) or n_head
+        head_dim = _meta_int(self._model, "attention.key_length") or self.n_embd // n_head
+        v_dim = _meta_int(self._model, "attention.value_length") or head_dim
+        cells = self.config.n_ctx * self.config.kv_slots
+        return cells * n_layer * n_head_kv * (head_dim + v_dim) * 2
+
+    def _check_resources(self) -> None:
+        """Refuse a context the model was not trained for, or whose KV cache would not fit in memory."""
+        name = self.model_path.name
+        if self.config.n_ctx > self.n_ctx_train:
+            raise InvalidParameter(f"--n-ctx {self.config.n_ctx} is larger than the {self.n_ctx_train} tokens {name} "
+                                   f"was trained on: use at most {self.n_ctx_train}")
+        need, free = self.kv_cache_bytes(), _available_memory()
+        if self.config.n_gpu_layers == 0 and free is not None and need > 0.8 * free:
+            raise InvalidParameter(
+                f"--n-ctx {self.config.n_ctx} needs a {need / 2**30:.1f} GiB KV cache ({self.config.kv_slots} "
+                f"windows) but only {free / 2**30:.1f} GiB of memory is available: lower --n-ctx"
+            )
+
     def _make_context(self) -> None:
         cfg = self.config
         cp = _llama.llama_context_default_params()
@@ -530,6 +627,12 @@ class Engine:
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
 
     # ----- metadata -------------------------------------------------------
+    def identity(self) -> dict:
+        """What identifies this engine's numbers in a run log (see :func:`ctxlite.identity.engine_part`)."""
+        from ctxlite.identity import engine_part
+
+        return engine_part(self.model_path, self.config)
+
     def describe(self) -> dict:
         """Run metadata: model file, llama.cpp build and engine settings."""
         from ctxlite import models

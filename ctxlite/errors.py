@@ -14,6 +14,8 @@ Exit codes (documented in the README):
 4     bad input data: empty/malformed JSONL, non-UTF-8, bad fields
 5     does not fit: prompt longer than the context window
 6     llama.cpp failed to decode (its return code is in the message)
+7     a file ctxlite must write cannot be written (permissions, a
+      directory, a path under a regular file, a full disk)
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -53,6 +55,28 @@ class DecodeError(CtxliteError, RuntimeError):
     """llama.cpp returned a non-zero status from ``llama_decode``."""
 
     exit_code = 6
+
+
+class OutputError(CtxliteError, OSError):
+    """A file ctxlite must write (a log, the model cache) cannot be written."""
+
+    exit_code = 7
+
+
+def output_error(path, exc: OSError, what: str = "file") -> OutputError:
+    """One line for an ``OSError`` met while writing ``path``: what, where, why."""
+    import errno
+
+    why = {
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EROFS: "read-only file system",
+        errno.ENOTDIR: "a part of the path is a regular file, not a folder",
+        errno.EISDIR: "it is a directory",
+        errno.ENOSPC: "no space left on the device",
+        errno.ENOENT: "a folder on the path does not exist",
+    }.get(exc.errno, exc.strerror or type(exc).__name__)
+    return OutputError(f"cannot write the {what} {path}: {why}")
 
 
 EXIT_INTERRUPTED = 130

@@ -27,6 +27,7 @@ import numpy as np
 from ctxlite import kernels
 from ctxlite.decoding import SamplingSettings, check_epsilon, check_lambda, generate
 from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.identity import content_hash
 from ctxlite.regurgitation import regurgitation
 from ctxlite.templates import PromptTemplate, get_template
 
@@ -86,6 +87,13 @@ class Example:
     def __post_init__(self):
         if not self.context.strip():
             raise DataError(f"example {self.id or '?'}: the context is empty")
+        if self.response is not None and not self.response.strip():
+            raise DataError(f"example {self.id or '?'}: the response is empty (omit it to generate one)")
+
+    def input_hash(self) -> str:
+        """Content hash of everything of the example a result depends on (context, query, response, source)."""
+        return content_hash({"context": self.context, "query": self.query, "response": self.response,
+                             "source": self.source})
 
 
 @dataclass
@@ -244,6 +252,11 @@ class InfluenceScorer:
     def score(self, example: Example) -> ExampleResult:
         """Influence of the context (and each n-gram) for every λ (and context size) in the settings."""
         full = self.encode(example)
+        too_long = [k for k in self.settings.context_sizes if k > len(full.context)]
+        if too_long:
+            raise DataError(f"example {example.id or '?'}: its context has {len(full.context)} tokens, fewer than the "
+                            f"context size(s) {', '.join(map(str, too_long))} asked for (a result is never labelled "
+                            "with a size it did not use)")
         results = []
         for size in self.settings.context_sizes or (None,):
             enc = full if size is None else EncodedPrompt(full.prefix, full.context[:size], full.suffix)

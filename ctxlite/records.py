@@ -5,9 +5,10 @@ file, malformed JSON, a line that is not an object, a missing or empty field.
 
 Output: ``RecordLog`` writes one JSON object per line and flushes + fsyncs each
 one, so Ctrl-C or a crash loses at most the record in flight. The first line is
-a header ``{"type": "run", "params": ...}``; re-opening the same file with the
-same params resumes (finished keys are skipped), with different params it is
-refused rather than silently mixing two runs. A torn last line is dropped.
+a header ``{"type": kind, "identity": ...}``; re-opening the same file with the
+same identity resumes (finished records are reused only for the input hash
+they were computed for), with another identity it is refused rather than
+silently mixing two runs. A torn last line is dropped.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ctxlite.errors import DataError
+from ctxlite.errors import DataError, OutputError, output_error
+from ctxlite.identity import differences, normalise
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Line:
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
-    """Read a UTF-8 text file; a clear ``DataError`` if missing or not UTF-8."""
+    """Read a UTF-8 text file (a leading BOM is dropped); a clear ``DataError`` if missing or not UTF-8."""
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -37,8 +39,10 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise DataError(f"{what} not found: {p}") from None
     except IsADirectoryError:
         raise DataError(f"{what} is a directory, not a file: {p}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read the {what} {p}: {exc.strerror or exc}") from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not content
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
@@ -65,6 +69,10 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (), strings: I
             value = data.get(key)
             if value is None or (isinstance(value, str) and not value.strip()):
                 raise DataError(f"{path}:{number}: field {key!r} is missing or empty")
+        bad = _unencodable_field(data)
+        if bad is not None:
+            raise DataError(f"{path}:{number}: field {bad!r} holds an unpaired surrogate escape (like \\ud800): "
+                            "not valid Unicode text")
         for key in strings:
             if key in data and data[key] is not None and not isinstance(data[key], str):
                 raise DataError(f"{path}:{number}: field {key!r} must be a string, got {type(data[key]).__name__}")
@@ -74,28 +82,106 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (), strings: I
     return lines
 
 
-class RecordLog:
-    """Append-only JSONL result log that a re-run resumes.
+def unencodable(text: str) -> bool:
+    """True if ``text`` cannot be written as UTF-8 (it holds a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
-    >>> log = RecordLog("runs/x.jsonl", {"ngram": 8})   # doctest: +SKIP
-    >>> if not log.done("ex-1"): log.append("ex-1", {...})
+
+def _unencodable_field(data: dict) -> str | None:
+    """The first field whose value (at any depth) holds a string that is not valid Unicode."""
+
+    def bad(v) -> bool:
+        if isinstance(v, str):
+            return unencodable(v)
+        if isinstance(v, dict):
+            return any(bad(k) or bad(x) for k, x in v.items())
+        if isinstance(v, list):
+            return any(bad(x) for x in v)
+        return False
+
+    return next((k for k, v in data.items() if bad(k) or bad(v)), None)
+
+
+def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> None:
+    diff = [d for d in differences(logged, current) if not any(d == i or d.startswith(i + ".") for i in ignore)]
+    if diff:
+        shown = ", ".join(diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
+        raise DataError(
+            f"{path} was written by a different run ({shown} differ): re-run with the same input, "
+            "model and settings to resume, or choose another --out"
+        )
+
+
+class RecordLog:
+    """Append-only JSONL result log that a re-run resumes, bound to one run identity.
+
+    The header ``{"type": kind, "identity": {...}}`` holds everything that
+    determines the results (see :mod:`ctxlite.identity`); re-opening the file
+    with another identity is refused, naming the dotted paths that differ.
+    A record stored with an ``input`` hash is returned by :meth:`get` only for
+    that same hash. Reading needs no write access: the file is opened for
+    appending at the first :meth:`append`, and new logs are created owner-only
+    (mode 0600) because they hold the private text.
+
+    >>> log = RecordLog("runs/x.jsonl", {"settings": {"ngram": 8}})   # doctest: +SKIP
+    >>> if log.get("ex-1", input_hash) is None: log.append("ex-1", {...}, input_hash)
     """
 
-    def __init__(self, path: str | os.PathLike, params: dict, kind: str = "run"):
+    def __init__(self, path: str | os.PathLike, identity: dict, kind: str = "run"):
         self.path = Path(path)
-        self.params = json.loads(json.dumps(params))  # normalise (tuples -> lists)
+        self.kind = kind
+        self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
-        if self.path.exists() and self.path.stat().st_size > 0:
-            self._load(kind)
+        self._file = None
+        self._keep_bytes: int | None = None  # a torn last line to cut before the first append
+        try:
+            if self.path.is_dir():
+                raise OutputError(f"cannot write the result log {self.path}: it is a directory")
+            exists = self.path.exists() and self.path.stat().st_size > 0
+        except OSError as exc:
+            if isinstance(exc, OutputError):
+                raise
+            raise output_error(self.path, exc, "result log") from None
+        if exists:
+            self._load()
         else:
+            self._write_header()
+
+    @staticmethod
+    def check_existing(path: str | os.PathLike, identity: dict, kind: str = "run", ignore=()) -> None:
+        """Refuse now (``DataError``) if ``path`` is a log of another run, comparing all but the ``ignore``d paths.
+
+        For a check before expensive work whose result still changes a part of
+        the identity (a template search choosing the template index).
+        """
+        p = Path(path)
+        if not (p.is_file() and p.stat().st_size > 0):
+            return
+        first = read_text(p, "result log").split("\n", 1)[0]
+        try:
+            header = json.loads(first)
+        except json.JSONDecodeError:
+            header = None
+        if not isinstance(header, dict) or header.get("type") != kind or not isinstance(header.get("identity"), dict):
+            raise DataError(f"{p} exists and is not a ctxlite {kind} log: choose another --out")
+        _refuse_differences(p, header["identity"], normalise(identity), ignore)
+
+    def _write_header(self) -> None:
+        try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"type": kind, "params": self.params}) + "\n")
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"type": self.kind, "identity": self.identity}, allow_nan=False) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-        self._file = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise output_error(self.path, exc, "result log") from None
 
-    def _load(self, kind: str) -> None:
+    def _load(self) -> None:
         text = read_text(self.path, "result log")
         lines = text.split("\n")
         complete, torn = lines[:-1], lines[-1]
@@ -103,15 +189,9 @@ class RecordLog:
             header = json.loads(complete[0]) if complete else None
         except json.JSONDecodeError:
             header = None
-        if not isinstance(header, dict) or header.get("type") != kind or not isinstance(header.get("params"), dict):
-            raise DataError(f"{self.path} exists and is not a ctxlite {kind} log: choose another --out")
-        if header["params"] != self.params:
-            old = header["params"]
-            diff = sorted(k for k in set(old) | set(self.params) if old.get(k) != self.params.get(k))
-            raise DataError(
-                f"{self.path} was written with different parameters ({', '.join(diff)}): "
-                "re-run with the same ones to resume, or choose another --out"
-            )
+        if not isinstance(header, dict) or header.get("type") != self.kind or not isinstance(header.get("identity"), dict):
+            raise DataError(f"{self.path} exists and is not a ctxlite {self.kind} log: choose another --out")
+        _refuse_differences(self.path, header["identity"], self.identity)
         for number, raw in enumerate(complete[1:], start=2):
             if not raw.strip():
                 continue
@@ -121,22 +201,49 @@ class RecordLog:
                 rec = None
             if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
                 raise DataError(f"{self.path}:{number}: corrupt record in the result log")
-            self.records[rec["key"]] = rec
-        if torn.strip():  # only now, for our own log: drop the partial line of an interrupted write
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(text[: len(text) - len(torn)])
-                f.flush()
-                os.fsync(f.fileno())
+            self.records[rec["key"]] = rec  # a later record of a key supersedes an earlier one
+        if torn.strip():  # an interrupted write: cut the partial line now if we may, else before appending
+            self._keep_bytes = len(text[: len(text) - len(torn)].encode("utf-8"))
+            try:
+                self._open_for_append()
+            except OutputError:
+                pass  # read-only: reading works, a later append says why it cannot write
+
+    def _open_for_append(self):
+        if self._file is None:
+            try:
+                f = open(self.path, "r+b")
+                if self._keep_bytes is not None:
+                    f.truncate(self._keep_bytes)
+                    os.fsync(f.fileno())
+                    self._keep_bytes = None
+                f.seek(0, os.SEEK_END)
+            except OSError as exc:
+                raise output_error(self.path, exc, "result log") from None
+            self._file = f
+        return self._file
 
     def done(self, key: str) -> bool:
         return key in self.records
 
-    def append(self, key: str, record: dict) -> None:
-        """Write one finished record durably (flush + fsync)."""
-        record = {"key": key, **record}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+    def get(self, key: str, input_hash: str | None = None) -> dict | None:
+        """The finished record of ``key``, or None; with ``input_hash``, only if it was computed for that input."""
+        rec = self.records.get(key)
+        if rec is None or (input_hash is not None and rec.get("input") != input_hash):
+            return None
+        return rec
+
+    def append(self, key: str, record: dict, input_hash: str | None = None) -> None:
+        """Write one finished record durably (flush + fsync); ``input_hash`` binds it to its input."""
+        record = {"key": key, **({"input": input_hash} if input_hash is not None else {}), **record}
+        line = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
+        f = self._open_for_append()
+        try:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as exc:
+            raise output_error(self.path, exc, "result log") from None
         self.records[key] = record
 
     def __iter__(self) -> Iterator[dict]:
@@ -146,7 +253,9 @@ class RecordLog:
         return len(self.records)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __enter__(self):
         return self

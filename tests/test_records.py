@@ -2,10 +2,11 @@
 and the append-only, resumable RecordLog (header, resume, refusal, torn lines)."""
 
 import json
+import os
 
 import pytest
 
-from ctxlite.errors import CtxliteError, DataError
+from ctxlite.errors import CtxliteError, DataError, OutputError
 from ctxlite.records import Line, RecordLog, read_jsonl, read_text
 
 
@@ -130,7 +131,8 @@ def test_new_log_writes_the_header_first(tmp_path):
     with RecordLog(p, PARAMS, kind="score-run") as log:
         assert len(log) == 0 and not log.done("x")
     lines = p.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(l) for l in lines] == [{"type": "score-run", "params": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}]
+    assert [json.loads(l) for l in lines] == [{"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}]
+    assert p.stat().st_mode & 0o777 == 0o600  # the log holds private text: owner-only
 
 
 def test_append_then_reopen_with_same_params_resumes(tmp_path):
@@ -173,16 +175,16 @@ def test_reopen_with_different_params_is_refused_naming_the_key(tmp_path, change
     with pytest.raises(DataError) as info:
         RecordLog(p, {**PARAMS, **changed})
     msg = str(info.value)
-    assert f"({key})" in msg, msg
+    assert f"({key} differ)" in msg, msg
     others = set(PARAMS) - {key}
-    assert not any(o in msg.split("parameters")[1] for o in others), msg
+    assert not any(o in msg.split("different run")[1] for o in others), msg
     assert p.read_bytes() == before
 
 
 def test_missing_key_counts_as_a_differing_param(tmp_path):
     p = tmp_path / "run.jsonl"
     RecordLog(p, PARAMS).close()
-    with pytest.raises(DataError, match=r"\(ngram\)"):
+    with pytest.raises(DataError, match=r"\(ngram differ\)"):
         RecordLog(p, {k: v for k, v in PARAMS.items() if k != "ngram"})
 
 
@@ -225,7 +227,8 @@ def test_corrupt_record_in_the_middle_names_the_line(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["just some notes\n", '{"type": "other", "params": {}}\n', '{"not": "a header"}\n', "\n"],
+    ["just some notes\n", '{"type": "other", "identity": {}}\n', '{"not": "a header"}\n', "\n",
+     '{"type": "run", "params": {}}\n'],
 )
 def test_a_file_that_is_not_a_log_is_refused(tmp_path, content):
     p = tmp_path / "notes.txt"
@@ -259,9 +262,82 @@ def test_a_foreign_jsonl_file_with_non_object_first_line_is_a_data_error(tmp_pat
         RecordLog(p, PARAMS)
 
 
-@pytest.mark.parametrize("header", ['{"type": "run"}', '{"type": "run", "params": 5}'])
+@pytest.mark.parametrize("header", ['{"type": "run"}', '{"type": "run", "identity": 5}'])
 def test_a_header_without_params_object_is_a_data_error(tmp_path, header):
     p = tmp_path / "run.jsonl"
     p.write_text(header + "\n", encoding="utf-8")
     with pytest.raises(DataError):
         RecordLog(p, PARAMS)
+
+
+def test_nested_identity_differences_are_named_by_dotted_path(tmp_path):
+    p = tmp_path / "run.jsonl"
+    ident = {"model": {"sha256": "a"}, "settings": {"ngram": 8, "sampling": {"seed": 0}}}
+    RecordLog(p, ident).close()
+    changed = {"model": {"sha256": "b"}, "settings": {"ngram": 8, "sampling": {"seed": 1}}}
+    with pytest.raises(DataError, match=r"\(model\.sha256, settings\.sampling\.seed differ\)"):
+        RecordLog(p, changed)
+
+
+def test_a_record_is_reused_only_for_its_own_input_hash(tmp_path):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1}, input_hash="sha256:aa")
+    with RecordLog(p, PARAMS) as log:
+        assert log.get("ex-1", "sha256:aa")["v"] == 1
+        assert log.get("ex-1", "sha256:bb") is None  # same key, other input: not this input's result
+        log.append("ex-1", {"v": 2}, input_hash="sha256:bb")  # the recomputed record supersedes the old one
+    with RecordLog(p, PARAMS) as log:
+        assert log.get("ex-1", "sha256:bb")["v"] == 2 and log.get("ex-1", "sha256:aa") is None
+
+
+def test_a_finished_read_only_log_can_be_read(tmp_path):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1})
+    with open(p, "a", encoding="utf-8") as f:
+        f.write('{"key": "torn')  # a torn line too: cutting it needs write access, reading does not
+    p.chmod(0o444)
+    try:
+        with RecordLog(p, PARAMS) as log:
+            assert log.get("ex-1")["v"] == 1
+            if os.geteuid() != 0:  # root may write anyway
+                with pytest.raises(OutputError, match="cannot write the result log"):
+                    log.append("ex-2", {"v": 2})
+    finally:
+        p.chmod(0o644)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "directory"])
+def test_an_unwritable_log_path_is_an_output_error(tmp_path, where):
+    target = tmp_path / "file.txt"
+    target.write_text("x", encoding="utf-8")
+    p = target / "run.jsonl" if where == "under_a_file" else tmp_path
+    with pytest.raises(OutputError, match="cannot write the result log") as info:
+        RecordLog(p, PARAMS)
+    assert info.value.exit_code == 7
+
+
+def test_check_existing_ignores_only_the_named_paths(tmp_path):
+    p = tmp_path / "run.jsonl"
+    ident = {"settings": {"template_index": 0, "trials": 10}}
+    RecordLog(p, ident, kind="audit").close()
+    RecordLog.check_existing(p, {"settings": {"template_index": 3, "trials": 10}}, kind="audit",
+                             ignore=("settings.template_index",))
+    with pytest.raises(DataError, match=r"settings\.trials differ"):
+        RecordLog.check_existing(p, {"settings": {"template_index": 3, "trials": 11}}, kind="audit",
+                                 ignore=("settings.template_index",))
+    RecordLog.check_existing(tmp_path / "absent.jsonl", ident, kind="audit")  # nothing to check
+
+
+def test_lone_surrogates_in_a_field_are_a_data_error_naming_the_field(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"context": "ok"}\n{"context": "bad \\ud800 text"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"d\.jsonl:2: field 'context' holds an unpaired surrogate"):
+        read_jsonl(p, required=("context",))
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + b'{"context": "x"}\n')
+    assert read_jsonl(p, required=("context",))[0].data == {"context": "x"}

@@ -14,6 +14,9 @@ from ctxlite._version import __version__
 from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
 
 
+INTERRUPTED = "ctxlite: interrupted; finished records are kept, re-run the same command to resume"
+
+
 class _Group(click.Group):
     def invoke(self, ctx):
         try:
@@ -22,8 +25,22 @@ class _Group(click.Group):
             click.echo(f"ctxlite: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("ctxlite: interrupted; finished records are kept, re-run the same command to resume", err=True)
+            click.echo(INTERRUPTED, err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Click's main, except that Ctrl-C outside a command (while parsing) also exits 130, not 1."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            click.echo(INTERRUPTED, err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,7 +5,17 @@ import math
 
 import click
 
-from ctxlite.cli.options import NumberList, build_engine, emit_json, engine_kwargs, engine_options, progress
+from ctxlite.cli.options import (
+    TEXT,
+    NumberList,
+    build_engine,
+    emit_json,
+    engine_config,
+    engine_kwargs,
+    engine_options,
+    given_explicitly,
+    progress,
+)
 
 
 def _jsonable(obj):
@@ -22,22 +32,30 @@ def _jsonable(obj):
 @click.command()
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False),
               help="Private set (JSONL): text/label for classify, dialogue/summary for generate.")
-@click.option("--task", type=click.Choice(["classify", "generate"]), default="classify", show_default=True)
+@click.option("--task", type=click.Choice(["classify", "generate"]), default="classify", show_default=True,
+              help="classify: the model answers a label; generate: it writes text (dialogue summaries).")
 @click.option("--mechanism", type=click.Choice(["none", "prompt-l1", "prompt-l2", "judge", "rnm", "esa"]),
               default="none", show_default=True, help="Private ICL method under audit.")
 @click.option("--epsilon", "epsilons", type=NumberList(minimum=0, strict=True, allow_inf=True), default=None,
               help="Theoretical per-query epsilons for rnm/esa, e.g. 1,2,4,8,inf [default: 1,2,4,8,inf].")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True)
-@click.option("--canary", type=click.Choice(["hex", "unigram", "semantic"]), default="hex", show_default=True)
-@click.option("--query", type=click.Choice(["input-output", "if-then", "if-then-blind"]), default="input-output",
-              show_default=True)
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
+              help="δ of the theoretical ε and of the empirical ε estimates.")
+@click.option("--canary", type=click.Choice(["hex", "unigram", "semantic"]), default="hex", show_default=True,
+              help="Canary kind: random hex string, rare tokens of the model's vocabulary, or a curated sentence.")
+@click.option("--query-kind", "query", type=click.Choice(["input-output", "if-then", "if-then-blind"]),
+              default="input-output", show_default=True, help="The audit query asked about the canary.")
+@click.option("--query", "query_alias", type=click.Choice(["input-output", "if-then", "if-then-blind"]),
+              default=None, hidden=True, help="Old name of --query-kind.")
 @click.option("--template-index", type=click.IntRange(0), default=0, show_default=True,
               help="Which candidate query template of that kind to use.")
 @click.option("--search-template", is_flag=True, help="Pick the query template by held-out audit accuracy first.")
 @click.option("--attack", type=click.Choice(["canary", "injection"]), default="canary", show_default=True,
               help="injection = the prompt-injection baseline (asks the model to print the examples).")
-@click.option("--detector", type=click.Choice(["direction", "count"]), default="direction", show_default=True)
-@click.option("--trials", type=click.IntRange(4), default=200, show_default=True)
+@click.option("--detector", type=click.Choice(["direction", "count"]), default="direction", show_default=True,
+              help="direction: project onto the IN-minus-OUT direction of reference runs; count: frequency of "
+                   "the canary's label (classify).")
+@click.option("--trials", type=click.IntRange(4), default=200, show_default=True,
+              help="Trials of the membership game per epsilon (Z drawn with probability 1/2 each).")
 @click.option("--queries-per-trial", type=click.IntRange(1), default=None,
               help="Queries per trial [default: 1 for rnm/esa, 64 classify, 4 generate].")
 @click.option("--shots", type=click.IntRange(1), default=None,
@@ -47,45 +65,57 @@ def _jsonable(obj):
               help="Paired reference runs per epsilon for the direction detector.")
 @click.option("--temperature", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Sampling temperature of the audited model (0 = greedy).")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=24, show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(1), default=24, show_default=True,
+              help="Longest sampled answer, in tokens (text outputs: generate, injection).")
 @click.option("--clip-norm", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
               help="ESA clip norm C of the unit-normalised embeddings.")
-@click.option("--utility-queries", type=click.IntRange(0), default=20, show_default=True)
+@click.option("--utility-queries", type=click.IntRange(0), default=20, show_default=True,
+              help="Held-out records queried to measure utility (0 = none).")
 @click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
-              show_default=True)
+              show_default=True, help="Confidence 1 - α of the epsilon lower bound.")
 @click.option("--accounting-queries", type=click.IntRange(1), default=None, metavar="T",
               help="Also report each sigma's epsilon subsampled over T queries (rnm/esa; PLD accountant).")
 @click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
               help="Poisson rate q at which each of those T queries samples a record.")
 @click.option("--resample-data", is_flag=True, help="Re-draw the private set every trial (average-case audit).")
-@click.option("--embed-model", default=None, metavar="PATH", help="GGUF for embeddings [default: the audited model].")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--embed-model", type=TEXT, default=None, metavar="NAME|PATH", help="GGUF for embeddings [default: the audited model].")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Seed of the whole game: private set, canary, trials, noise.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Append every trial to this JSONL log (resumable).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
 @engine_options
-def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_index, search_template, attack,
-          detector, trials, queries_per_trial, shots, ensembles, reference_runs, temperature, max_new_tokens,
-          clip_norm, utility_queries, confidence, accounting_queries, sampling_rate, resample_data, embed_model, seed, out_path, resume, **kwargs):
+def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alias, template_index, search_template,
+          attack, detector, trials, queries_per_trial, shots, ensembles, reference_runs, temperature, max_new_tokens,
+          clip_norm, utility_queries, confidence, accounting_queries, sampling_rate, resample_data, embed_model, seed,
+          out_path, resume, **kwargs):
     """Audit private in-context learning with canaries (ContextLeak).
 
     Each trial swaps a canary record into the private set with probability
     1/2, asks the fixed audit query and scores what the mechanism releases;
     the scores give audit accuracy, TPR/FPR and empirical epsilon (point,
-    Clopper-Pearson lower bound, GDP) per theoretical epsilon. JSON report on
-    stdout, a table and progress on stderr.
+    Clopper-Pearson lower bound, GDP estimate) per theoretical epsilon. JSON
+    report on stdout, a table and progress on stderr.
 
     \b
     Examples:
       ctxlite audit --data private.jsonl --mechanism none --trials 200 --out none.jsonl
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8,inf --temperature 0
       ctxlite audit --data dialogues.jsonl --task generate --mechanism esa --epsilon 1,inf --trials 40
-      ctxlite audit --data private.jsonl --mechanism judge --attack injection --task generate
+      ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate
     """
-    from ctxlite.audit import AuditSettings, load_records, run_audit
+    from dataclasses import replace
+
+    from ctxlite.audit import AuditSettings, audit_identity, load_records, run_audit
+    from ctxlite.identity import engine_part
+    from ctxlite.models import model_identity, resolve_model
     from ctxlite.queries import search_template as search
     from ctxlite.records import RecordLog
 
+    if query_alias is not None:
+        if given_explicitly("query"):
+            raise click.UsageError("give --query-kind only (--query is its old name)")
+        query = query_alias
     dp = mechanism in ("rnm", "esa")
     if epsilons is not None and not dp:
         raise click.BadParameter(f"--mechanism {mechanism} has no privacy parameter", param_hint="--epsilon")
@@ -93,6 +123,7 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_i
         raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
     if resume and not out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
+    _check_combination(task, mechanism, attack, detector, search_template, query_alias is not None)
     settings = AuditSettings(
         task=task, mechanism=mechanism, epsilons=epsilons or ((1.0, 2.0, 4.0, 8.0, math.inf) if dp else (math.inf,)),
         delta=delta, canary=canary, query=query, template_index=template_index, attack=attack, detector=detector,
@@ -103,25 +134,27 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_i
         sampling_rate=sampling_rate, seed=seed,
     )
     records = load_records(data_path, task)
+    if out_path and not resume and _nonempty(out_path):
+        raise click.BadParameter(f"{out_path} exists: pass --resume to continue it or choose another file",
+                                 param_hint="--out")
     ekw = engine_kwargs(kwargs)
+    needs_embedder = task == "generate" and attack == "canary"
+    embed_identity = model_identity(resolve_model(embed_model or ekw["model"])) if needs_embedder else None
+    model_identity_part = engine_part(resolve_model(ekw["model"]),
+                                      engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4))
+    identity = audit_identity(model_identity_part, settings, records, embed_identity)
+    if out_path and resume:  # refuse a mismatched log before any model work (the search may change the template)
+        RecordLog.check_existing(out_path, identity, kind="audit",
+                                 ignore=("settings.template_index",) if search_template else ())
     engine = build_engine(**ekw, kv_slots=4)
-    embedder = None
-    if task == "generate" and attack == "canary":
-        embedder = build_engine(**{**ekw, "model": embed_model or ekw["model"]}, embeddings=True)
+    embedder = build_engine(**{**ekw, "model": embed_model or ekw["model"]}, embeddings=True) if needs_embedder else None
     if search_template:
         found = search(engine, records, settings, embedder=embedder)
         progress(f"template search ({found.kind}): accuracies {[round(a, 3) for a in found.accuracies]} "
                  f"-> template {found.best_index}")
-        from dataclasses import replace
-
         settings = replace(settings, template_index=found.best_index)
-    if out_path and not resume:
-        from pathlib import Path
-
-        if Path(out_path).exists() and Path(out_path).stat().st_size > 0:
-            raise click.BadParameter(f"{out_path} exists: pass --resume to continue it or choose another file",
-                                     param_hint="--out")
-    log = RecordLog(out_path, settings.log_params(), kind="audit") if out_path else None
+        identity = audit_identity(model_identity_part, settings, records, embed_identity)
+    log = RecordLog(out_path, identity, kind="audit") if out_path else None
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress)
     finally:
@@ -129,3 +162,33 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, template_i
             log.close()
     click.echo(report.table(), err=True)
     emit_json(_jsonable(report.to_dict()))
+
+
+def _nonempty(path: str) -> bool:
+    from pathlib import Path
+
+    p = Path(path)
+    return p.is_file() and p.stat().st_size > 0
+
+
+def _check_combination(task, mechanism, attack, detector, search_template, old_query_flag) -> None:
+    """An option that has no effect in this combination is a usage error, never silently ignored."""
+    injection = attack == "injection"
+    text_outputs = task == "generate" or injection
+    unused = {
+        "embed_model": None if task == "generate" and not injection else
+        "embeddings are used by generation audits with --attack canary only",
+        "max_new_tokens": None if text_outputs else "classification answers are read from one forward pass",
+        "clip_norm": None if mechanism == "esa" else "only esa clips embeddings",
+        "reference_runs": ("the injection baseline needs no reference runs" if injection else
+                           "the count detector needs no reference runs" if detector == "count" else None),
+        "detector": "the injection baseline scores the leaked text itself" if injection else None,
+        "query": "the injection baseline asks its own question" if injection else None,
+        "template_index": ("the injection baseline asks its own question" if injection else
+                           "--search-template chooses the template" if search_template else None),
+        "search_template": "the injection baseline asks its own question" if injection else None,
+    }
+    for name, why in unused.items():
+        if why and (given_explicitly(name) or (name == "query" and old_query_flag)):
+            flag = "--query-kind" if name == "query" else "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} has no effect here: {why}")

@@ -18,10 +18,11 @@ def list_models(as_json):
     """List registry models and whether each is provisioned."""
     rows = []
     for entry in registry.registry().values():
+        state, check = registry.cache_status(entry)
         rows.append({
             "name": entry.name, "file": entry.file, "quantization": entry.quantization,
             "source_package": entry.source_package, "licence": entry.licence,
-            "provisioned": entry.cached_path.exists(), "path": str(entry.cached_path),
+            "state": state, "check": check, "provisioned": state == "ready", "path": str(entry.cached_path),
             "default": entry.name == registry.default_model_name(),
         })
     if as_json:
@@ -29,8 +30,7 @@ def list_models(as_json):
         return
     for r in rows:
         mark = "*" if r["default"] else " "
-        state = "ready" if r["provisioned"] else "not pulled"
-        click.echo(f"{mark} {r['name']:<16} {r['quantization']:<7} {state:<11} {r['path']}")
+        click.echo(f"{mark} {r['name']:<22} {r['quantization']:<7} {r['state']:<11} {r['path']}  ({r['check']})")
 
 
 @models.command()
@@ -43,5 +43,17 @@ def pull(name):
 @models.command()
 @click.argument("name_or_path")
 def path(name_or_path):
-    """Print the checked path of a registry model or GGUF file."""
-    click.echo(registry.resolve_model(name_or_path))
+    """Print the checked path of a registry model or GGUF file (stdout) and which check was made (stderr).
+
+    A registry model is checked against the registry's sha256; any other
+    file's GGUF header is checked and its sha256 printed (llama.cpp checks the
+    tensor data when it loads the file).
+    """
+    found = registry.resolve_model(name_or_path)  # a registry name is sha256-verified by this call
+    entry = registry.registry().get(name_or_path) or registry.verified_entry(found)
+    if entry is not None:
+        check = f"sha256 matches the registry's {entry.name}"
+    else:
+        check = f"GGUF header only (not a registry model); sha256 {registry.file_sha256(found)}"
+    click.echo(found)
+    click.echo(f"checked: {check}", err=True)

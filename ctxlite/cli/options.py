@@ -37,10 +37,33 @@ class NumberList(click.ParamType):
         return tuple(int(v) for v in nums) if self.integer else nums
 
 
+class Text(click.ParamType):
+    """Free text from the command line; bytes that are not UTF-8 are refused when the option is read."""
+
+    name = "TEXT"
+
+    def convert(self, value, param, ctx):
+        from ctxlite.records import unencodable
+
+        value = value if isinstance(value, str) else str(value)
+        if unencodable(value):
+            self.fail("is not valid UTF-8 text (the shell passed bytes that are not UTF-8)", param, ctx)
+        return value
+
+
+TEXT = Text()
+
+
+def given_explicitly(name: str) -> bool:
+    """True if the current command's option ``name`` came from the command line or its environment variable."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
 def engine_options(f):
     """-m/--model, -c/--n-ctx, -b/--n-batch, -t/--threads, -ngl/--n-gpu-layers, --flash-attn."""
     decorators = [
-        click.option("-m", "--model", envvar="CTXLITE_MODEL", default=None, metavar="NAME|PATH",
+        click.option("-m", "--model", envvar="CTXLITE_MODEL", default=None, metavar="NAME|PATH", type=TEXT,
                      help="Registry name or GGUF path (env CTXLITE_MODEL) [default: gemma-3-270m]."),
         click.option("-c", "--n-ctx", type=click.IntRange(16), default=2048, show_default=True,
                      help="Context window per sequence, in tokens."),
@@ -55,11 +78,18 @@ def engine_options(f):
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
-def build_engine(model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2):
-    from ctxlite.engine import Engine, EngineConfig
+def engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, kv_slots: int = 2):
+    """The ``EngineConfig`` of the engine options (built without loading anything)."""
+    from ctxlite.engine import EngineConfig
 
-    config = EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_gpu_layers=n_gpu_layers,
-                          flash_attn=flash_attn, kv_slots=kv_slots)
+    return EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_gpu_layers=n_gpu_layers,
+                        flash_attn=flash_attn, kv_slots=kv_slots)
+
+
+def build_engine(model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2):
+    from ctxlite.engine import Engine
+
+    config = engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, kv_slots=kv_slots)
     return Engine(model, config, embeddings=embeddings)
 
 
@@ -70,7 +100,7 @@ def engine_kwargs(kwargs: dict) -> dict:
 
 def emit_json(obj) -> None:
     """Machine-readable result on stdout (progress and messages go to stderr)."""
-    click.echo(json.dumps(obj, indent=2, default=float))
+    click.echo(json.dumps(obj, indent=2, default=float, allow_nan=False))
 
 
 def progress(message: str) -> None:

@@ -6,7 +6,17 @@ from dataclasses import asdict
 
 import click
 
-from ctxlite.cli.options import NumberList, build_engine, emit_json, engine_kwargs, engine_options, progress
+from ctxlite.cli.options import (
+    TEXT,
+    NumberList,
+    build_engine,
+    emit_json,
+    engine_config,
+    engine_kwargs,
+    engine_options,
+    given_explicitly,
+    progress,
+)
 from ctxlite.errors import DataError
 
 
@@ -55,23 +65,70 @@ def _examples(kw):
             if key in seen:
                 raise DataError(f"{kw['data']}:{line.number}: duplicate id {key!r}")
             seen.add(key)
-            yield key, Example(context=d["context"], query=d.get("query") or "", response=d.get("response"),
-                               source=d.get("source"), id=key)
+            try:
+                example = Example(context=d["context"], query=d.get("query") or "", response=d.get("response"),
+                                  source=d.get("source"), id=key)
+            except DataError as exc:
+                raise DataError(f"{kw['data']}:{line.number}: {exc}") from None
+            yield key, example
         return
     context = _read_context(kw["context"])
     source = read_text(kw["source"], "source file") if kw["source"] else None
     yield "example", Example(context=context, query=kw["query"] or "", response=kw["response"], source=source, id="example")
 
 
+GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
+"""Options that only shape a generated response (scoring a given one ignores them)."""
+NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top")
+"""Options that only shape the n-gram ablations (--doc has none)."""
+
+
+def _check_combination(kw: dict, examples) -> None:
+    """A flag that would have no effect in this combination is a usage error, never silently ignored."""
+    given = {name for name in kw if given_explicitly(name)}
+    if kw["doc"] and given & set(NGRAM_ONLY):
+        flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
+        raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
+    if kw["limit"] is not None and not kw["data"]:
+        raise click.UsageError("--limit: no effect without --data")
+    if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):
+        flags = ", ".join(_flag(n) for n in GENERATION_ONLY if n in given)
+        raise click.UsageError(f"{flags}: no effect, every example has a response to score (these options "
+                               "shape a generated response only)")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _plan(log, examples, out: str, data: str | None):
+    """Which examples to compute: a logged result is reused only for the identical input.
+
+    A log whose finished results match none of the inputs is another input's
+    log and is refused; an example whose input changed since it was logged is
+    computed again (and its new record supersedes the old one).
+    """
+    if log is None:
+        return [], []
+    finished = [key for key, _ in examples if log.done(key)]
+    reused = [key for key, ex in examples if log.get(key, ex.input_hash()) is not None]
+    if len(log) and not reused:
+        what = f"--data {data}" if data else "this --context/--query/--response"
+        raise DataError(f"{out} holds results for other inputs (none of its {len(log)} finished example(s) has the "
+                        f"context, query, response and source of {what}): choose another --out")
+    changed = [key for key in finished if key not in reused]
+    return reused, changed
+
+
 @click.command()
 @click.option("--context", type=str, metavar="PATH", help="Private context: a UTF-8 text file, or - for stdin.")
-@click.option("--query", "-q", type=str, help="The query x filled into the template's query slot.")
-@click.option("--response", "-r", type=str, help="Score this response instead of generating one with CID.")
+@click.option("--query", "-q", type=TEXT, help="The query x filled into the template's query slot.")
+@click.option("--response", "-r", type=TEXT, help="Score this response instead of generating one with CID.")
 @click.option("--source", type=click.Path(dir_okay=False), help="Untruncated source for the regurgitation metrics.")
 @click.option("--data", type=click.Path(dir_okay=False), help="JSONL dataset: context, query, [response], [source], [id].")
 @click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per example here; re-running resumes.")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Score only the first N examples of --data.")
-@click.option("--template", default="qa", show_default=True, help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.")
+@click.option("--template", type=TEXT, default="qa", show_default=True, help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.")
 @click.option("--ngram", "-n", type=click.IntRange(1), default=8, show_default=True, help="n-gram size in model tokens.")
 @click.option("--stride", type=click.IntRange(1), default=None, help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.")
 @click.option("--doc", is_flag=True, help="Document level only (no n-gram ablations).")
@@ -79,11 +136,16 @@ def _examples(kw):
               help="Context-size analysis: score the first k tokens of the context for each k, e.g. 32,128,256.")
 @click.option("--lam", type=NumberList(minimum=0), default="1", show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=None, help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).")
-@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True)
-@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True, help="0 = off.")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True)
-@click.option("--min-new-tokens", type=click.IntRange(0), default=10, show_default=True, help="EOS/EOG banned before this many tokens.")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True,
+              help="Temperature T of the scored distributions (and of CID sampling).")
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True,
+              help="Top-k filter of CID sampling (generation only); 0 = off.")
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+              help="Nucleus (top-p) filter of CID sampling (generation only); 1 = off.")
+@click.option("--min-new-tokens", type=click.IntRange(0), default=10, show_default=True,
+              help="EOS/EOG banned before this many generated tokens.")
+@click.option("--max-new-tokens", type=click.IntRange(1), default=50, show_default=True,
+              help="Longest generated response, in tokens.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (numpy Generator).")
 @click.option("--null-ablations", type=click.IntRange(0), default=4, show_default=True, help="Split points re-decoded unchanged to measure the noise floor.")
 @click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
@@ -103,9 +165,10 @@ def score(**kw):
       ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
     """
-    from ctxlite import __version__
     from ctxlite.analysis import summarize
+    from ctxlite.identity import engine_part
     from ctxlite.influence import InfluenceScorer
+    from ctxlite.models import resolve_model
     from ctxlite.records import RecordLog
     from ctxlite.templates import get_template
 
@@ -116,23 +179,29 @@ def score(**kw):
     settings = _settings(kw)
     template = get_template(kw["template"])
     examples = list(_examples(kw))[: kw["limit"]]  # validate the whole input before loading the model
-    engine = build_engine(**engine_kwargs(kw))
-    meta = {"ctxlite": __version__, "engine": engine.describe(), "template": asdict(template), "settings": asdict(settings)}
-    params = {"model_sha256": meta["engine"]["sha256"], "template": template.text, "settings": meta["settings"],
-              "n_ctx": engine.config.n_ctx, "flash_attn": engine.config.flash_attn}
-    log = RecordLog(kw["out"], params, kind="score-run") if kw["out"] else None
-    scorer = InfluenceScorer(engine, template, settings)
-    records = []
+    _check_combination(kw, examples)
+    ekw = engine_kwargs(kw)
+    config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
+    model_path = resolve_model(ekw["model"])
+    identity = {**engine_part(model_path, config), "template": template.text, "settings": asdict(settings)}
+    log = RecordLog(kw["out"], identity, kind="score-run") if kw["out"] else None  # refused before the model loads
     try:
+        reused, changed = _plan(log, examples, kw["out"], kw["data"])
+        for key in changed:
+            progress(f"{key}: its input changed since it was logged; scoring it again")
+        engine = build_engine(**ekw)
+        meta = {"engine": engine.describe(), "template": asdict(template), **identity}
+        scorer = InfluenceScorer(engine, template, settings)
+        records = []
         for i, (key, example) in enumerate(examples, start=1):
-            if log is not None and log.done(key):
+            if key in reused:
                 records.append(log.records[key]["result"])
                 continue
             progress(f"[{i}/{len(examples)}] scoring {key}")
             result = scorer.score(example).to_dict(settings.top_spans)
             records.append(result)
             if log is not None:
-                log.append(key, {"type": "example", "result": result})
+                log.append(key, {"type": "example", "result": result}, input_hash=example.input_hash())
     finally:
         if log is not None:
             log.close()

@@ -1,0 +1,94 @@
+"""Run identity: content hashes that tie every logged result to what produced it.
+
+A result is reusable only for the exact input, model and settings that
+produced it. Everything that can change a number is written into the log's
+header as plain JSON (the *identity*), and every input record is reduced to
+a content hash; a resumed run compares both and refuses or recomputes, never
+reuses a result silently. Hashes are SHA-256 over a canonical JSON encoding
+(sorted keys, UTF-8, no whitespace), so the same content hashes the same on
+every machine and Python version.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(obj: Any) -> str:
+    """The one JSON text of ``obj`` that is hashed (sorted keys, compact, UTF-8, finite numbers)."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(obj: Any) -> str:
+    """``sha256:<hex>`` of ``canonical_json(obj)``."""
+    return "sha256:" + hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def normalise(obj: Any) -> Any:
+    """``obj`` as the JSON round trip gives it back (tuples become lists, inf becomes "inf")."""
+    if isinstance(obj, float) and obj != obj:
+        raise ValueError("NaN has no identity")
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return "inf" if obj > 0 else "-inf"
+    if isinstance(obj, dict):
+        return {str(k): normalise(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [normalise(v) for v in obj]
+    return obj
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted paths at which two JSON values differ (``settings.ngram``), sorted."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old or key not in new:
+                out.append(path)
+            else:
+                out += differences(old[key], new[key], path)
+        return out
+    return [] if old == new else [prefix or "(whole value)"]
+
+
+def software() -> dict:
+    """The versions whose code computes a result: ctxlite and llama-cpp-python (it pins llama.cpp)."""
+    from ctxlite._version import __version__
+
+    try:
+        from importlib.metadata import version
+
+        llama = version("llama-cpp-python")
+    except Exception:  # pragma: no cover - not installed: the privacy maths alone
+        llama = None
+    return {"ctxlite": __version__, "llama_cpp_python": llama}
+
+
+def engine_part(model_path, config) -> dict:
+    """Identity of the model runtime: software versions, the model file's content, the engine settings.
+
+    The thread count is left out: it changes speed, not the numbers. Everything
+    else of ``EngineConfig`` can change rounding (batch shapes, offloaded
+    layers, flash attention) and is part of the identity.
+    """
+    from dataclasses import asdict
+
+    from ctxlite.models import model_identity
+
+    cfg = {k: v for k, v in asdict(config).items() if k != "n_threads"}
+    return {"software": software(), "model": model_identity(model_path), "engine": cfg}
+
+
+def bundled_data_hash(*names: str) -> str:
+    """Content hash of package data files (``ctxlite/data/...``) that shape a result."""
+    from importlib import resources
+
+    root = resources.files("ctxlite").joinpath("data")
+    parts = {}
+    for name in names:
+        node = root
+        for piece in name.split("/"):
+            node = node.joinpath(piece)
+        parts[name] = node.read_text(encoding="utf-8")
+    return content_hash(parts)

@@ -1,0 +1,133 @@
+"""Every documented example runs: each example in a command's ``--help`` and every
+``ctxlite`` line and Python block of the README, on the real default model.
+
+Examples are run as written except for two mechanical changes: placeholder
+files (``note.txt``, ``private.jsonl``, ...) become real files, and sizes are
+cut (fewer trials, queries and examples) so the suite stays fast. A broken
+documented command therefore fails here, whatever its size.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+
+pytestmark = pytest.mark.model
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DATA = REPO / "ctxlite" / "data"
+NOTE = ("Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily for "
+        "hypertension; follow up in four weeks.")
+PLACEHOLDERS = {
+    "examples.jsonl": DATA / "score_sample.jsonl",
+    "private.jsonl": DATA / "classify_sample.jsonl",
+    "dialogues.jsonl": DATA / "dialogue_sample.jsonl",
+}
+
+
+def help_examples(command: str) -> list[str]:
+    text = CliRunner().invoke(main, [command, "--help"]).output
+    block = text.split("Examples:", 1)[1]
+    return [line.strip() for line in block.splitlines() if line.strip().startswith("ctxlite ")]
+
+
+def readme_commands() -> list[str]:
+    out = []
+    for block in re.findall(r"```sh\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith("ctxlite "):
+                out.append(line)
+    return out
+
+
+def readme_python() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+def _set(args: list[str], flag: str, value: str) -> None:
+    if flag in args:
+        args[args.index(flag) + 1] = value
+    else:
+        args += [flag, value]
+
+
+def runnable(line: str, tmp: Path) -> list[str]:
+    """The example's arguments with placeholders made real and sizes cut."""
+    args = shlex.split(line)[1:]
+    for i, a in enumerate(args):
+        if a in PLACEHOLDERS:
+            args[i] = str(PLACEHOLDERS[a])
+        elif a == "note.txt":
+            args[i] = str(tmp / "note.txt")
+        elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] == "--out":
+            args[i] = str(tmp / Path(a).name)
+        elif a.startswith("ctxlite/data/"):
+            args[i] = str(REPO / a)
+    if args[0] == "score":
+        if "--data" in args:
+            args += ["--limit", "1"]
+        if "-r" not in args and "--response" not in args:
+            args += ["--max-new-tokens", "12"]
+    elif args[0] == "audit":
+        generate, dp = "generate" in args, "rnm" in args or "esa" in args
+        _set(args, "--trials", "4" if generate else "6")
+        args += ["--utility-queries", "0" if generate else "1"]
+        if not dp:  # rnm/esa ask one query per trial already
+            args += ["--queries-per-trial", "1" if generate else "2"]
+        if "injection" not in args and "count" not in args:
+            args += ["--reference-runs", "1"]
+        if dp:  # every ensemble is a forward pass (or a generation) per query: the smallest real ensemble
+            args += ["--ensembles", "2"]
+        if generate:
+            args += ["--max-new-tokens", "6"]
+    return args
+
+
+def _distinct(lines):
+    """One example per distinct command after the placeholders are made real (the README and
+    ``--help`` show some commands twice with different file names)."""
+    seen = {}
+    for line in sorted(lines):
+        seen.setdefault(tuple(runnable(line, Path("{tmp}"))), line)
+    return sorted(seen.values())
+
+
+EXAMPLES = _distinct({*help_examples("score"), *help_examples("audit"), *readme_commands()})
+
+
+def test_the_documentation_has_examples():
+    assert len(help_examples("score")) >= 3 and len(help_examples("audit")) >= 4
+    assert len(readme_commands()) >= 6 and len(readme_python()) >= 2
+
+
+@pytest.mark.parametrize("line", EXAMPLES)
+def test_documented_command_runs(line, tmp_path):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = runnable(line, tmp_path)
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, (args, r.output)
+    out = json.loads(r.stdout)
+    assert ("rows" in out) if args[0] == "audit" else ("result" in out or "summary" in out)
+
+
+@pytest.mark.parametrize("index", range(len(readme_python())))
+def test_readme_python_block_runs(index, tmp_path, monkeypatch, capsys):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code = readme_python()[index]
+    scope: dict = {}
+    if "in_scores" in code:  # the estimator example: give it scores
+        scope.update(in_scores=[0.9, 0.8, 0.7, 0.95, 0.6] * 20, out_scores=[0.1, 0.5, 0.3, 0.2, 0.65] * 20)
+    exec(compile(code, f"README python block {index}", "exec"), scope)
+    for line in code.splitlines():  # a value a comment promises is the value the code returns
+        m = re.match(r"(.+?)\s+#\s*(-?\d+\.\d+)\s*$", line)
+        if m:
+            assert round(eval(m.group(1), scope), len(m.group(2).split(".")[1])) == float(m.group(2)), line
