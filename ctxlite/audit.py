@@ -106,14 +106,22 @@ class AuditSettings:
     """Everything that defines an audit (validated on construction).
 
     ``shots`` is records per prompt (per ensemble for rnm/esa); ``ensembles``
-    is m for rnm/esa and must be 1 otherwise. ``queries_per_trial=None``
-    picks 1 for rnm/esa (so the per-trial ε is the per-query ε), 64 for
-    classification and 4 for generation. ``temperature=0`` is greedy.
+    is m for rnm/esa and must be 1 otherwise. The settings own every default,
+    and the command line passes ``None`` for what the user left out, so the
+    Python API and ``ctxlite audit`` run the same audit: ``None`` picks, for
+    rnm/esa, ``epsilons`` (1, 2, 4, 8, inf), 2 shots per ensemble and 10
+    ensembles, else the single setting inf, 20 shots and 1 ensemble;
+    ``queries_per_trial=None`` picks 1 for rnm/esa (so the per-trial ε is the
+    per-query ε), 64 for classification and 4 for generation.
+    ``temperature=0`` is greedy.
     """
+
+    DP_DEFAULTS = {"epsilons": (1.0, 2.0, 4.0, 8.0, math.inf), "shots": 2, "ensembles": 10}
+    PLAIN_DEFAULTS = {"epsilons": (math.inf,), "shots": 20, "ensembles": 1}
 
     task: Task = Task.CLASSIFY
     mechanism: MechanismKind = MechanismKind.NONE
-    epsilons: tuple[float, ...] = (math.inf,)
+    epsilons: tuple[float, ...] | None = None
     delta: float = 1e-5
     canary: CanaryKind = CanaryKind.HEX
     query: QueryKind = QueryKind.INPUT_OUTPUT
@@ -122,8 +130,8 @@ class AuditSettings:
     detector: DetectorKind = DetectorKind.DIRECTION
     trials: int = 200
     queries_per_trial: int | None = None
-    shots: int = 20
-    ensembles: int = 1
+    shots: int | None = None
+    ensembles: int | None = None
     reference_runs: int = 16
     temperature: float = 1.0
     max_new_tokens: int = 24
@@ -146,6 +154,10 @@ class AuditSettings:
         s("query", QueryKind.parse(self.query))
         s("attack", _enum(Attack, self.attack, "attack"))
         s("detector", _enum(DetectorKind, self.detector, "detector"))
+        defaults = self.DP_DEFAULTS if self.mechanism.is_dp else self.PLAIN_DEFAULTS
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                s(name, value)
         eps = tuple(float(e) for e in self.epsilons)
         if not eps or any(not (e > 0) for e in eps):
             raise InvalidParameter(f"epsilons must be > 0 (inf allowed), got {self.epsilons}")

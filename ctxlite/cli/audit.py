@@ -124,11 +124,11 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
     if resume and not out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
     _check_combination(task, mechanism, attack, detector, search_template, query_alias is not None)
-    settings = AuditSettings(
-        task=task, mechanism=mechanism, epsilons=epsilons or ((1.0, 2.0, 4.0, 8.0, math.inf) if dp else (math.inf,)),
+    settings = AuditSettings(  # None = the library's default for this mechanism (one source of truth)
+        task=task, mechanism=mechanism, epsilons=epsilons,
         delta=delta, canary=canary, query=query, template_index=template_index, attack=attack, detector=detector,
-        trials=trials, queries_per_trial=queries_per_trial, shots=shots or (2 if dp else 20),
-        ensembles=ensembles or (10 if dp else 1), reference_runs=reference_runs, temperature=temperature,
+        trials=trials, queries_per_trial=queries_per_trial, shots=shots,
+        ensembles=ensembles, reference_runs=reference_runs, temperature=temperature,
         max_new_tokens=max_new_tokens, clip_norm=clip_norm, utility_queries=utility_queries,
         confidence=confidence, resample_data=resample_data, accounting_queries=accounting_queries,
         sampling_rate=sampling_rate, seed=seed,

@@ -1,0 +1,59 @@
+"""One source of truth: the library's settings own every default, and ``ctxlite audit``
+resolves exactly the audit that ``AuditSettings`` gives for the same choices."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from ctxlite import audit as audit_mod
+from ctxlite.audit import AuditSettings, MechanismKind, Task
+from ctxlite.cli import main
+
+TASK_OF = {MechanismKind.RNM: (Task.CLASSIFY,), MechanismKind.ESA: (Task.GENERATE,)}
+COMBINATIONS = [(m, t) for m in MechanismKind for t in TASK_OF.get(m, tuple(Task))]
+
+
+class _Stop(Exception):
+    pass
+
+
+def cli_settings(monkeypatch, args) -> AuditSettings:
+    """The AuditSettings the audit command builds for ``args`` (it stops before reading data)."""
+    made = []
+
+    class Recording(AuditSettings):
+        def __post_init__(self):
+            super().__post_init__()
+            made.append(self)
+
+    def stop(*a, **k):
+        raise _Stop
+
+    monkeypatch.setattr(audit_mod, "AuditSettings", Recording)
+    monkeypatch.setattr(audit_mod, "load_records", stop)
+    r = CliRunner().invoke(main, ["audit", "--data", "x.jsonl", *args])
+    assert isinstance(r.exception, _Stop), r.output
+    return made[-1]
+
+
+@pytest.mark.parametrize("mechanism, task", COMBINATIONS, ids=lambda v: v.value)
+def test_cli_defaults_equal_the_library_defaults(monkeypatch, mechanism, task):
+    resolved = cli_settings(monkeypatch, ["--mechanism", mechanism.value, "--task", task.value])
+    library = AuditSettings(mechanism=mechanism, task=task)
+    assert resolved.params() == library.params()
+
+
+def test_dp_defaults_are_the_ensemble_defaults():
+    s = AuditSettings(mechanism="rnm")
+    assert (s.shots, s.ensembles, s.epsilons, s.queries_per_trial) == (2, 10, (1.0, 2.0, 4.0, 8.0, math.inf), 1)
+    plain = AuditSettings(mechanism="none")
+    assert (plain.shots, plain.ensembles, plain.epsilons, plain.queries_per_trial) == (20, 1, (math.inf,), 64)
+
+
+def test_explicit_values_override_the_defaults(monkeypatch):
+    resolved = cli_settings(monkeypatch, ["--mechanism", "rnm", "--shots", "3", "--ensembles", "4",
+                                          "--epsilon", "2,inf"])
+    assert resolved.params() == AuditSettings(mechanism="rnm", shots=3, ensembles=4,
+                                              epsilons=(2.0, math.inf)).params()
