@@ -66,12 +66,21 @@ def check_epsilon(epsilon: float | None) -> float | None:
 
 
 def mixed_logits(with_context: np.ndarray, without_context: np.ndarray, lam: float) -> np.ndarray:
-    """λ·l_D + (1−λ)·l_∅ in float64 (λ = 0 and λ = 1 return one side exactly)."""
+    """λ·l_D + (1−λ)·l_∅ in float64 (λ = 0 and λ = 1 return one side exactly).
+
+    A −inf logit on either side gives −inf, as in the C kernel ``mixed_logprob``:
+    for λ > 1 the weight 1 − λ of l_∅ is negative and would turn its −inf into
+    +inf, a token of probability 1 that no side allows.
+    """
     if lam == 1.0:
         return with_context.astype(np.float64)
     if lam == 0.0:
         return without_context.astype(np.float64)
-    return lam * with_context.astype(np.float64) + (1.0 - lam) * without_context.astype(np.float64)
+    a, b = with_context.astype(np.float64), without_context.astype(np.float64)
+    barred = np.isneginf(a) | np.isneginf(b)
+    z = lam * np.where(barred, 0.0, a) + (1.0 - lam) * np.where(barred, 0.0, b)
+    z[barred] = -np.inf
+    return z
 
 
 def cid_logprobs(with_context, without_context, lam: float, temperature: float, banned_ids=None) -> np.ndarray:

@@ -360,3 +360,35 @@ def test_check_epsilon_accepts():
     assert check_epsilon(None) is None
     assert check_epsilon(1) == 1.0 and type(check_epsilon(1)) is float
     assert check_epsilon(1e-6) == 1e-6
+
+
+# ---------------------------------------------------------------------------
+# one numeric path: the generation path's numpy mixing agrees with the C kernel
+
+
+@FAST
+@given(st.integers(2, 300), st.floats(0.0, 4.0), st.floats(0.2, 2.0), st.data())
+def test_cid_logprobs_agrees_with_the_c_kernel_including_neg_inf_logits(V, lam, T, data):
+    """Both sides -inf-guarded: for lam > 1 a -inf logit of l_empty must stay -inf, never become +inf."""
+    from ctxlite import kernels
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    a = (rng.standard_normal(V) * 3).astype(np.float32)
+    b = (rng.standard_normal(V) * 3).astype(np.float32)
+    a[rng.random(V) < 0.2] = -np.inf
+    b[rng.random(V) < 0.2] = -np.inf
+    a[0] = b[0] = 1.0  # one token both sides allow
+    got = cid_logprobs(a, b, lam, T)
+    want = kernels.mixed_logprob(np.tile(a, (V, 1)), np.tile(b, (V, 1)), np.arange(V, dtype=np.int32), lam, T).logprob
+    assert np.all(np.isfinite(got) | np.isneginf(got))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_lam_above_one_keeps_a_barred_token_barred():
+    a = np.array([0.0, 1.0, 2.0], np.float32)
+    b = np.array([0.0, -np.inf, 2.0], np.float32)
+    z = mixed_logits(a, b, 1.5)
+    assert np.isneginf(z[1]) and z[0] == 0.0 and z[2] == 2.0
+    assert np.isneginf(cid_logprobs(a, b, 1.5, 1.0)[1])
