@@ -117,7 +117,7 @@ CTX_INLINE vf load_f32(const float *x, size_t i, size_t n)
     if (i + CTX_LANES <= n) {
         memcpy(&v, x + i, sizeof v);
     } else {
-        for (int j = 0; j < CTX_LANES; j++)
+        for (size_t j = 0; j < CTX_LANES; j++)
             v[j] = i + j < n ? x[i + j] : -INFINITY;
     }
     return v;
