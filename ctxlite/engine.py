@@ -83,6 +83,7 @@ class _InterruptDuringLoad:
     """
 
     pending = False
+    progress = 0.0  # how far the last load got (1.0 = complete)
 
     @staticmethod
     def handler(signum, frame):
@@ -91,6 +92,7 @@ class _InterruptDuringLoad:
 
 @_llama.llama_progress_callback
 def _load_progress(progress, user_data):  # pragma: no cover - called from C
+    _InterruptDuringLoad.progress = progress
     return not _InterruptDuringLoad.pending
 
 
@@ -104,7 +106,7 @@ def _load_model(path: Path, n_gpu_layers: int):
     mparams.progress_callback = _load_progress
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _InterruptDuringLoad.handler) if main else None
-    _InterruptDuringLoad.pending = False
+    _InterruptDuringLoad.pending, _InterruptDuringLoad.progress = False, 0.0
     try:
         model = _llama.llama_model_load_from_file(str(path).encode(), mparams)
     finally:

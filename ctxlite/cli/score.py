@@ -190,7 +190,8 @@ def score(**kw):
         for key in changed:
             progress(f"{key}: its input changed since it was logged; scoring it again")
         engine = build_engine(**ekw)
-        meta = {"engine": engine.describe(), "template": asdict(template), **identity}
+        meta = {"ctxlite": identity["software"]["ctxlite"], "engine": engine.describe(), "template": asdict(template),
+                "settings": identity["settings"], "identity": identity}
         scorer = InfluenceScorer(engine, template, settings)
         records = []
         for i, (key, example) in enumerate(examples, start=1):
