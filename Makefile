@@ -27,9 +27,9 @@ demo: model
 	mkdir -p $(OUT)
 	$(CTX) score --data ctxlite/data/score_sample.jsonl --limit 8 --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism none \
-		--canary hex --query input-output --trials 200 --out $(OUT)/audit_none.jsonl --resume
+		--canary hex --query-kind input-output --trials 200 --out $(OUT)/audit_none.jsonl --resume
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm --temperature 0 \
-		--epsilon 1,8,inf --canary semantic --query input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
+		--epsilon 1,8,inf --canary semantic --query-kind input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
 
 test: model
 	$(PY) -m pytest
@@ -42,3 +42,15 @@ bench: model
 
 clean:
 	rm -rf build *.egg-info ctxlite/_kernels*.so ctxlite/_kernels.c
+
+# Mutation check of the suite (slow, not in CI): applies each curated bug to a temporary copy of the
+# tree, runs the tests that should see it, prints KILLED/SURVIVED per mutant and killed=K survived=S.
+.PHONY: mutants
+mutants: model
+	$(PY) tools/mutants.py
+
+# The kernel property tests on an AddressSanitizer + UndefinedBehaviorSanitizer build (made in a
+# scratch copy; the working tree's build is left alone). Zero findings = a green run.
+.PHONY: sanitize
+sanitize: install
+	PY=$(PY) tools/sanitize.sh

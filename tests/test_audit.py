@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from ctxlite.audit import AuditSettings, check_records, load_records, run_audit
+from ctxlite.audit import AuditSettings, audit_identity, check_records, load_records, run_audit
 from ctxlite.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma, subsampled_gaussian_epsilon
 from ctxlite.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
 from ctxlite.errors import DataError, InvalidParameter
@@ -23,6 +23,7 @@ from ctxlite.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFo
 from ctxlite.queries import QueryKind, build_query, candidate_templates, search_template
 from ctxlite.records import RecordLog
 
+SQRT2 = math.sqrt(2)
 DATA = resources.files("ctxlite").joinpath("data")
 CLASSIFY = str(DATA / "classify_sample.jsonl")
 DIALOGUE = str(DATA / "dialogue_sample.jsonl")
@@ -180,22 +181,27 @@ def test_cli_bad_data_exits_4(tmp_path, content, needle):
 
 
 @pytest.mark.parametrize(
-    "args",
+    "args, needles",
     [
-        ["--mechanism", "rnm", "--epsilon", "0,1"],
-        ["--mechanism", "rnm", "--epsilon", "nan"],
-        ["--mechanism", "none", "--epsilon", "1"],
-        ["--trials", "2"],
-        ["--mechanism", "none", "--ensembles", "3"],
-        ["--resume"],
-        ["--mechanism", "none", "--accounting-queries", "10"],
-        ["--mechanism", "rnm", "--sampling-rate", "0.5"],
-        ["--mechanism", "rnm", "--accounting-queries", "0"],
+        (["--mechanism", "rnm", "--epsilon", "0,1"], ["--epsilon", "> 0", "0"]),
+        (["--mechanism", "rnm", "--epsilon", "nan"], ["--epsilon", "nan"]),
+        (["--mechanism", "none", "--epsilon", "1"], ["--epsilon", "none", "no privacy parameter"]),
+        (["--trials", "2"], ["--trials", "2", ">=4"]),
+        (["--mechanism", "none", "--ensembles", "3"], ["--ensembles", "rnm/esa"]),
+        (["--resume"], ["--resume", "--out"]),
+        (["--mechanism", "none", "--accounting-queries", "10"], ["accounting", "rnm or esa"]),
+        (["--mechanism", "rnm", "--sampling-rate", "0.5"], ["sampling", "accounting"]),
+        (["--mechanism", "rnm", "--accounting-queries", "0"], ["--accounting-queries", "0", ">=1"]),
     ],
 )
-def test_cli_bad_parameters_exit_2(args):
+def test_cli_bad_parameters_exit_2(args, needles):
+    """Exit 2 with a message that names the offending option and says what is wrong (no traceback)."""
     res = _cli(["--data", CLASSIFY, *args])
     assert res.exit_code == 2, res.output
+    message = res.output.strip().splitlines()[-1].lower()
+    for needle in needles:
+        assert needle.lower() in message, (needle, res.output)
+    assert "Traceback" not in res.output
 
 
 @pytest.mark.model
@@ -266,46 +272,114 @@ def test_rnm_histogram_sums_to_m_before_noise(engine):
     assert noisy.signal.sum() != 3.0
 
 
+def _open_log(path, engine, s, records):
+    """The trial log of audit ``s`` (its identity: model runtime, settings, data, bundled templates)."""
+    return RecordLog(path, audit_identity(engine.identity(), s, records), kind="audit")
+
+
 @pytest.mark.model
-def test_no_defense_reaches_high_audit_accuracy(engine):
-    """(a) L0, input-output query with the canary label: audit accuracy >= 0.8."""
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_defense_reaches_high_audit_accuracy(engine, seed):
+    """(a) L0, input-output query with the canary label: audit accuracy >= 0.8 (several seeds, each its own
+    canary and private set)."""
     s = AuditSettings(task="classify", mechanism="none", canary="hex", query="input-output", trials=100,
-                      shots=20, queries_per_trial=256, reference_runs=8, utility_queries=2, seed=0)
+                      shots=20, queries_per_trial=256, reference_runs=8, utility_queries=2, seed=seed)
     report = run_audit(engine, classify_records(), s)
     row = report.rows[0]
     assert row["audit_accuracy"] >= 0.8
     assert row["n_in"] + row["n_out"] == 100
     assert row["epsilon"] is None and report.epsilon_kind.startswith("none")
-    assert 0.0 <= row["utility"] <= 1.0
+    assert row["utility"] in (0.0, 0.5, 1.0)  # two held-out queries
     assert report.forward_passes <= 8  # two distinct audit prompts + utility prompts, all cached
 
 
+RNM_SEEDS = (0, 1, 2, 3, 4)
+RNM_TRIALS = 300
+
+
 @pytest.fixture(scope="module")
-def rnm_report(engine):
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(1.0, 8.0, math.inf), canary="semantic",
-                      trials=300, shots=2, ensembles=5, temperature=0.0, reference_runs=32, utility_queries=0,
-                      seed=0)
-    return run_audit(engine, classify_records(), s)
+def rnm_runs(engine, tmp_path_factory):
+    """RNM audits at theoretical ε ∈ {1, 8, inf} for five seeds: {seed: (report, logged records)}.
+
+    Three 1-shot ensembles, greedy votes: without noise the canary's ensemble always votes
+    differently, so at ε = inf the audit separates IN from OUT perfectly and *could* certify ε > 1;
+    the noise at ε = 1 must stop it.
+    """
+    runs = {}
+    for seed in RNM_SEEDS:
+        s = AuditSettings(task="classify", mechanism="rnm", epsilons=(1.0, 8.0, math.inf), canary="semantic",
+                          trials=RNM_TRIALS, shots=1, ensembles=3, temperature=0.0, reference_runs=32,
+                          utility_queries=0, seed=seed)
+        path = tmp_path_factory.mktemp("rnm") / f"seed{seed}.jsonl"
+        with _open_log(path, engine, s, classify_records()) as log:
+            report = run_audit(engine, classify_records(), s, log)
+            runs[seed] = (report, dict(log.records))
+    return runs
 
 
 @pytest.mark.model
-def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_report):
-    """(b) RNM at theoretical ε = 1: the Clopper-Pearson lower bound does not exceed 1."""
-    row = rnm_report.rows[0]
-    assert row["epsilon"] == 1.0
-    assert row["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
-    assert row["epsilon_lower_bound"] <= 1.0
+def test_rnm_noise_is_the_calibrated_gaussian(rnm_runs):
+    """Common random numbers: a trial's noisy histogram at ε minus its noiseless one at ε = inf is the
+    noise; divided by σ(ε, δ, Δ = √2) it must be N(0, 1) over 5 seeds x 300 trials x 3 classes (KS test)."""
+    for eps in (1.0, 8.0):
+        sigma = analytic_gaussian_sigma(eps, 1e-5, math.sqrt(2))
+        z = []
+        for seed, (report, recs) in rnm_runs.items():
+            assert report.rows[[1.0, 8.0, math.inf].index(eps)]["sigma"] == pytest.approx(sigma)
+            for i in range(RNM_TRIALS):
+                noisy = np.asarray(recs[f"eps={eps:g}/trial={i}"]["signal"])
+                clean = np.asarray(recs[f"eps=inf/trial={i}"]["signal"])
+                assert clean.sum() == 3 and np.all(clean == np.round(clean))  # the vote histogram
+                z.extend((noisy - clean) / sigma)
+        z = np.asarray(z)
+        assert len(z) == len(RNM_SEEDS) * RNM_TRIALS * 3
+        assert stats.kstest(z, "norm").pvalue > 1e-4, (eps, z.mean(), z.std())
 
 
 @pytest.mark.model
-def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_report):
-    """(c) over ε ∈ {1, 8, inf}: ε̂ at inf exceeds ε̂ at 1, and accuracy does not fall."""
-    r1, r8, rinf = rnm_report.rows
-    assert [r["epsilon"] for r in rnm_report.rows] == [1.0, 8.0, math.inf]
-    assert rinf["epsilon_point"] > r1["epsilon_point"]
-    assert rinf["epsilon_lower_bound"] > r1["epsilon_lower_bound"]
-    assert r8["audit_accuracy"] >= r1["audit_accuracy"]
-    assert rinf["audit_accuracy"] > r1["audit_accuracy"]
+def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_runs):
+    """(b) Soundness with power: for every seed the same audit certifies ε > 1 when there is no noise
+    (ε = inf), and at theoretical ε = 1 its Clopper-Pearson lower bound does not exceed 1."""
+    for seed, (report, _) in rnm_runs.items():
+        r1, _, rinf = report.rows
+        assert r1["epsilon"] == 1.0
+        assert r1["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
+        assert rinf["audit_accuracy"] == 1.0 and rinf["epsilon_lower_bound"] > 2.0, seed  # the audit has power
+        assert r1["epsilon_lower_bound"] <= 1.0, seed  # ... and the noise at ε = 1 stops it
+
+
+def _null_accuracy_quantile(ins, outs, q, n_perm=400, seed=0):
+    """The q-quantile of the (optimistic) audit accuracy when IN/OUT labels carry no information."""
+    from ctxlite.estimators import CanaryScoreAuditor
+
+    rng = np.random.default_rng(seed)
+    scores = np.concatenate([ins, outs])
+    accs = []
+    for _ in range(n_perm):
+        perm = rng.permutation(scores)
+        accs.append(CanaryScoreAuditor(perm[: len(ins)], perm[len(ins):]).audit_accuracy())
+    return float(np.quantile(accs, q))
+
+
+@pytest.mark.model
+def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_runs):
+    """(c) Over ε ∈ {1, 8, inf}: accuracy and ε̂ rise with ε. Thresholds come from the data: ε = 8 must beat
+    the 99.9 % quantile of a permutation null on every seed, and the per-seed accuracy gains ε = 1 -> 8 must
+    be positive with a mean above four standard errors of their spread across seeds."""
+    gains = []
+    for seed, (report, recs) in rnm_runs.items():
+        r1, r8, rinf = report.rows
+        assert [r["epsilon"] for r in report.rows] == [1.0, 8.0, math.inf]
+        assert r1["audit_accuracy"] < r8["audit_accuracy"] < rinf["audit_accuracy"] == 1.0, seed
+        assert r1["epsilon_lower_bound"] <= r8["epsilon_lower_bound"] < rinf["epsilon_lower_bound"], seed
+        assert (r1["epsilon_point"] or 0.0) < r8["epsilon_point"], seed
+        ins = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if recs[f"eps=8/trial={i}"]["z"]]
+        outs = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if not recs[f"eps=8/trial={i}"]["z"]]
+        assert r8["audit_accuracy"] > _null_accuracy_quantile(ins, outs, 0.999, seed=seed), seed
+        gains.append(r8["audit_accuracy"] - r1["audit_accuracy"])
+    gains = np.asarray(gains)
+    assert np.all(gains > 0)
+    assert gains.mean() > 4 * gains.std(ddof=1) / math.sqrt(len(gains)), gains
 
 
 @pytest.mark.model
@@ -313,7 +387,7 @@ def test_trial_log_resumes(engine, tmp_path):
     s = AuditSettings(task="classify", mechanism="rnm", epsilons=(2.0, math.inf), canary="hex", trials=12,
                       shots=2, ensembles=3, reference_runs=2, utility_queries=0, seed=4)
     path = tmp_path / "audit.jsonl"
-    with RecordLog(path, s.log_params(), kind="audit") as log:
+    with _open_log(path, engine, s, classify_records()) as log:
         full = run_audit(engine, classify_records(), s, log)
     lines = path.read_text().splitlines()
     assert len(lines) == 1 + 2 * (12 + 2 * 2)
@@ -321,47 +395,73 @@ def test_trial_log_resumes(engine, tmp_path):
     assert "eps=2/trial=0" in keys and "eps=inf/ref=in/1" in keys
     # simulate Ctrl-C after a few trials: keep the header, the first refs and trials, and a torn line
     path.write_text("\n".join(lines[:9]) + "\n" + lines[9][:20])
-    with RecordLog(path, s.log_params(), kind="audit") as log:
+    with _open_log(path, engine, s, classify_records()) as log:
         assert len(log) == 8
         resumed = run_audit(engine, classify_records(), s, log)
     assert resumed.rows == full.rows
+    assert path.read_text().splitlines() == lines  # the replayed trials are the ones that were lost
     # everything finished: a re-run reuses every record and runs no trial
-    with RecordLog(path, s.log_params(), kind="audit") as log:
+    with _open_log(path, engine, s, classify_records()) as log:
         before = len(path.read_text().splitlines())
         again = run_audit(engine, classify_records(), s, log)
     assert again.rows == full.rows
     assert len(path.read_text().splitlines()) == before
-    with pytest.raises(DataError, match="different parameters"):
-        RecordLog(path, {**s.log_params(), "trials": 13}, kind="audit")
+    with pytest.raises(DataError, match="settings.trials"):
+        _open_log(path, engine, replace(s, trials=13), classify_records())
     # report-only settings may change on resume: the subsampled-over-T epsilon from the same trials
     for T, q in ((100, 0.1), (1, 1.0)):
         acc = replace(s, accounting_queries=T, sampling_rate=q)
-        with RecordLog(path, acc.log_params(), kind="audit") as log:
+        with _open_log(path, engine, acc, classify_records()) as log:
             sub = run_audit(engine, classify_records(), acc, log)
         assert len(path.read_text().splitlines()) == before
         r2, rinf = sub.rows
         same = lambda row: {k: v for k, v in row.items() if k not in ("epsilon_subsampled", "accounting")}  # noqa: E731
         assert same(r2) == same(full.rows[0])
         assert rinf["epsilon_subsampled"] == math.inf
-        assert r2["accounting"] == {"queries": T, "sampling_rate": q, "sensitivity_add_remove": 1.0,
+        # add/remove sensitivity with m fixed ensembles: one vote moves, sqrt(2) (as under replacement)
+        assert r2["accounting"] == {"queries": T, "sampling_rate": q, "sensitivity_add_remove": pytest.approx(SQRT2),
                                     "accountant": "dp_accounting PLD"}
-        if T == 1:  # one unsubsampled release: the analytic add/remove epsilon of the same sigma
-            assert r2["epsilon_subsampled"] == pytest.approx(analytic_gaussian_epsilon(r2["sigma"], s.delta, 1.0),
+        if T == 1:  # one unsubsampled release: the analytic epsilon of the same sigma, i.e. the audited epsilon 2
+            assert r2["epsilon_subsampled"] == pytest.approx(analytic_gaussian_epsilon(r2["sigma"], s.delta, SQRT2),
                                                              abs=2e-3)
+            assert r2["epsilon_subsampled"] == pytest.approx(2.0, abs=2e-3)
         else:
-            assert r2["epsilon_subsampled"] == subsampled_gaussian_epsilon(r2["sigma"], 1.0, q, T, s.delta)
+            assert r2["epsilon_subsampled"] == subsampled_gaussian_epsilon(r2["sigma"], SQRT2, q, T, s.delta)
             assert "eps_T" in sub.table() and any("T = 100" in n for n in sub.notes)
 
 
 @pytest.mark.model
-def test_judge_blocks_injection_baseline(engine):
-    """Prompt-injection baseline through the L3 judge: runs end to end and scores a leak fraction."""
-    s = AuditSettings(task="classify", mechanism="judge", attack="injection", trials=8, shots=4,
-                      queries_per_trial=2, max_new_tokens=8, utility_queries=0, seed=1)
-    report = run_audit(engine, classify_records(), s)
-    row = report.rows[0]
-    assert row["n_in"] + row["n_out"] == 8
-    assert report.query["kind"] == "injection"
+def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
+    """The injection baseline through the L3 judge: what the judge flags is withheld, and nothing else.
+
+    On the same trials (same seeds, same sampled texts): with every verdict forced to "no leak" the judge is
+    exactly the L2 defence it wraps; forced to "leaks", every output is withheld and each trial scores only the
+    withheld placeholder. (tests/test_audit_game.py recomputes the real model's verdicts output by output.)
+    """
+    from ctxlite.mechanisms import OTHER, Judge
+
+    def play(mechanism, name):
+        s = AuditSettings(task="classify", mechanism=mechanism, attack="injection", trials=8, shots=3,
+                          queries_per_trial=2, max_new_tokens=8, utility_queries=0, seed=1)
+        engine.clear()  # the same decode history for every run: sampled texts are then identical
+        with _open_log(tmp_path / f"{name}.jsonl", engine, s, classify_records()) as log:
+            report = run_audit(engine, classify_records(), s, log)
+            sig = [log.records[f"eps=inf/trial={i}"]["signal"][0] for i in range(8)]
+            zs = [log.records[f"eps=inf/trial={i}"]["z"] for i in range(8)]
+        assert report.query["kind"] == "injection" and report.rows[0]["n_in"] + report.rows[0]["n_out"] == 8
+        return report, sig, zs
+
+    l2, l2_sig, zs = play("prompt-l2", "l2")
+    asked = []
+    monkeypatch.setattr(Judge, "_judge_leaks", lambda self, oracle, fmt, records, output: asked.append(output) or False)
+    clean, clean_sig, clean_z = play("judge", "clean")
+    assert asked  # the judge was consulted ...
+    assert clean_sig == l2_sig and clean_z == zs and clean.rows == l2.rows  # ... and withheld nothing
+    monkeypatch.setattr(Judge, "_judge_leaks", lambda self, oracle, fmt, records, output: True)
+    blocked, blocked_sig, _ = play("judge", "blocked")
+    withheld = leak_fraction(OTHER, blocked.canary["text"])
+    assert blocked_sig == [pytest.approx(withheld, abs=1e-12)] * 8  # every output withheld
+    assert blocked_sig != l2_sig  # which changes what the injection recovers
 
 
 @pytest.mark.model
@@ -420,22 +520,39 @@ def test_cli_audit_json_and_table(tmp_path):
     out = tmp_path / "log.jsonl"
     args = ["--data", CLASSIFY, "--mechanism", "rnm", "--epsilon", "1,inf", "--trials", "8", "--shots", "1",
             "--ensembles", "4", "--reference-runs", "2", "--utility-queries", "1", "--out", str(out), "-t", "1"]
-    res = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args])
+    res = _cli(args)
     assert res.exit_code == 0, res.output
-    start = res.stdout.index("{")
-    report = json.loads(res.stdout[start:])
+    report = json.loads(res.stdout[res.stdout.index("{"):])
     assert [r["epsilon"] for r in report["rows"]] == [1.0, "inf"]
     assert "acc*" in res.stderr
-    res2 = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args])
-    assert res2.exit_code == 2  # exists without --resume
-    res3 = CliRunner().invoke(__import__("ctxlite.cli", fromlist=["main"]).main, ["audit", *args, "--resume"])
-    assert res3.exit_code == 0, res3.output
-    # the finished log, re-reported with the subsampled-over-T accounting: no new trial
     lines = out.read_text().splitlines()
+    assert len(lines) == 1 + 2 * (8 + 2 * 2)  # header, then every reference run and trial of both epsilons
+    res2 = _cli(args)
+    assert res2.exit_code == 2  # exists without --resume
+    assert "exists" in res2.output and "--resume" in res2.output
+    assert out.read_text().splitlines() == lines  # and the log is left alone
+
+    # an interrupted run: the header, the first 7 records and a torn line; --resume replays only what is missing
+    out.write_text("\n".join(lines[:8]) + "\n" + lines[8][:25])
+    res3 = _cli([*args, "--resume"])
+    assert res3.exit_code == 0, res3.output
+    assert out.read_text().splitlines() == lines  # the same records, in the same order, nothing duplicated
+    resumed = json.loads(res3.stdout[res3.stdout.index("{"):])
+    assert resumed["rows"] == report["rows"]
+
+    # the finished log, re-reported with the subsampled-over-T accounting: no new trial, same estimates
     res4 = _cli([*args, "--resume", "--accounting-queries", "50", "--sampling-rate", "0.2"])
     assert res4.exit_code == 0, res4.output
     assert out.read_text().splitlines() == lines
     rows = json.loads(res4.stdout[res4.stdout.index("{"):])["rows"]
+    for new, old in zip(rows, report["rows"]):
+        assert {k: v for k, v in new.items() if k not in ("epsilon_subsampled", "accounting")} == \
+            {k: v for k, v in old.items() if k not in ("epsilon_subsampled", "accounting")}
     assert rows[0]["epsilon_subsampled"] == pytest.approx(
-        subsampled_gaussian_epsilon(rows[0]["sigma"], 1.0, 0.2, 50, 1e-5)) and rows[1]["epsilon_subsampled"] == "inf"
+        subsampled_gaussian_epsilon(rows[0]["sigma"], SQRT2, 0.2, 50, 1e-5)) and rows[1]["epsilon_subsampled"] == "inf"
     assert "eps_T" in res4.stderr and "T = 50" in res4.stderr
+
+    # a log of another audit is refused, naming what differs, and left alone
+    res5 = _cli([*args[:-2], "--seed", "1", "-t", "1", "--resume"])
+    assert res5.exit_code != 0 and "seed" in res5.output
+    assert out.read_text().splitlines() == lines

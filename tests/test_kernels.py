@@ -346,6 +346,142 @@ def test_sample_rows_edges_and_errors():
 
 
 # --------------------------------------------------------------------------
+# rows spanning several CTX_BLOCK pieces
+#
+# The C kernels walk a row in pieces of CTX_BLOCK = 2048 floats
+# (csrc/ctxlite_kernels.c): a running log-sum-exp whose reference point moves
+# up when a later piece has a larger maximum, pieces that restart at block
+# boundaries after a banned id, and a sampler that skips whole pieces by their
+# sums. These cases make every row 2-6 pieces long, put the row maximum in any
+# piece (later pieces larger *and* smaller than earlier ones, far enough apart
+# that a missed rescale or a wrong reference point is visible), kill whole
+# pieces with -inf and ban ids around the boundaries.
+
+BLOCK = 2048  # CTX_BLOCK in csrc/ctxlite_kernels.c
+
+
+def test_block_size_matches_the_c_source():
+    import pathlib
+    import re
+
+    src = (pathlib.Path(__file__).resolve().parent.parent / "csrc" / "ctxlite_kernels.c").read_text()
+    assert int(re.search(r"#define CTX_BLOCK (\d+)", src).group(1)) == BLOCK
+
+
+@st.composite
+def multiblock_case(draw, two_sided=False):
+    n_blocks = draw(st.integers(2, 6))
+    V = draw(st.one_of(st.sampled_from([n_blocks * BLOCK, n_blocks * BLOCK - 1, (n_blocks - 1) * BLOCK + 1]),
+                       st.integers((n_blocks - 1) * BLOCK + 1, n_blocks * BLOCK)))
+    n_rows = draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    flat = draw(st.booleans())  # comparable mass in every piece (the sampler walks past several)
+    scale = 1.0 if flat else draw(st.sampled_from([1.0, 5.0]))
+    step = 0.0 if flat else draw(st.sampled_from([8.0, 30.0, 80.0]))
+    dead_blocks = draw(st.booleans())
+
+    def rows():
+        x = rng.standard_normal((n_rows, V)) * scale
+        for r in range(n_rows):
+            offsets = rng.permutation(n_blocks) * step  # the largest piece may come first, last or between
+            for k in range(n_blocks):
+                x[r, k * BLOCK:(k + 1) * BLOCK] += offsets[k]
+            if dead_blocks:
+                k = rng.integers(n_blocks)
+                x[r, k * BLOCK:(k + 1) * BLOCK] = -np.inf
+        return x.astype(np.float32)
+
+    a = rows()
+    b = rows() if two_sided else None
+    banned = None
+    if draw(st.booleans()):
+        near = [k * BLOCK + d for k in range(1, n_blocks) for d in (-1, 0, 1)]
+        banned = np.unique(np.concatenate([rng.choice(near, size=min(len(near), 4), replace=False),
+                                           rng.integers(0, V, size=3)]))
+        banned = banned[banned < V]
+    ban_rows = None if banned is None or draw(st.booleans()) else rng.random(n_rows) < 0.5
+    for r in range(n_rows):  # a finite allowed logit on each side of every row
+        allowed = np.ones(V, bool)
+        if banned is not None and (ban_rows is None or ban_rows[r]):
+            allowed[banned] = False
+        for x in (a, b) if two_sided else (a,):
+            if not np.isfinite(x[r][allowed]).any():
+                x[r, rng.choice(np.flatnonzero(allowed))] = np.float32(0.0)
+    # targets in a late piece, at a boundary, anywhere
+    targets = np.array([rng.choice([V - 1, (V - 1) // BLOCK * BLOCK, int(rng.integers(V))]) for _ in range(n_rows)])
+    T = draw(st.sampled_from([0.3, 1.0, 2.5]))
+    return a, b, targets, T, banned, ban_rows
+
+
+MULTI = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@MULTI
+@given(multiblock_case())
+def test_logprob_gather_matches_reference_across_blocks(case):
+    a, _, targets, T, banned, ban_rows = case
+    assert a.shape[1] > BLOCK
+    assert_close(kernels.logprob_gather(a, targets, T, banned, ban_rows),
+                 ref.logprob_gather(a, targets, T, banned, ban_rows))
+
+
+@MULTI
+@given(multiblock_case(two_sided=True), st.sampled_from([0.0, 0.5, 1.0, 1.7]))
+def test_mixed_logprob_matches_reference_across_blocks(case, lam):
+    a, b, targets, T, banned, ban_rows = case
+    mask = ref._ban_mask(a.shape[1], a.shape[0], banned, ban_rows)
+    mixed = np.stack([ref._mix(a[r].astype(float), b[r].astype(float), lam) for r in range(a.shape[0])])
+    assume(np.isfinite(np.where(mask, -np.inf, mixed)).any(axis=1).all())
+    got = kernels.mixed_logprob(a, b, targets, lam, T, banned, ban_rows, want_max_abs_pmi=True)
+    want = ref.mixed_logprob(a, b, targets, lam, T, banned, ban_rows, want_max_abs_pmi=True)
+    assert_close(got.logprob, want.logprob)
+    assert_close(got.max_abs_pmi, want.max_abs_pmi)
+
+
+@MULTI
+@given(multiblock_case(), st.sampled_from([5.0, 30.0, np.inf]), st.integers(0, 2**32 - 1))
+def test_sample_rows_matches_reference_across_blocks(case, window, seed):
+    a, _, _, T, banned, ban_rows = case
+    u = np.random.default_rng(seed).random(len(a))
+    got = kernels.sample_rows(a, u, T, window, banned, ban_rows)
+    want = ref.sample_rows(a, u, T, window, banned, ban_rows)
+    for r in np.flatnonzero(got != want):
+        row_banned = banned if banned is not None and (ban_rows is None or ban_rows[r]) else None
+        assert _ref_boundary_gap(a[r], u[r], T, window, row_banned, got[r], want[r]) < 1e-5
+
+
+def test_sample_rows_walks_past_whole_pieces():
+    """Equal mass in each of 5 pieces: u in the k-th fifth draws from the k-th piece."""
+    V = 5 * BLOCK
+    x = np.zeros((1, V), np.float32)
+    for k in range(5):
+        u = (k + 0.5) / 5
+        got = int(kernels.sample_rows(x, [u], 1.0, 30.0)[0])
+        assert got == int(ref.sample_rows(x, [u], 1.0, 30.0)[0])
+        assert k * BLOCK <= got < (k + 1) * BLOCK
+
+
+def test_logsumexp_rescales_when_a_later_piece_is_larger():
+    """Piece 0 at 0, piece 2 at +40, piece 3 at -40: exact log-probs in closed form."""
+    V = 4 * BLOCK
+    x = np.zeros(V, np.float32)
+    x[2 * BLOCK:3 * BLOCK] = 40.0
+    x[3 * BLOCK:] = -40.0
+    big = np.log(BLOCK) + np.log1p(2 * np.exp(-40.0) + np.exp(-80.0))  # log Z - 40
+    want = np.array([0.0 - 40.0, 40.0 - 40.0, -40.0 - 40.0]) - big
+    got = kernels.logprob_gather(np.repeat(x[None], 3, 0), [5, 2 * BLOCK + 7, V - 1])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+    mixed = kernels.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1],
+                                  1.0, 1.0)
+    np.testing.assert_allclose(mixed.logprob, want, rtol=1e-9, atol=1e-6)
+    half = kernels.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1],
+                                 0.5, 1.0)
+    np.testing.assert_allclose(half.logprob, ref.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32),
+                                                              [5, 2 * BLOCK + 7, V - 1], 0.5, 1.0).logprob,
+                               rtol=1e-9, atol=1e-6)
+
+
+# --------------------------------------------------------------------------
 # mechanisms
 
 

@@ -138,3 +138,59 @@ def test_example_with_empty_context_is_a_data_error(context):
 def test_example_accepts_a_context():
     e = Example(context=" x ", query="q", response=None, source="src", id="a")
     assert e.context == " x " and e.source == "src"
+
+
+# ---------------------------------------------------------------------------
+# spans of scored n-grams on the real model, against independently computed spans
+
+
+def _windows(length, n, stride):
+    """Window starts by plain enumeration: every stride-th start, then a last window ending at the end."""
+    starts, c = [], 0
+    while c + n <= length:
+        starts.append(c)
+        c += stride
+    if starts[-1] + n != length:
+        starts.append(length - n)
+    return starts
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """One llama.cpp thread: on a shared 2-core machine two threads run ~4x slower."""
+    from ctxlite.engine import Engine, EngineConfig
+
+    eng = Engine(None, EngineConfig(n_threads=1))
+    yield eng
+    eng.close()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("which, n, stride, chars", [(0, 8, 8, 230), (1, 8, 8, 230), (0, 5, 3, 120)])
+def test_ngram_spans_are_the_removed_tokens(engine, with_response, which, n, stride, chars):
+    """Each n-gram's [char_start, char_end) is where tokens [start, start + n) of D sit in D's text:
+    the lengths of the decoded prefixes D[:start] and D[:start + n]; its text is those n tokens decoded.
+    (The first sentences of each context, 30-60 tokens; with_response[1] has a non-ASCII character.)"""
+    from ctxlite.influence import InfluenceScorer
+
+    d = dict(with_response[which])
+    d["context"] = d["context"][: d["context"].index(". ", chars) + 1]
+    ex = Example(d["context"], d["query"], d["response"], id=d["id"])
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=n, stride=stride, null_ablations=0))
+    ctx = scorer.encode(ex).context
+    text = engine.detokenize(ctx)
+    assert text == d["context"]
+    grams = scorer.score(ex).results[0].ngrams
+    assert [g.start for g in grams] == _windows(len(ctx), n, stride)
+    checked = 0
+    for g in grams:
+        assert g.n == n
+        before, upto = engine.detokenize(ctx[: g.start]), engine.detokenize(ctx[: g.start + n])
+        if "\ufffd" in before + upto:  # a character split across the boundary: no clean prefix to measure
+            continue
+        assert (g.char_start, g.char_end) == (len(before), len(upto)), g.start
+        assert g.text == engine.detokenize(ctx[g.start: g.start + n]) == d["context"][len(before): len(upto)]
+        checked += 1
+    assert checked >= 0.9 * len(grams)
+    # the windows together cover D's text, first character to last
+    assert grams[0].char_start == 0 and grams[-1].char_end == len(d["context"])
