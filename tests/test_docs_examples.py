@@ -73,8 +73,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args[i] = str(REPO / a)
     if args[0] == "score":
         if "--data" in args:
-            args += ["--limit", "1"]
-        if "-r" not in args and "--response" not in args:
+            args += ["--limit", "1"]  # the first sample example carries its response: nothing to generate
+        elif "-r" not in args and "--response" not in args:
             args += ["--max-new-tokens", "12"]
     elif args[0] == "audit":
         generate, dp = "generate" in args, "rnm" in args or "esa" in args
