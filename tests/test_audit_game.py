@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 from importlib import resources
 
 import numpy as np
