@@ -12,7 +12,7 @@ OUT    ?= runs
 
 .PHONY: install model demo test bench clean
 
-$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/_build_kernels.py
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/runtime/_build_kernels.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,default-model]'
@@ -41,7 +41,7 @@ bench: model
 	$(PY) bench/bench_audit.py
 
 clean:
-	rm -rf build *.egg-info ctxlite/_kernels*.so ctxlite/_kernels.c
+	rm -rf build *.egg-info ctxlite/runtime/_kernels*.so ctxlite/runtime/_kernels.c
 
 # Mutation check of the suite (slow, not in CI): applies each curated bug to a temporary copy of the
 # tree, runs the tests that should see it, prints KILLED/SURVIVED per mutant and killed=K survived=S.

@@ -20,7 +20,7 @@ setup(
     include_package_data=False,
     zip_safe=False,
     setup_requires=["cffi>=1.16"],
-    cffi_modules=["ctxlite/_build_kernels.py:ffibuilder"],
+    cffi_modules=["ctxlite/runtime/_build_kernels.py:ffibuilder"],
     install_requires=[
         "llama-cpp-python>=0.3.16,<0.4",
         "numpy>=1.24",

@@ -35,12 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxlite.audit import AuditSettings, _Game, _rng, load_records, run_audit
-from ctxlite.canaries import make_canary
-from ctxlite.engine import Engine, EngineConfig
-from ctxlite.mechanisms import TaskFormat, partition
-from ctxlite.oracle import ModelOracle
-from ctxlite.queries import build_query
+from ctxlite.audit.dataset import load_records
+from ctxlite.audit.game import AuditGame, run_audit, seeded_rng
+from ctxlite.audit.settings import AuditSettings
+from ctxlite.audit.canaries import make_canary
+from ctxlite.runtime.engine import Engine, EngineConfig
+from ctxlite.audit.mechanisms import TaskFormat, partition
+from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.queries import build_query
 
 CLASSIFY = "ctxlite/data/classify_sample.jsonl"
 DIALOGUE = "ctxlite/data/dialogue_sample.jsonl"
@@ -83,11 +85,11 @@ def baseline(llm, emb_llm, s: AuditSettings, records) -> float:
     fmt = TaskFormat.for_task(task)
     canary = make_canary(s.canary, task, records, s.seed, labels=fmt.labels)
     query = build_query(task, s.query, canary, fmt.labels, s.template_index)
-    game = _Game(ModelOracle.__new__(ModelOracle), records, s, canary, query)
+    game = AuditGame(ModelOracle.__new__(ModelOracle), records, s, canary, query)
     t0 = time.perf_counter()
     for _eps in s.epsilons:
         for i in range(s.trials):
-            rng = _rng(s.seed, 2, i)
+            rng = seeded_rng(s.seed, 2, i)
             z = bool(rng.random() < 0.5)
             recs = game.dataset(z, None)
             for q in range(s.queries_per_trial):
@@ -156,7 +158,7 @@ def main():
 
     import llama_cpp
 
-    from ctxlite.models import resolve_model
+    from ctxlite.runtime.models import resolve_model
 
     path = str(resolve_model(None))
     print(f"model {path}\nthreads {args.threads} (tokens and batches, both sides)")

@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-from ctxlite import kernels  # noqa: E402
-from ctxlite.decoding import SamplingSettings, generate  # noqa: E402
-from ctxlite.engine import Engine, EngineConfig  # noqa: E402
-from ctxlite.influence import ngram_starts  # noqa: E402
-from ctxlite.templates import get_template  # noqa: E402
+from ctxlite.runtime import kernels  # noqa: E402
+from ctxlite.influence.cid import generate  # noqa: E402
+from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
+from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
+from ctxlite.influence.scorer import ngram_starts  # noqa: E402
+from ctxlite.runtime.templates import get_template  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "score_sample.jsonl"
 
@@ -210,7 +211,7 @@ def main() -> None:
           f"per repeat: {', '.join(f'{e / r:.2f}x' for e, r in zip(tot_exact, tot_reuse))})")
     print(f"  token-count bound     {bound_var:8.2f}x   = L*k / sum(L - s_i) with L = {L_var} = tokens of one ablated variant "
           f"(prefix+context-n+suffix+response = {len(prefix)}+{len(ctx) - n}+{len(suffix)}+{len(y)}):")
-    print(f"                                  the exact path decodes L tokens per variant, the reuse path L - s_i")
+    print("                                  the exact path decodes L tokens per variant, the reuse path L - s_i")
     print(f"  fraction of bound     {speed / bound_var * 100:7.1f} %   (target >= 85%)")
     print(f"  [alt. bound with L = {L_full} = unablated prompt+response tokens: {bound_full:.2f}x -> fraction "
           f"{speed / bound_full * 100:.1f} %]")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-from ctxlite import kernels  # noqa: E402
+from ctxlite.runtime import kernels  # noqa: E402
 
 
 def per_row_us(fn, n_rows: int, repeats: int) -> float:

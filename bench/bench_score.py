@@ -42,10 +42,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-import ctxlite.engine as engine_mod  # noqa: E402
-from ctxlite.decoding import SamplingSettings, generate  # noqa: E402
-from ctxlite.engine import Engine, EngineConfig  # noqa: E402
-from ctxlite.influence import Example, InfluenceScorer, InfluenceSettings, ngram_starts  # noqa: E402
+import ctxlite.runtime.engine as engine_mod  # noqa: E402
+from ctxlite.influence.cid import generate  # noqa: E402
+from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
+from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "score_sample.jsonl"
 T = 0.8  # ctxlite's default temperature (SamplingSettings), also the reference default

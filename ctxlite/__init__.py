@@ -40,15 +40,15 @@ def __getattr__(name):
     # Lazy imports keep `import ctxlite` cheap and free of llama.cpp for the
     # estimators-only users (compliance tools that just post-process logs).
     if name in ("Engine", "EngineConfig"):
-        from ctxlite import engine
+        from ctxlite.runtime import engine
 
         return getattr(engine, name)
     if name in ("Example", "InfluenceScorer", "InfluenceSettings"):
-        from ctxlite import influence
+        from ctxlite.influence import scorer as influence
 
         return getattr(influence, name)
     if name == "SamplingSettings":
-        from ctxlite.decoding import SamplingSettings
+        from ctxlite.runtime.sampling import SamplingSettings
 
         return SamplingSettings
     raise AttributeError(f"module 'ctxlite' has no attribute {name!r}")

@@ -74,7 +74,7 @@ def engine_part(model_path, config) -> dict:
     """
     from dataclasses import asdict
 
-    from ctxlite.models import model_identity
+    from ctxlite.runtime.models import model_identity
 
     cfg = {k: v for k, v in asdict(config).items() if k != "n_threads"}
     return {"software": software(), "model": model_identity(model_path), "engine": cfg}

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def engine():
-    from ctxlite.engine import Engine
+    from ctxlite.runtime.engine import Engine
 
     eng = Engine()
     yield eng

@@ -1,4 +1,4 @@
-"""Tests for ctxlite.analysis: position_means and bootstrap_ci against slow
+"""Tests for ctxlite.influence.analysis: position_means and bootstrap_ci against slow
 references, bootstrap coverage, and summarize() on hand-made result records."""
 
 import itertools
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ctxlite.analysis import bootstrap_ci, position_means, summarize
+from ctxlite.influence.analysis import bootstrap_ci, position_means, summarize
 from ctxlite.errors import InvalidParameter
-from ctxlite.influence import ExampleResult, LambdaResult, NgramInfluence, NoiseFloor
+from ctxlite.influence.scorer import ExampleResult, LambdaResult, NgramInfluence, NoiseFloor
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -15,12 +15,25 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from ctxlite.audit import AuditSettings, audit_identity, check_records, load_records, run_audit
-from ctxlite.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma, subsampled_gaussian_epsilon
-from ctxlite.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
+from ctxlite.audit.dataset import check_records, load_records
+from ctxlite.audit.game import run_audit
+from ctxlite.audit.settings import AuditSettings, audit_identity
+from ctxlite.privacy.calibration import (
+    analytic_gaussian_epsilon,
+    analytic_gaussian_sigma,
+    subsampled_gaussian_epsilon,
+)
+from ctxlite.audit.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat, leak_fraction, partition
-from ctxlite.queries import QueryKind, build_query, candidate_templates, search_template
+from ctxlite.audit.mechanisms import (
+    EmbeddingSpaceAggregation,
+    ReportNoisyMax,
+    TaskFormat,
+    leak_fraction,
+    partition,
+)
+from ctxlite.audit.queries import QueryKind, build_query, candidate_templates
+from ctxlite.audit.template_search import search_template
 from ctxlite.records import RecordLog
 
 SQRT2 = math.sqrt(2)
@@ -219,7 +232,7 @@ def test_cli_too_few_records_exits_4(tmp_path):
 
 @pytest.fixture(scope="module")
 def engine():
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     eng = Engine(None, EngineConfig(n_threads=1, kv_slots=4))
     yield eng
@@ -230,8 +243,8 @@ def engine():
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_exact_label_distribution_matches_real_sampling(engine, temperature):
     """The fast path's distribution vs real first-token sampling: chi-square, seeded."""
-    from ctxlite.decoding import SamplingSettings, sample_continuations
-    from ctxlite.oracle import ModelOracle
+    from ctxlite.runtime.sampling import SamplingSettings, sample_continuations
+    from ctxlite.audit.oracle import ModelOracle
 
     fmt = TaskFormat.for_task("classify")
     oracle = ModelOracle(engine, fmt.labels, temperature)
@@ -256,7 +269,7 @@ def test_exact_label_distribution_matches_real_sampling(engine, temperature):
 
 @pytest.mark.model
 def test_rnm_histogram_sums_to_m_before_noise(engine):
-    from ctxlite.oracle import ModelOracle
+    from ctxlite.audit.oracle import ModelOracle
 
     fmt = TaskFormat.for_task("classify")
     oracle = ModelOracle(engine, fmt.labels, 1.0)
@@ -350,7 +363,7 @@ def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_runs):
 
 def _null_accuracy_quantile(ins, outs, q, n_perm=400, seed=0):
     """The q-quantile of the (optimistic) audit accuracy when IN/OUT labels carry no information."""
-    from ctxlite.estimators import CanaryScoreAuditor
+    from ctxlite.privacy.estimators import CanaryScoreAuditor
 
     rng = np.random.default_rng(seed)
     scores = np.concatenate([ins, outs])
@@ -438,7 +451,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
     exactly the L2 defence it wraps; forced to "leaks", every output is withheld and each trial scores only the
     withheld placeholder. (tests/test_audit_game.py recomputes the real model's verdicts output by output.)
     """
-    from ctxlite.mechanisms import OTHER, Judge
+    from ctxlite.audit.mechanisms import OTHER, Judge
 
     def play(mechanism, name):
         s = AuditSettings(task="classify", mechanism=mechanism, attack="injection", trials=8, shots=3,
@@ -466,7 +479,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
 
 @pytest.mark.model
 def test_generation_esa_end_to_end(engine, tmp_path):
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     s = AuditSettings(task="generate", mechanism="esa", epsilons=(1.0, math.inf), trials=4, shots=1,
                       ensembles=2, reference_runs=1, max_new_tokens=6, zero_shot_candidates=2,

@@ -25,12 +25,15 @@ from importlib import resources
 import numpy as np
 import pytest
 
-import ctxlite.audit as audit_mod
-from ctxlite.audit import AuditSettings, audit_identity, load_records, run_audit
-from ctxlite.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
-from ctxlite.detectors import CountDetector, DirectionDetector, LeakDetector
-from ctxlite.estimators import CanaryScoreAuditor, Split, gdp_epsilon
-from ctxlite.mechanisms import (
+import ctxlite.audit.game as game_mod
+from ctxlite.audit.dataset import load_records
+from ctxlite.audit.game import run_audit
+from ctxlite.audit.report import report_row
+from ctxlite.audit.settings import AuditSettings, audit_identity
+from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
+from ctxlite.audit.detectors import CountDetector, DirectionDetector, LeakDetector
+from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+from ctxlite.audit.mechanisms import (
     OTHER,
     EmbeddingSpaceAggregation,
     Judge,
@@ -40,9 +43,9 @@ from ctxlite.mechanisms import (
     TaskFormat,
     leak_fraction,
 )
-from ctxlite.oracle import ModelOracle
+from ctxlite.audit.oracle import ModelOracle
 from ctxlite.records import RecordLog
-from ctxlite.templates import audit_templates
+from ctxlite.runtime.templates import audit_templates
 
 CLASSIFY = str(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"))
 FMT = TaskFormat.for_task("classify")
@@ -58,7 +61,7 @@ def classify_records():
 @pytest.fixture(scope="module")
 def engine():
     """One llama.cpp thread, as in test_audit.py: on a shared 2-core machine two threads run ~4x slower."""
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     eng = Engine(None, EngineConfig(n_threads=1, kv_slots=4))
     yield eng
@@ -117,7 +120,7 @@ class SpyLog:
 @pytest.fixture
 def play(engine, tmp_path, monkeypatch):
     """play(settings) -> (report, spy log, oracle): a real audit through the recording oracle."""
-    monkeypatch.setattr(audit_mod, "ModelOracle", RecordingOracle)
+    monkeypatch.setattr(game_mod, "ModelOracle", RecordingOracle)
     counter = iter(range(1000))
 
     def run(s: AuditSettings, records=None):
@@ -493,9 +496,9 @@ def test_esa_report_row_accounts_with_2c():
     """An ESA row's per-trial and subsampled epsilon, from synthetic scores (no model needed)."""
     s = AuditSettings(task="generate", mechanism="esa", epsilons=(2.0,), trials=40, queries_per_trial=2,
                       clip_norm=0.5, accounting_queries=10, sampling_rate=0.5, seed=1)
-    mech = audit_mod.make_mechanism(s, 2.0)
+    mech = game_mod.make_mechanism(s, 2.0)
     rng = np.random.default_rng(0)
-    row = audit_mod._row(s, mech, 2.0, list(rng.normal(1, 1, 20)), list(rng.normal(0, 1, 20)), None)
+    row = report_row(s, mech, 2.0, list(rng.normal(1, 1, 20)), list(rng.normal(0, 1, 20)), None)
     sigma = analytic_gaussian_sigma(2.0, 1e-5, 1.0)
     assert row["sigma"] == pytest.approx(sigma) and row["sensitivity"] == pytest.approx(1.0)
     assert row["epsilon_per_trial"] == pytest.approx(gdp_epsilon(math.sqrt(2) * 1.0 / sigma, 1e-5), rel=1e-9)

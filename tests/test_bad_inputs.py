@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -65,7 +64,7 @@ def read_only_dir(tmp_path):
 
 
 def _model_file() -> Path:
-    from ctxlite.models import pull
+    from ctxlite.runtime.models import pull
 
     return pull()
 
@@ -178,7 +177,7 @@ def test_ctrl_c_during_model_load_raises_promptly():
     """SIGINT that arrives inside llama.cpp's loader aborts the load (it used to be swallowed by a C callback)."""
     code = r"""
 import os, signal, sys, threading, time
-from ctxlite import engine as E
+from ctxlite.runtime import engine as E
 def fire():
     while signal.getsignal(signal.SIGINT) is not E._InterruptDuringLoad.handler:
         time.sleep(0.0005)
@@ -224,7 +223,7 @@ def test_context_window_beyond_the_trained_one(note, n_ctx):
 
 @pytest.mark.model
 def test_a_kv_cache_larger_than_free_memory_is_refused(monkeypatch):
-    from ctxlite import engine as E
+    from ctxlite.runtime import engine as E
     from ctxlite.errors import InvalidParameter
 
     monkeypatch.setattr(E, "_available_memory", lambda: 64 * 2**20)
@@ -308,14 +307,14 @@ def test_utility_without_held_out_records_says_why(tmp_path):
 def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from ctxlite import queries
+    from ctxlite.audit import template_search
     from ctxlite.cli import main
 
     out = tmp_path / "taken.jsonl"
     out.write_text('{"type": "audit", "identity": {}}\n', encoding="utf-8")
     calls = []
-    monkeypatch.setattr(queries, "search_template", lambda *a, **k: calls.append(1))
-    import ctxlite.engine as E
+    monkeypatch.setattr(template_search, "search_template", lambda *a, **k: calls.append(1))
+    import ctxlite.runtime.engine as E
 
     monkeypatch.setattr(E.Engine, "__init__", lambda *a, **k: calls.append(2))
     r = CliRunner().invoke(main, ["audit", "--data", CLASSIFY, "--search-template", "--out", str(out)])

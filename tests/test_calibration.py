@@ -1,4 +1,4 @@
-"""Tests for ctxlite.calibration: SPEC §2.4 analytic sigma table, the forward
+"""Tests for ctxlite.privacy.calibration: SPEC §2.4 analytic sigma table, the forward
 delta formula against brute-force integration, sensitivities, and the PLD
 accountant (dp-accounting) against the analytic per-query Gaussian."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxlite import estimators_reference as ref
-from ctxlite.calibration import (
+from reference import estimators_reference as ref
+from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,

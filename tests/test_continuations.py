@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from ctxlite.continuations import ContinuationTree
+from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
 
 pytestmark = pytest.mark.model

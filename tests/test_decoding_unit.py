@@ -1,4 +1,4 @@
-"""Unit tests for the pure parts of ctxlite.decoding (no model): the CID mixture
+"""Unit tests for the pure parts of ctxlite.influence.cid (no model): the CID mixture
 against a numpy reference, the ε-bounded λ (SPEC §1.5), top-k / top-p sampling
 against a reference filter and by chi-square, and parameter validation."""
 
@@ -10,15 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from ctxlite.decoding import (
-    SamplingSettings,
-    bounded_lambda,
-    check_epsilon,
-    check_lambda,
-    cid_logprobs,
-    mixed_logits,
-    sample_token,
-)
+from ctxlite.influence.cid import bounded_lambda, check_epsilon, check_lambda, cid_logprobs, mixed_logits
+from ctxlite.runtime.sampling import SamplingSettings, sample_token
 from ctxlite.errors import InvalidParameter
 
 FAST = settings(max_examples=80, deadline=None)
@@ -370,7 +363,7 @@ def test_check_epsilon_accepts():
 @given(st.integers(2, 300), st.floats(0.0, 4.0), st.floats(0.2, 2.0), st.data())
 def test_cid_logprobs_agrees_with_the_c_kernel_including_neg_inf_logits(V, lam, T, data):
     """Both sides -inf-guarded: for lam > 1 a -inf logit of l_empty must stay -inf, never become +inf."""
-    from ctxlite import kernels
+    from ctxlite.runtime import kernels
 
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     a = (rng.standard_normal(V) * 3).astype(np.float32)

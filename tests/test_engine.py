@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxlite import kernels
+from ctxlite.runtime import kernels
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter
-from ctxlite.influence import Example, InfluenceScorer, InfluenceSettings, ngram_starts
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 
 pytestmark = pytest.mark.model
 
@@ -255,7 +255,7 @@ def test_held_logits_keep_each_keys_prompt(engine):
 
 
 def test_held_logits_evicts_by_use_and_capacity():
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     with Engine(None, EngineConfig(n_ctx=64, kv_slots=2, n_seq_max=3, n_threads=1)) as eng:
         prompts = [eng.tokenize(f"Record {i}: " + "word " * 40, add_bos=True) for i in range(5)]

@@ -1,4 +1,4 @@
-"""Tests for ctxlite.estimators: SPEC §2.6 reference values, properties against
+"""Tests for ctxlite.privacy.estimators: SPEC §2.6 reference values, properties against
 the slow reference implementations, and soundness of the lower bounds."""
 
 import math
@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from ctxlite import estimators_reference as ref
-from ctxlite.calibration import analytic_gaussian_sigma
+from reference import estimators_reference as ref
+from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.errors import InvalidParameter
-from ctxlite.estimators import (
+from ctxlite.privacy.estimators import (
     Bonferroni,
     CanaryScoreAuditor,
     ClopperPearsonBound,

@@ -135,7 +135,9 @@ def test_audit_resume_on_another_data_file_is_refused(tmp_path):
 
 def test_audit_trial_of_another_canary_is_refused(tmp_path, engine):
     """A log whose trials name another canary than the one this audit plays is refused by run_audit."""
-    from ctxlite.audit import AuditSettings, audit_identity, load_records, run_audit
+    from ctxlite.audit.dataset import load_records
+    from ctxlite.audit.game import run_audit
+    from ctxlite.audit.settings import AuditSettings, audit_identity
     from ctxlite.errors import DataError
     from ctxlite.records import RecordLog
 

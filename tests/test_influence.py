@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxlite.decoding import SamplingSettings
-from ctxlite.influence import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.runtime.sampling import SamplingSettings
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 
 pytestmark = pytest.mark.model
 
@@ -80,7 +80,7 @@ def test_document_level_renyi_identity(logits, lam):
 
 def test_scorer_matches_the_identities(engine, logits):
     """The fused float32 kernels reproduce the float64 definitions on the same logits."""
-    scorer, ex, y = logits["scorer"], logits["example"], logits["y"]
+    ex, y = logits["example"], logits["y"]
     lam = 1.5
     scorer_exact = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(lam,), ngram=8, exact=True))
     r = scorer_exact.score(ex).results[0]
@@ -160,7 +160,7 @@ def _mixed_rows(lD, l0, lams, ban, eog):
 @pytest.fixture(scope="module")
 def engine1():
     """One llama.cpp thread for the recomputation tests: on a shared 2-core machine two threads run ~4x slower."""
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     eng = Engine(None, EngineConfig(n_threads=1))
     yield eng
@@ -237,7 +237,7 @@ def test_influence_trends(engine, with_response):
 
 def test_context_size_analysis(engine, with_response):
     """Scoring the first k context tokens: document influence grows with k (SPEC §1.7 curve)."""
-    from ctxlite.analysis import summarize
+    from ctxlite.influence.analysis import summarize
 
     sizes = (16, 48, 96)  # every sample context is longer than 96 tokens
     scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=None, context_sizes=sizes))

@@ -1,10 +1,11 @@
-"""C kernels vs. their slow float64 references (ctxlite.kernels_reference), plus error paths."""
+"""C kernels vs. their slow float64 references (tests/reference/kernels_reference.py), plus error paths."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxlite import kernels, kernels_reference as ref
+from ctxlite.runtime import kernels
+from reference import kernels_reference as ref
 from ctxlite.errors import InvalidParameter
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

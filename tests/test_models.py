@@ -6,7 +6,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from ctxlite import models
+from ctxlite.runtime import models
 from ctxlite.cli import main
 from ctxlite.errors import ModelError
 
@@ -46,7 +46,7 @@ def test_pull_is_idempotent_and_verified():
 
 @pytest.mark.model
 def test_truncated_gguf_is_a_model_error_not_an_abort(tmp_path):
-    from ctxlite.engine import Engine
+    from ctxlite.runtime.engine import Engine
 
     real = models.pull()
     cut = tmp_path / "cut.gguf"

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxlite.decoding import SamplingSettings
+from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.influence import Example, InfluenceSettings, ngram_starts
+from ctxlite.influence.scorer import Example, InfluenceSettings, ngram_starts
 
 FAST = settings(max_examples=200, deadline=None)
 
@@ -158,7 +158,7 @@ def _windows(length, n, stride):
 @pytest.fixture(scope="module")
 def engine():
     """One llama.cpp thread: on a shared 2-core machine two threads run ~4x slower."""
-    from ctxlite.engine import Engine, EngineConfig
+    from ctxlite.runtime.engine import Engine, EngineConfig
 
     eng = Engine(None, EngineConfig(n_threads=1))
     yield eng
@@ -171,7 +171,7 @@ def test_ngram_spans_are_the_removed_tokens(engine, with_response, which, n, str
     """Each n-gram's [char_start, char_end) is where tokens [start, start + n) of D sit in D's text:
     the lengths of the decoded prefixes D[:start] and D[:start + n]; its text is those n tokens decoded.
     (The first sentences of each context, 30-60 tokens; with_response[1] has a non-ASCII character.)"""
-    from ctxlite.influence import InfluenceScorer
+    from ctxlite.influence.scorer import InfluenceScorer
 
     d = dict(with_response[which])
     d["context"] = d["context"][: d["context"].index(". ", chars) + 1]

@@ -1,4 +1,4 @@
-"""Tests for ctxlite.regurgitation (SPEC §1.6): the Repeat word count against a
+"""Tests for ctxlite.influence.regurgitation (SPEC §1.6): the Repeat word count against a
 definition-level reference, ROUGE-L against a slow LCS reference with rouge-score's
 tokenizer mirrored, the > thresholds at their boundaries, and ROUGE in every script."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxlite.regurgitation import (
+from ctxlite.influence.regurgitation import (
     REPEAT_THRESHOLD,
     ROUGE_THRESHOLD,
     Regurgitation,

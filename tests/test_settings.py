@@ -7,8 +7,9 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from ctxlite import audit as audit_mod
-from ctxlite.audit import AuditSettings, MechanismKind, Task
+from ctxlite.audit import dataset as dataset_mod
+from ctxlite.audit import settings as settings_mod
+from ctxlite.audit.settings import AuditSettings, MechanismKind, Task
 from ctxlite.cli import main
 
 TASK_OF = {MechanismKind.RNM: (Task.CLASSIFY,), MechanismKind.ESA: (Task.GENERATE,)}
@@ -31,8 +32,8 @@ def cli_settings(monkeypatch, args) -> AuditSettings:
     def stop(*a, **k):
         raise _Stop
 
-    monkeypatch.setattr(audit_mod, "AuditSettings", Recording)
-    monkeypatch.setattr(audit_mod, "load_records", stop)
+    monkeypatch.setattr(settings_mod, "AuditSettings", Recording)
+    monkeypatch.setattr(dataset_mod, "load_records", stop)
     r = CliRunner().invoke(main, ["audit", "--data", "x.jsonl", *args])
     assert isinstance(r.exception, _Stop), r.output
     return made[-1]

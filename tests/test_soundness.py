@@ -22,15 +22,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ctxlite import kernels, mechanisms
-from ctxlite.calibration import (
+from ctxlite.audit import mechanisms
+from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_sigma,
     esa_l2_sensitivity,
     rnm_l2_sensitivity,
 )
-from ctxlite.estimators import CanaryScoreAuditor, ClopperPearsonBound, Split, _cp_epsilon_array
-from ctxlite.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat
+from ctxlite.privacy.estimators import CanaryScoreAuditor, ClopperPearsonBound, Split, clopper_pearson_epsilon_array
+from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat
 
 # ---------------------------------------------------------------------------
 # the leaky selection (test fixture: what the checks below must catch)
@@ -50,7 +50,7 @@ class LeakySplitAuditor(CanaryScoreAuditor):
         cands = np.append(np.unique(np.concatenate([in_eval, out_eval])), np.inf)
         tp_s = self._count_at_least(in_eval, cands)
         fp_s = self._count_at_least(out_eval, cands)
-        eps_s = _cp_epsilon_array(tp_s, in_eval.size, fp_s, out_eval.size, alpha, delta)
+        eps_s = clopper_pearson_epsilon_array(tp_s, in_eval.size, fp_s, out_eval.size, alpha, delta)
         best = int(np.argmax(eps_s))
         return ClopperPearsonBound(float(eps_s[best]), float(cands[best]), int(tp_s[best]), int(in_eval.size),
                                    int(fp_s[best]), int(out_eval.size), 1.0 - alpha, alpha, delta, selection)
@@ -291,10 +291,12 @@ def test_esa_sensitivity_is_the_true_maximum(clip_norm, monkeypatch):
 
 
 def _audit_row(eps: float, ins, outs, **settings):
-    from ctxlite.audit import AuditSettings, _row, make_mechanism
+    from ctxlite.audit.game import make_mechanism
+    from ctxlite.audit.report import report_row
+    from ctxlite.audit.settings import AuditSettings
 
     s = AuditSettings(task="classify", mechanism="rnm", epsilons=(eps,), ensembles=2, shots=2, trials=40, **settings)
-    return s, _row(s, make_mechanism(s, eps), eps, ins, outs, None)
+    return s, report_row(s, make_mechanism(s, eps), eps, ins, outs, None)
 
 
 def test_row_epsilon_subsampled_uses_add_remove_sensitivity():
@@ -309,7 +311,7 @@ def test_row_epsilon_subsampled_uses_add_remove_sensitivity():
 
 
 def test_row_with_fewer_out_trials_than_one_over_fpr_is_strict_json():
-    from ctxlite.audit import AuditReport
+    from ctxlite.audit.report import AuditReport
 
     rng = np.random.default_rng(1)
     ins, outs = rng.normal(3, 1, 30), rng.normal(0, 1, 5)  # 5 OUT trials < 1/FPR = 10

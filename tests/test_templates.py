@@ -1,4 +1,4 @@
-"""Tests for ctxlite.templates (SPEC §1.1): built-ins, parts/render, the
+"""Tests for ctxlite.runtime.templates (SPEC §1.1): built-ins, parts/render, the
 empty-slot prompt, validation, and get_template by name / file / literal."""
 
 import string
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.templates import PromptTemplate, audit_templates, builtin_templates, get_template
+from ctxlite.runtime.templates import PromptTemplate, audit_templates, builtin_templates, get_template
 
 FAST = settings(max_examples=60, deadline=None)
 

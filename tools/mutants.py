@@ -3,7 +3,7 @@
 
 Every mutant is one exact text substitution in the core (Python or C). The
 script copies the working tree (``git ls-files`` plus untracked, non-ignored
-files, plus the built ``ctxlite/_kernels*.so``) into a temporary directory and
+files, plus the built ``ctxlite/runtime/_kernels*.so``) into a temporary directory and
 never touches the shared tree. For each mutant it applies the substitution in
 the copy, rebuilds the C extension there when a C file changed, runs the
 mutant's test selection with ``pytest -x -q`` under a timeout, and restores
@@ -72,84 +72,84 @@ MULTI = "across_blocks or rescales or walks_past"
 
 MUTANTS: list[Mutant] = [
     # ---- the seven the review found the suite missed ---------------------------------------------
-    Mutant("A1", "ctxlite/audit.py", "        if z:\n            recs[slot] = self.canary.record(",
+    Mutant("A1", "ctxlite/audit/game.py", "        if z:\n            recs[slot] = self.canary.record(",
            "        if not z:\n            recs[slot] = self.canary.record(", (GAME,), "z1_prompts",
            "the canary is inserted into the Z = 0 trials"),
-    Mutant("M1", "ctxlite/mechanisms.py", "return bool(p_yes > p_no)", "return bool(p_yes < p_no)", (GAME,),
+    Mutant("M1", "ctxlite/audit/mechanisms.py", "return bool(p_yes > p_no)", "return bool(p_yes < p_no)", (GAME,),
            "judge and not defence", "the judge's verdict is inverted"),
-    Mutant("M2", "ctxlite/mechanisms.py", 'self.keywords = tuple(l2["filter_keywords"])', "self.keywords = ()",
+    Mutant("M2", "ctxlite/audit/mechanisms.py", 'self.keywords = tuple(l2["filter_keywords"])', "self.keywords = ()",
            (GAME,), "withholds_keyword or injection", "the L2 keyword filter is disabled"),
-    Mutant("A2", "ctxlite/audit.py", "return CountDetector(fmt.labels.index(canary.label))",
+    Mutant("A2", "ctxlite/audit/game.py", "return CountDetector(fmt.labels.index(canary.label))",
            "return CountDetector(1 - fmt.labels.index(canary.label))", (GAME,), "count_detector",
            "the count detector reads the other label"),
-    Mutant("A3", "ctxlite/audit.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma",
+    Mutant("A3", "ctxlite/audit/report.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma",
            "gdp_epsilon(math.sqrt(s.queries_per_trial) / mech.sigma", (GAME,), "report_figures or esa_report",
            "epsilon_per_trial ignores the sensitivity"),
-    Mutant("C1", "ctxlite/calibration.py", "    _check_relation(relation)\n    return 2.0 * clip_norm\n",
+    Mutant("C1", "ctxlite/privacy/calibration.py", "    _check_relation(relation)\n    return 2.0 * clip_norm\n",
            "    relation = _check_relation(relation)\n"
            "    return 2.0 * clip_norm if relation is Neighbouring.REPLACE else clip_norm\n",
            (GAME, CAL), "sensitivit or esa_report", "ESA's add/remove sensitivity is C instead of 2C"),
-    Mutant("I1", "ctxlite/influence.py", "spans[c + st.ngram - 1][1]", "spans[c + st.ngram - 2][1]",
+    Mutant("I1", "ctxlite/influence/scorer.py", "spans[c + st.ngram - 1][1]", "spans[c + st.ngram - 2][1]",
            (NGRAM,), "spans", "every n-gram's span is one token short"),
     # ---- audit game and report -----------------------------------------------------------------
-    Mutant("A4", "ctxlite/audit.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity",
+    Mutant("A4", "ctxlite/audit/report.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity",
            "gdp_epsilon(s.queries_per_trial * mech.sensitivity", (GAME,), "report_figures",
            "a trial's queries compose linearly in mu instead of as sqrt(n)"),
-    Mutant("A5", "ctxlite/audit.py", "if r[out] != canary.label]", "if r[out] == canary.label]", (GAME,),
+    Mutant("A5", "ctxlite/audit/game.py", "if r[out] != canary.label]", "if r[out] == canary.label]", (GAME,),
            "z1_prompts", "the canary replaces a record with its own label"),
-    Mutant("A6", "ctxlite/audit.py", "sig = game.run(mech, z, _rng(s.seed, 3, j)",
-           "sig = game.run(mech, True, _rng(s.seed, 3, j)", (GAME,), "z1_prompts",
+    Mutant("A6", "ctxlite/audit/game.py", "sig = game.run(mech, z, seeded_rng(s.seed, 3, j)",
+           "sig = game.run(mech, True, seeded_rng(s.seed, 3, j)", (GAME,), "z1_prompts",
            "the OUT reference runs also hold the canary"),
-    Mutant("A7", "ctxlite/audit.py", "selection=Split(s.split_fraction, s.seed)",
+    Mutant("A7", "ctxlite/audit/report.py", "selection=Split(s.split_fraction, s.seed)",
            "selection=Split(s.split_fraction, 0)", (GAME,), "report_figures",
            "the Clopper-Pearson split ignores the audit seed"),
-    Mutant("A8", "ctxlite/audit.py", '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
+    Mutant("A8", "ctxlite/audit/report.py", '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
            '"epsilon_gdp": auditor.epsilon_gdp(s.delta)', (GAME,), "report_figures",
            "the GDP estimate ignores the FPR target"),
-    Mutant("A9", "ctxlite/audit.py", 'scores.append(float(out == item["label"]))',
+    Mutant("A9", "ctxlite/audit/game.py", 'scores.append(float(out == item["label"]))',
            'scores.append(float(out != item["label"]))', (GAME,), "utility", "utility counts the misses"),
-    Mutant("A10", "ctxlite/audit.py", "z = bool(rng.random() < 0.5)", "z = bool(rng.random() < 0.6)", (GAME,),
+    Mutant("A10", "ctxlite/audit/game.py", "z = bool(rng.random() < 0.5)", "z = bool(rng.random() < 0.6)", (GAME,),
            "fair_coin", "Z is a biased coin (P(Z = 1) = 0.6)"),
-    Mutant("A11", "ctxlite/audit.py", '(in_scores if rec["z"] else out_scores)',
+    Mutant("A11", "ctxlite/audit/game.py", '(in_scores if rec["z"] else out_scores)',
            '(out_scores if rec["z"] else in_scores)', (GAME,), "report_figures",
            "IN and OUT scores are swapped in the estimates"),
     # ---- mechanisms ----------------------------------------------------------------------------
-    Mutant("M3", "ctxlite/mechanisms.py", "prompt = fmt.prompt(records, query, self.defense_text)",
+    Mutant("M3", "ctxlite/audit/mechanisms.py", "prompt = fmt.prompt(records, query, self.defense_text)",
            "prompt = fmt.prompt(records, query)", (GAME,), "defence_text", "the defence text is left out of the prompt"),
-    Mutant("M4", "ctxlite/mechanisms.py", "fmt.prompt([records[i] for i in group], query)",
+    Mutant("M4", "ctxlite/audit/mechanisms.py", "fmt.prompt([records[i] for i in group], query)",
            "fmt.prompt([records[i] for i in groups[0]], query)", (GAME,), "one_ensemble",
            "every RNM ensemble votes on the first ensemble's records"),
-    Mutant("M5", "ctxlite/mechanisms.py",
+    Mutant("M5", "ctxlite/audit/mechanisms.py",
            "out = [OTHER if (o == replacement and o not in fmt.labels) else o for o in out]", "out = list(out)",
            (GAME,), "judge_on_labels", "a withheld label is not counted as 'other'"),
-    Mutant("M6", "ctxlite/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
+    Mutant("M6", "ctxlite/audit/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
            "noise = rng.standard_normal(k) * self.sigma * 0.25", (AUDIT,), "calibrated_gaussian",
            "RNM adds a quarter of the calibrated noise"),
-    Mutant("M7", "ctxlite/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
+    Mutant("M7", "ctxlite/audit/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
            "noise = rng.standard_normal(k) * self.sigma * 0.1", (AUDIT,), "epsilon_1",
            "RNM adds a tenth of the calibrated noise (the epsilon = 1 audit must see it)"),
     # ---- detectors -----------------------------------------------------------------------------
-    Mutant("D1", "ctxlite/detectors.py", "self.direction = (w - wo).sum(axis=0)",
+    Mutant("D1", "ctxlite/audit/detectors.py", "self.direction = (w - wo).sum(axis=0)",
            "self.direction = (wo - w).sum(axis=0)", (GAME,), "detectors_on_known or refitted",
            "the reference direction points away from the canary"),
-    Mutant("D2", "ctxlite/detectors.py", "self.offset = float((wo @ self.direction).mean())",
+    Mutant("D2", "ctxlite/audit/detectors.py", "self.offset = float((wo @ self.direction).mean())",
            "self.offset = float((w @ self.direction).mean())", (GAME,), "detectors_on_known or refitted",
            "the direction score is centred on the IN references"),
     # ---- calibration -----------------------------------------------------------------------------
-    Mutant("C2", "ctxlite/calibration.py", "    _check_relation(relation)\n    return math.sqrt(2.0)\n",
+    Mutant("C2", "ctxlite/privacy/calibration.py", "    _check_relation(relation)\n    return math.sqrt(2.0)\n",
            "    _check_relation(relation)\n    return 1.0\n", (CAL, GAME), "sensitivit or report_figures",
            "RNM's sensitivity is 1 instead of sqrt(2)"),
-    Mutant("C3", "ctxlite/calibration.py", "    return ratio * sensitivity\n", "    return ratio\n", (CAL,), None,
+    Mutant("C3", "ctxlite/privacy/calibration.py", "    return ratio * sensitivity\n", "    return ratio\n", (CAL,), None,
            "the analytic sigma ignores the sensitivity"),
     # ---- estimators ------------------------------------------------------------------------------
-    Mutant("E1", "ctxlite/estimators.py", "half = alpha / 2.0", "half = alpha", (EST,), None,
+    Mutant("E1", "ctxlite/privacy/estimators.py", "half = alpha / 2.0", "half = alpha", (EST,), None,
            "Clopper-Pearson spends alpha on each of the two rates"),
-    Mutant("E2", "ctxlite/estimators.py", "tp = int(self._count_at_least(in_eval, t))",
+    Mutant("E2", "ctxlite/privacy/estimators.py", "tp = int(self._count_at_least(in_eval, t))",
            "tp = int(self._count_at_least(in_sel, t))", (EST,), None,
            "the split bound counts true positives on the selection half"),
-    Mutant("E3", "ctxlite/estimators.py", "ok = fp / self.n_out <= fpr + 1e-12", "ok = fp / self.n_out < fpr",
+    Mutant("E3", "ctxlite/privacy/estimators.py", "ok = fp / self.n_out <= fpr + 1e-12", "ok = fp / self.n_out < fpr",
            (EST,), None, "the FPR target is treated as strict"),
-    Mutant("E4", "ctxlite/estimators.py", "return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))",
+    Mutant("E4", "ctxlite/privacy/estimators.py", "return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))",
            "return float(stats.norm.isf(fpr) - stats.norm.ppf(tpr))", (EST,), None, "GDP mu has the wrong sign"),
     # ---- C kernels -------------------------------------------------------------------------------
     Mutant("K1", "csrc/ctxlite_kernels.c", "s->sum += block_sumexp_f32(x, n, (float)s->max, (float)(1.0 / t));",
@@ -166,56 +166,56 @@ MUTANTS: list[Mutant] = [
            (KERN,), "noisy_histogram", "report-noisy-max breaks ties towards the highest class"),
     Mutant("K6", "csrc/ctxlite_kernels.c", "? clip_norm / (s * u) : 1.0;", "? clip_norm / s : 1.0;", (KERN,),
            "embed_aggregate", "ESA clips by the largest entry instead of the L2 norm"),
-    Mutant("K7", "ctxlite/kernels.py", "rows = np.ascontiguousarray(flags != 0, dtype=np.uint8)",
+    Mutant("K7", "ctxlite/runtime/kernels.py", "rows = np.ascontiguousarray(flags != 0, dtype=np.uint8)",
            "rows = np.ascontiguousarray(flags == 0, dtype=np.uint8)", (KERN,), "logprob_gather",
            "per-row bans apply to the unflagged rows"),
     # ---- engine ----------------------------------------------------------------------------------
-    Mutant("G1", "ctxlite/engine.py",
+    Mutant("G1", "ctxlite/runtime/engine.py",
            "        self.clear()\n        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)\n"
            "\n    def logprobs(",
            "        self.clear()\n        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from, on_rows, len(tokens))\n"
            "\n    def logprobs(", (ENG,), "teacher_forcing", "teacher forcing hands over the rows one token late"),
-    Mutant("G2", "ctxlite/engine.py", "n_chars += len(decoder.decode(self.token_bytes(t)))",
+    Mutant("G2", "ctxlite/runtime/engine.py", "n_chars += len(decoder.decode(self.token_bytes(t)))",
            "n_chars += len(self.token_bytes(t))", (ENG, NGRAM), "spans", "character spans count bytes"),
-    Mutant("G3", "ctxlite/engine.py", "start = min(shared, self._valid)", "start = min(shared, self._valid) + 1",
+    Mutant("G3", "ctxlite/runtime/engine.py", "start = min(shared, self._valid)", "start = min(shared, self._valid) + 1",
            (ENG,), "out_of_order", "a variant keeps one stale base token in the cache"),
     # ---- influence -------------------------------------------------------------------------------
-    Mutant("I2", "ctxlite/influence.py",
+    Mutant("I2", "ctxlite/influence/scorer.py",
            "variant = full[:shared] + full[shared + n :] + y\n"
            "                eng.score_variant(variant, shared, n_prompt - n, col,",
            "variant = full[:shared] + full[shared + n - 1 :] + y\n"
            "                eng.score_variant(variant, shared, n_prompt - n + 1, col,", (INFL,), "scorer_matches",
            "an ablation removes n - 1 tokens"),
-    Mutant("I3", "ctxlite/influence.py", 'for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):',
+    Mutant("I3", "ctxlite/influence/scorer.py", 'for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):',
            'for key, lam in (("steps", self.step_lambdas[0]), (1.0, 1.0)):', (INFL,), "generated_response",
            "epsilon-bounded CID scores every token (and every ablation) with the first step's lambda"),
-    Mutant("I4", "ctxlite/influence.py", "doc_tau = np.abs(lp - logp_without)", "doc_tau = np.abs(lp - base[1.0])",
+    Mutant("I4", "ctxlite/influence/scorer.py", "doc_tau = np.abs(lp - logp_without)", "doc_tau = np.abs(lp - base[1.0])",
            (INFL,), "lambda_one or generated_response", "document influence is measured against lambda = 1"),
-    Mutant("I5", "ctxlite/influence.py", "ban_rows=ban, generation=gen, step_lambdas=lams)",
+    Mutant("I5", "ctxlite/influence/scorer.py", "ban_rows=ban, generation=gen, step_lambdas=lams)",
            "ban_rows=None, generation=gen, step_lambdas=lams)", (INFL,), "generated_response or banned_eos",
            "a generated response is scored without the EOS ban"),
-    Mutant("I6", "ctxlite/influence.py", "if starts[-1] + n < n_tokens:", "if starts[-1] + n < n_tokens - 1:",
+    Mutant("I6", "ctxlite/influence/scorer.py", "if starts[-1] + n < n_tokens:", "if starts[-1] + n < n_tokens - 1:",
            (NGRAM,), "not spans", "the tail window is dropped when one token is left over"),
     # ---- run identity and clean failures -----------------------------------------------------------
     Mutant("R1", "ctxlite/records.py", 'if rec is None or (input_hash is not None and rec.get("input") != input_hash):',
            "if rec is None:", (REC, IDENT), "reused_only or one_character", "a logged result is reused for another input"),
     Mutant("R2", "ctxlite/cli/score.py", "    if len(log) and not reused:", "    if False:", (IDENT,),
            "another_data_file or single_example", "a log of another input is not refused"),
-    Mutant("R3", "ctxlite/audit.py", '"data": content_hash(list(records)),', '"data": None,', (IDENT,),
+    Mutant("R3", "ctxlite/audit/settings.py", '"data": content_hash(list(records)),', '"data": None,', (IDENT,),
            "audit_resume", "the audit identity leaves out the record set"),
     Mutant("R4", "ctxlite/records.py", "        return raw.decode(\"utf-8\").removeprefix(\"\\ufeff\")",
            "        return raw.decode(\"utf-8\")", (REC,), "byte_order_mark", "a UTF-8 BOM is read as content"),
-    Mutant("R5", "ctxlite/engine.py", "    return not _InterruptDuringLoad.pending", "    return True", (BAD,),
+    Mutant("R5", "ctxlite/runtime/engine.py", "    return not _InterruptDuringLoad.pending", "    return True", (BAD,),
            "during_model_load", "Ctrl-C during the model load does not abort it"),
-    Mutant("R6", "ctxlite/engine.py", "        if self.config.n_ctx > self.n_ctx_train:", "        if False:", (BAD,),
+    Mutant("R6", "ctxlite/runtime/engine.py", "        if self.config.n_ctx > self.n_ctx_train:", "        if False:", (BAD,),
            "trained", "a context window beyond the trained one is accepted"),
-    Mutant("R7", "ctxlite/regurgitation.py", "            if category[0] == \"S\" and not ch.isascii():",
+    Mutant("R7", "ctxlite/influence/regurgitation.py", "            if category[0] == \"S\" and not ch.isascii():",
            "            if False:", (REG,), "any_script or emoji", "emoji are dropped from ROUGE tokens"),
     Mutant("R8", "ctxlite/cli/options.py", "        if unencodable(value):", "        if False:", (BAD,),
            "non_utf8", "non-UTF-8 arguments are accepted"),
 ]
 
-PROBE = Mutant("P0", "ctxlite/influence.py", "    starts = list(range(0, n_tokens - n + 1, stride))\n",
+PROBE = Mutant("P0", "ctxlite/influence/scorer.py", "    starts = list(range(0, n_tokens - n + 1, stride))\n",
                "    starts = list(range(0, n_tokens - n + 1, stride))[:1]\n", (NGRAM,), "hand_examples",
                "probe: the copy, not the shared tree, is what the tests import")
 
@@ -233,7 +233,7 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
     built = sorted((ROOT / "ctxlite").glob("_kernels*.so"))
     if not built:
-        sys.exit("ctxlite/_kernels*.so is not built: run `make install` first")
+        sys.exit("ctxlite/runtime/_kernels*.so is not built: run `make install` first")
     for so in built:
         shutil.copy2(so, dest / "ctxlite" / so.name)
 
@@ -274,7 +274,7 @@ def build_kernels(copy: Path) -> tuple[bool, str]:
 
 
 def check_import(copy: Path) -> None:
-    res = subprocess.run([sys.executable, "-c", "import ctxlite, ctxlite.kernels; print(ctxlite.__file__)"],
+    res = subprocess.run([sys.executable, "-c", "import ctxlite, ctxlite.runtime.kernels; print(ctxlite.__file__)"],
                          cwd=copy, env=env_for(copy), capture_output=True, text=True)
     where = Path(res.stdout.strip()).resolve() if res.returncode == 0 else None
     if where is None or copy.resolve() not in where.parents:
@@ -330,7 +330,7 @@ def main(argv=None) -> int:
         # the probe: a mutation in the copy must break a test, or the shared tree is what runs
         original = apply(PROBE)
         if original is None:
-            sys.exit("the probe's snippet is missing from ctxlite/influence.py: update PROBE")
+            sys.exit("the probe's snippet is missing from ctxlite/influence/scorer.py: update PROBE")
         verdict, _, tail = run_selection(copy, PROBE, args.timeout)
         (copy / PROBE.path).write_text(original, encoding="utf-8")
         if verdict != "fail":

@@ -11,10 +11,10 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work")
 cd "$work"
-CTXLITE_SANITIZE=1 "$py" ctxlite/_build_kernels.py >/dev/null
-so="$(ls ctxlite/_kernels*.so)"
+CTXLITE_SANITIZE=1 "$py" ctxlite/runtime/_build_kernels.py >/dev/null
+so="$(ls ctxlite/runtime/_kernels*.so)"
 ldd "$so" | grep -q libasan || { echo "sanitize: $so is not linked to ASan" >&2; exit 1; }
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-"$py" -c "import ctxlite.kernels as k, sys; assert k.__file__.startswith('$work'), k.__file__"
+"$py" -c "import ctxlite.runtime.kernels as k, sys; assert k.__file__.startswith('$work'), k.__file__"
 "$py" -m pytest tests/test_kernels.py -q -s -p no:cacheprovider "$@"  # -s: a finding is printed before the abort

@@ -106,10 +106,12 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
     """
     from dataclasses import replace
 
-    from ctxlite.audit import AuditSettings, audit_identity, load_records, run_audit
+    from ctxlite.audit.dataset import load_records
+    from ctxlite.audit.game import run_audit
+    from ctxlite.audit.settings import AuditSettings, audit_identity
     from ctxlite.identity import engine_part
-    from ctxlite.models import model_identity, resolve_model
-    from ctxlite.queries import search_template as search
+    from ctxlite.runtime.models import model_identity, resolve_model
+    from ctxlite.audit.template_search import search_template as search
     from ctxlite.records import RecordLog
 
     if query_alias is not None:

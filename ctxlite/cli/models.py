@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ctxlite import models as registry
+from ctxlite.runtime import models as registry
 from ctxlite.cli.options import emit_json
 
 

@@ -80,14 +80,14 @@ def engine_options(f):
 
 def engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, kv_slots: int = 2):
     """The ``EngineConfig`` of the engine options (built without loading anything)."""
-    from ctxlite.engine import EngineConfig
+    from ctxlite.runtime.engine import EngineConfig
 
     return EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_gpu_layers=n_gpu_layers,
                         flash_attn=flash_attn, kv_slots=kv_slots)
 
 
 def build_engine(model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2):
-    from ctxlite.engine import Engine
+    from ctxlite.runtime.engine import Engine
 
     config = engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, kv_slots=kv_slots)
     return Engine(model, config, embeddings=embeddings)

@@ -21,8 +21,8 @@ from ctxlite.errors import DataError
 
 
 def _settings(kw):
-    from ctxlite.decoding import SamplingSettings
-    from ctxlite.influence import InfluenceSettings
+    from ctxlite.runtime.sampling import SamplingSettings
+    from ctxlite.influence.scorer import InfluenceSettings
 
     sampling = SamplingSettings(
         temperature=kw["temperature"], top_k=kw["top_k"], top_p=kw["top_p"],
@@ -53,7 +53,7 @@ def _read_context(path: str) -> str:
 
 def _examples(kw):
     """(key, Example) pairs from --data or from --context/--query/--response."""
-    from ctxlite.influence import Example
+    from ctxlite.influence.scorer import Example
     from ctxlite.records import read_jsonl, read_text
 
     if kw["data"]:
@@ -165,12 +165,12 @@ def score(**kw):
       ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
     """
-    from ctxlite.analysis import summarize
+    from ctxlite.influence.analysis import summarize
     from ctxlite.identity import engine_part
-    from ctxlite.influence import InfluenceScorer
-    from ctxlite.models import resolve_model
+    from ctxlite.influence.scorer import InfluenceScorer
+    from ctxlite.runtime.models import resolve_model
     from ctxlite.records import RecordLog
-    from ctxlite.templates import get_template
+    from ctxlite.runtime.templates import get_template
 
     if bool(kw["data"]) == bool(kw["context"]):
         raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")

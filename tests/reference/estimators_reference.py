@@ -1,4 +1,4 @@
-"""Deliberately slow, obviously-right versions of :mod:`ctxlite.estimators`.
+"""Deliberately slow, obviously-right versions of :mod:`ctxlite.privacy.estimators`.
 
 Only for tests: each function re-derives a quantity the simplest way (Python
 loops over thresholds, inverting the binomial CDF with a root finder instead of

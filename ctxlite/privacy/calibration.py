@@ -31,7 +31,7 @@ import numbers
 from scipy import optimize
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.estimators import _gdp_delta, gdp_epsilon
+from ctxlite.privacy.estimators import gdp_delta_unchecked, gdp_epsilon
 
 __all__ = [
     "Neighbouring",
@@ -141,7 +141,7 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> fl
     epsilon = _check_positive("epsilon", epsilon, allow_zero=True, allow_inf=True)
     sensitivity = _check_positive("sensitivity", sensitivity)
     mu = math.inf if sigma == 0 else sensitivity / sigma
-    return _gdp_delta(mu, epsilon)
+    return gdp_delta_unchecked(mu, epsilon)
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -171,7 +171,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         return 0.0
 
     def excess(log_ratio: float) -> float:  # sigma / Delta = exp(log_ratio)
-        return _gdp_delta(math.exp(-log_ratio), epsilon) - delta
+        return gdp_delta_unchecked(math.exp(-log_ratio), epsilon) - delta
 
     lo, hi = -1.0, 1.0
     while excess(lo) <= 0:
@@ -180,7 +180,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         hi += 2.0
     root = optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-15)
     ratio = math.exp(root)
-    while _gdp_delta(1.0 / ratio, epsilon) > delta:
+    while gdp_delta_unchecked(1.0 / ratio, epsilon) > delta:
         ratio = math.nextafter(ratio, math.inf)
     return ratio * sensitivity
 
@@ -190,7 +190,7 @@ def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1
 
     Inverts :func:`gaussian_delta` in epsilon: the mechanism is mu-GDP with
     mu = Delta/sigma (Dong, Roth & Su 2022), so this is
-    :func:`ctxlite.estimators.gdp_epsilon` (mu, delta).
+    :func:`ctxlite.privacy.estimators.gdp_epsilon` (mu, delta).
 
     >>> round(analytic_gaussian_epsilon(3.7306, 1e-5), 4)
     1.0

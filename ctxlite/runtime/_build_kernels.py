@@ -1,8 +1,8 @@
-"""cffi build script for ``ctxlite._kernels`` (wired in setup.py via ``cffi_modules``).
+"""cffi build script for ``ctxlite.runtime._kernels`` (wired in setup.py via ``cffi_modules``).
 
 Declarations come from the real header ``csrc/ctxlite_kernels.h`` (the part
 between ``CDEF BEGIN`` and ``CDEF END``); the package version is stamped into
-the shared object as ``CTXLITE_VERSION`` so ``ctxlite.kernels`` can refuse a
+the shared object as ``CTXLITE_VERSION`` so ``ctxlite.runtime.kernels`` can refuse a
 stale build.  No -ffast-math: the kernels rely on IEEE -inf/NaN semantics.
 
 Warnings are on (``-Wall -Wextra -Wconversion``, clean today) for GCC and
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cffi import FFI
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 _CSRC = _ROOT / "csrc"
 _HEADER = _CSRC / "ctxlite_kernels.h"
 
@@ -64,7 +64,7 @@ _COMPILER = _compiler()
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef_text())
 ffibuilder.set_source(
-    "ctxlite._kernels",
+    "ctxlite.runtime._kernels",
     '#include "ctxlite_kernels.h"',
     sources=[str(_CSRC.relative_to(_ROOT) / "ctxlite_kernels.c")],
     include_dirs=[str(_CSRC.relative_to(_ROOT))],

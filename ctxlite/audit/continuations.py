@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite.decoding import TOP_P_WINDOW_NATS
+from ctxlite.runtime.sampling import TOP_P_WINDOW_NATS
 from ctxlite.errors import InvalidParameter
 
 

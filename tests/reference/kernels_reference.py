@@ -1,4 +1,4 @@
-"""Slow, obviously-right float64 numpy versions of every function in ``ctxlite.kernels``.
+"""Slow, obviously-right float64 numpy versions of every function in ``ctxlite.runtime.kernels``.
 
 Same signatures and results (up to float32 rounding of the logits path);
 used only by the tests.  Clarity over speed: loops over rows, full-precision
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctxlite.kernels import MixedLogprob, NoisyHistogram
+from ctxlite.runtime.kernels import MixedLogprob, NoisyHistogram
 
 __all__ = ["embed_aggregate", "logprob_gather", "mixed_logprob", "nearest_cosine", "noisy_histogram",
            "sample_cdf", "sample_rows"]

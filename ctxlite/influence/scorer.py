@@ -1,6 +1,6 @@
 """Context influence: how much each n-gram of a private context moves the response (SPEC §1).
 
-For response tokens y_t and mixing λ (CID, see ``ctxlite.decoding``):
+For response tokens y_t and mixing λ (CID, see ``ctxlite.influence.cid``):
 
     τ_{t,i} = | log p̄_λ(y_t | D, x, y<t) − log p̄_λ(y_t | D ∖ D_{i,n}, x, y<t) |
     τ_t     = | log p̄_λ(y_t | D, x, y<t) − log p_T(y_t | ∅, x, y<t) |      (document level)
@@ -24,12 +24,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite import kernels
-from ctxlite.decoding import SamplingSettings, check_epsilon, check_lambda, generate
+from ctxlite.runtime import kernels
+from ctxlite.influence.cid import check_epsilon, check_lambda, generate
+from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
-from ctxlite.regurgitation import regurgitation
-from ctxlite.templates import PromptTemplate, get_template
+from ctxlite.influence.regurgitation import regurgitation
+from ctxlite.runtime.templates import PromptTemplate, get_template
 
 
 @dataclass(frozen=True)

@@ -310,7 +310,7 @@ def _cp_upper(k: np.ndarray, n: np.ndarray, a: float) -> np.ndarray:
     return np.where(k == n, 1.0, special.betaincinv(safe_k + 1, n - safe_k, 1.0 - a))  # Beta(k+1, n-k) quantile
 
 
-def _cp_epsilon_array(tp, n_in, fp, n_out, alpha: float, delta: float) -> np.ndarray:
+def clopper_pearson_epsilon_array(tp, n_in, fp, n_out, alpha: float, delta: float) -> np.ndarray:
     """Vectorised :func:`clopper_pearson_epsilon` (no validation)."""
     tp = np.asarray(tp)
     fp = np.asarray(fp)
@@ -364,7 +364,7 @@ def clopper_pearson_epsilon(
         raise InvalidParameter(f"fp must be <= n_out = {n_out}, got {fp}")
     alpha = _check_open_unit("alpha", alpha)
     delta = _check_delta(delta)
-    return float(_cp_epsilon_array(tp, n_in, fp, n_out, alpha, delta))
+    return float(clopper_pearson_epsilon_array(tp, n_in, fp, n_out, alpha, delta))
 
 
 def gdp_mu(tpr: float, fpr: float) -> float:
@@ -411,10 +411,11 @@ def gdp_delta(mu: float, epsilon: float) -> float:
         raise InvalidParameter(f"mu must be >= 0, got {mu!r}")
     if epsilon < 0:
         raise InvalidParameter(f"epsilon must be >= 0, got {epsilon!r}")
-    return _gdp_delta(mu, epsilon)
+    return gdp_delta_unchecked(mu, epsilon)
 
 
-def _gdp_delta(mu: float, epsilon: float) -> float:
+def gdp_delta_unchecked(mu: float, epsilon: float) -> float:
+    """``gdp_delta`` without argument checks, for callers that have checked them (root finding)."""
     if mu == 0.0 or math.isinf(epsilon):
         return 0.0
     if math.isinf(mu):
@@ -445,13 +446,13 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         return 0.0
     if math.isinf(mu):
         return math.inf
-    if _gdp_delta(mu, 0.0) <= delta:
+    if gdp_delta_unchecked(mu, 0.0) <= delta:
         return 0.0
     hi = max(1.0, mu * mu)
-    while _gdp_delta(mu, hi) > delta:
+    while gdp_delta_unchecked(mu, hi) > delta:
         hi *= 2.0
     return float(
-        optimize.brentq(lambda e: _gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
+        optimize.brentq(lambda e: gdp_delta_unchecked(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
     )
 
 
@@ -705,7 +706,7 @@ class CanaryScoreAuditor:
         if isinstance(selection, Explicit):
             t = selection.threshold
             tp, fp = self._counts(t)
-            eps = _cp_epsilon_array(tp, self.n_in, fp, self.n_out, alpha, delta)
+            eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, alpha, delta)
             return ClopperPearsonBound(
                 float(eps), t, int(tp), self.n_in, int(fp), self.n_out,
                 1.0 - alpha, alpha, delta, selection,
@@ -719,7 +720,7 @@ class CanaryScoreAuditor:
                 k = min(len(cands), k_max)
             a = alpha / k
             tp, fp = self._counts(cands)
-            eps = _cp_epsilon_array(tp, self.n_in, fp, self.n_out, a, delta)
+            eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, a, delta)
             best = int(np.argmax(eps))
             return ClopperPearsonBound(
                 float(eps[best]), float(cands[best]), int(tp[best]), self.n_in,
@@ -743,7 +744,7 @@ class CanaryScoreAuditor:
         cands = np.append(np.unique(np.concatenate([in_sel, out_sel])), np.inf)
         tp_s = self._count_at_least(in_sel, cands)
         fp_s = self._count_at_least(out_sel, cands)
-        eps_s = _cp_epsilon_array(tp_s, in_sel.size, fp_s, out_sel.size, alpha, delta)
+        eps_s = clopper_pearson_epsilon_array(tp_s, in_sel.size, fp_s, out_sel.size, alpha, delta)
         # ties in the selection bound (e.g. all zero): prefer the higher plug-in estimate
         pt_a = _log_ratio(tp_s / in_sel.size - delta, fp_s / out_sel.size)
         pt_b = _log_ratio(1.0 - fp_s / out_sel.size - delta, 1.0 - tp_s / in_sel.size)
@@ -752,7 +753,7 @@ class CanaryScoreAuditor:
         t = float(cands[best])
         tp = int(self._count_at_least(in_eval, t))
         fp = int(self._count_at_least(out_eval, t))
-        eps = _cp_epsilon_array(tp, in_eval.size, fp, out_eval.size, alpha, delta)
+        eps = clopper_pearson_epsilon_array(tp, in_eval.size, fp, out_eval.size, alpha, delta)
         return ClopperPearsonBound(
             float(eps), t, tp, int(in_eval.size), fp, int(out_eval.size),
             1.0 - alpha, alpha, delta, selection,

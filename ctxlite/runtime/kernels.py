@@ -7,7 +7,7 @@ outputs, calls ``ctxlite._kernels.lib`` and turns a non-zero status into
 :class:`ctxlite.errors.InvalidParameter` naming the bad value.  The status
 codes themselves come from the C header through ``lib``.
 
-``ctxlite.kernels_reference`` has slow, obviously-right numpy versions of
+``tests/reference/kernels_reference.py`` has slow, obviously-right numpy versions of
 every function here with the same signatures; the tests compare the two.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ctxlite._version import __version__
 from ctxlite.errors import InvalidParameter
 
 try:
-    from ctxlite._kernels import ffi, lib
+    from ctxlite.runtime._kernels import ffi, lib
 except ImportError as exc:  # pragma: no cover - depends on the build
     raise ImportError(
         f"ctxlite's C kernels are not built ({exc}); rebuild with `pip install -e .` "

@@ -1,4 +1,4 @@
-"""Audit queries (SPEC §2.3): built from template data, plus an offline template search.
+"""Audit queries (SPEC §2.3), built from template data.
 
 Three kinds, each a list of candidate templates in
 ``ctxlite/data/templates/audit_templates.json`` (``queries`` for
@@ -12,22 +12,18 @@ Slots: ``{canary}``, ``{canary_label}``, ``{other}``, ``{canary_kind}``.
 ``{other}`` is a class other than y_c for classification and ``None`` for
 generation. The prompt-injection baseline (an instruction asking the model to
 print the examples) lives in ``injection_templates.json``.
-
-:func:`search_template` replaces ContextLeak's GEPA/GPT-5 loop: it runs a small
-audit per candidate template on trials held out from the real audit (another
-seed) and keeps the template with the best audit accuracy.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Sequence
 
-from ctxlite.canaries import Canary
+from ctxlite.audit.canaries import Canary
 from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
-from ctxlite.templates import audit_templates
+from ctxlite.runtime.templates import audit_templates
 
 GENERATE_OTHER = "None"
 
@@ -81,40 +77,3 @@ def injection_query(task: str) -> AuditQuery:
     data = json.loads(resources.files("ctxlite").joinpath("data", "templates", "injection_templates.json")
                       .read_text(encoding="utf-8"))
     return AuditQuery(kind="injection", index=0, template=data[task], text=data[task])
-
-
-@dataclass(frozen=True)
-class TemplateSearch:
-    """Result of :func:`search_template`: accuracy of each candidate, best first chosen."""
-
-    kind: str
-    best_index: int
-    accuracies: tuple[float, ...]
-    trials: int
-    seed: int
-
-
-def search_template(engine, records, settings, *, trials: int = 24, embedder=None, seed_offset: int = 7919) -> TemplateSearch:
-    """Pick the query template of ``settings.query`` with the best held-out audit accuracy.
-
-    Each candidate runs a small audit (``trials`` trials, the largest ε of
-    ``settings``) under a seed disjoint from the real audit's (``seed +
-    seed_offset``), so choosing the template does not look at the trials that
-    are later reported. Accuracy is the optimistic audit accuracy of those
-    small audits; ties go to the lower index.
-    """
-    from ctxlite.audit import run_audit  # the audit imports this module
-
-    if trials < 4:
-        raise InvalidParameter(f"template search needs >= 4 trials, got {trials}")
-    kind = QueryKind.parse(settings.query)
-    n = len(candidate_templates(settings.task.value, kind))
-    accs = []
-    for i in range(n):
-        small = replace(settings, template_index=i, trials=trials, seed=settings.seed + seed_offset,
-                        epsilons=(max(settings.epsilons),), utility_queries=0)
-        report = run_audit(engine, records, small, None, embedder=embedder)
-        accs.append(float(report.rows[0]["audit_accuracy"]))
-    best = max(range(n), key=lambda i: (accs[i], -i))
-    return TemplateSearch(kind=kind.value, best_index=best, accuracies=tuple(accs), trials=trials,
-                          seed=settings.seed + seed_offset)

@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
-from ctxlite.models import resolve_model
+from ctxlite.runtime.models import resolve_model
 
 # import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
 import llama_cpp as _llama
@@ -419,7 +419,7 @@ class Engine:
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p_T(tokens[t] | tokens[:t]) for t >= targets_from, in one forward pass."""
-        from ctxlite import kernels
+        from ctxlite.runtime import kernels
 
         targets = np.asarray(tokens[targets_from:], dtype=np.int32)
         out = np.empty(len(targets))
@@ -637,7 +637,7 @@ class Engine:
 
     def describe(self) -> dict:
         """Run metadata: model file, llama.cpp build and engine settings."""
-        from ctxlite import models
+        from ctxlite.runtime import models
 
         info = models.describe(self.model_path)
         info.update(

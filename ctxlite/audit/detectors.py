@@ -1,7 +1,7 @@
 """Turn what the auditor sees into one membership score per trial (SPEC §2.5).
 
 Higher score = "the canary was present". Thresholding the scores is done by
-``ctxlite.estimators.CanaryScoreAuditor``.
+``ctxlite.privacy.estimators.CanaryScoreAuditor``.
 
 * :class:`CountDetector` (classification): the noisy count of y_c in the
   histogram (RNM), or the frequency of the answer y_c over the queries of a

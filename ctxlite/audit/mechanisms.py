@@ -42,10 +42,15 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite import kernels
-from ctxlite.calibration import Neighbouring, analytic_gaussian_sigma, esa_l2_sensitivity, rnm_l2_sensitivity
+from ctxlite.runtime import kernels
+from ctxlite.privacy.calibration import (
+    Neighbouring,
+    analytic_gaussian_sigma,
+    esa_l2_sensitivity,
+    rnm_l2_sensitivity,
+)
 from ctxlite.errors import InvalidParameter
-from ctxlite.templates import audit_templates
+from ctxlite.runtime.templates import audit_templates
 
 OTHER = "other"
 

@@ -14,7 +14,7 @@ reference run costs nothing. The row is decoded from an empty cache (no
 prefix reuse), so it depends on the prompt alone and a classification audit
 is reproducible whatever ran before it (a resume included).
 ``tests/test_audit.py`` checks it against real token sampling
-(``decoding.sample_continuations``) with a chi-square test.
+(``sampling.sample_continuations``) with a chi-square test.
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxlite.continuations import ContinuationTree
+from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
 
 

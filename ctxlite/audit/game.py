@@ -1,0 +1,262 @@
+"""ContextLeak: canary membership-inference audits of private in-context learning (SPEC §2).
+
+The game (SPEC §2.1). A private set D is drawn from the data (``ensembles ×
+shots`` records; the rest is held out for utility). Each trial draws
+Z ~ Bernoulli(1/2); if Z = 1 one record of D (the *slot*, fixed per audit and
+chosen among records whose label differs from y_c) is replaced by the canary.
+The mechanism answers the fixed audit query ``queries_per_trial`` times; its
+randomness -- the ensemble partition, the model's sampled answers and the
+Gaussian noise -- is re-drawn every trial. ``resample_data=True`` also re-draws
+D (and the slot) every trial; that is closer to an average-case audit and,
+on a 270M base model, buries the canary's effect under the variation between
+private sets.
+
+The auditor sees the mechanism's signal (answer frequencies, the noisy
+histogram, or the (noisy mean) embedding), turns it into a score with a
+detector fitted on reference runs disjoint from the trials, and the scores of
+the Z = 1 and Z = 0 trials go to :class:`ctxlite.privacy.estimators.CanaryScoreAuditor`.
+
+Theoretical ε: for RNM / ESA the reported ``epsilon`` is **per query with the
+canary always present** (the analytic Gaussian σ for the mechanism's
+replacement sensitivity); ``epsilon_per_trial`` composes the
+``queries_per_trial`` releases of one trial (Gaussian composition, exact:
+μ_trial = √n · Δ/σ), which is what the per-trial score is bounded by. With
+``accounting_queries`` T (and ``sampling_rate`` q) each row also gives
+``epsilon_subsampled``, the ε *subsampled over T queries* of a deployment
+that runs this σ (PLD accountant). The heuristic defenses have no
+theoretical ε (``null``).
+
+Randomness: every trial has its own seed (``seed``, trial index), independent
+of ε, so the same trial at different ε sees the same Z, partitions and votes
+and only the noise scale differs (common random numbers). Every trial and
+reference run is appended to the :class:`ctxlite.records.RecordLog` as it
+finishes under a key like ``eps=8/trial=17``; a re-run with the same
+parameters skips finished keys.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ctxlite.audit.canaries import Canary, make_canary
+from ctxlite.audit.dataset import check_records
+from ctxlite.audit.detectors import CountDetector, Detector, DirectionDetector, LeakDetector
+from ctxlite.audit.mechanisms import (
+    EmbeddingSpaceAggregation,
+    Judge,
+    Mechanism,
+    NoDefense,
+    PromptDefense,
+    ReportNoisyMax,
+    TaskFormat,
+    leak_fraction,
+)
+from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.queries import AuditQuery, build_query, injection_query
+from ctxlite.audit.report import AuditReport, report_row
+from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, Task, audit_identity
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.identity import differences
+from ctxlite.records import RecordLog
+
+
+def seeded_rng(*words: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(w) for w in words]))
+
+
+def _eps_key(eps: float) -> str:
+    return "inf" if math.isinf(eps) else f"{eps:g}"
+
+
+def make_mechanism(settings: AuditSettings, epsilon: float) -> Mechanism:
+    kind = settings.mechanism
+    if kind is MechanismKind.NONE:
+        return NoDefense()
+    if kind is MechanismKind.PROMPT_L1:
+        return PromptDefense(1)
+    if kind is MechanismKind.PROMPT_L2:
+        return PromptDefense(2)
+    if kind is MechanismKind.JUDGE:
+        return Judge()
+    if kind is MechanismKind.RNM:
+        return ReportNoisyMax(settings.ensembles, settings.shots, epsilon, settings.delta)
+    return EmbeddingSpaceAggregation(settings.ensembles, settings.shots, epsilon, settings.delta,
+                                     settings.clip_norm, settings.zero_shot_candidates)
+
+
+def _draw_private(pool_size: int, settings: AuditSettings, rng: np.random.Generator) -> np.ndarray:
+    return rng.permutation(pool_size)
+
+
+def _slot(records: Sequence[dict], canary: Canary, task: Task, rng: np.random.Generator) -> int:
+    """Which record the canary replaces: one whose output differs from y_c."""
+    out = "label" if task is Task.CLASSIFY else "summary"
+    cands = [i for i, r in enumerate(records) if r[out] != canary.label] or list(range(len(records)))
+    return int(cands[int(rng.integers(len(cands)))])
+
+
+class AuditGame:
+    def __init__(self, oracle: ModelOracle, records, settings: AuditSettings, canary: Canary, query: AuditQuery):
+        self.oracle, self.pool, self.s, self.canary, self.query = oracle, records, settings, canary, query
+        self.fmt = TaskFormat.for_task(settings.task.value)
+        order = _draw_private(len(records), settings, seeded_rng(settings.seed, 1))
+        n = settings.private_size
+        self.private = [records[i] for i in order[:n]]
+        self.held_out = [records[i] for i in order[n:]]
+        self.slot = _slot(self.private, canary, settings.task, seeded_rng(settings.seed, 1, 1))
+        self.text_outputs = settings.attack is Attack.INJECTION
+
+    def dataset(self, z: bool, data_rng: np.random.Generator | None) -> list[dict]:
+        private, slot = self.private, self.slot
+        if data_rng is not None:  # resample_data: a fresh D and slot for this trial
+            idx = data_rng.choice(len(self.pool), self.s.private_size, replace=False)
+            private = [self.pool[i] for i in idx]
+            slot = _slot(private, self.canary, self.s.task, data_rng)
+        recs = list(private)
+        if z:
+            recs[slot] = self.canary.record(self.s.task.value)
+        return recs
+
+    def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> np.ndarray:
+        recs = self.dataset(z, data_rng)
+        rel = mech.release(self.oracle, self.fmt, recs, self.query.text, self.s.queries_per_trial, rng,
+                           text_outputs=self.text_outputs)
+        if self.text_outputs:
+            return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))])
+        return np.asarray(rel.signal, dtype=np.float64)
+
+    def utility(self, mech: Mechanism) -> float | None:
+        """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
+        if self.s.utility_queries == 0 or not self.held_out:
+            return None
+        items = self.held_out[: self.s.utility_queries]
+        scores = []
+        scorer = None
+        if self.s.task is Task.GENERATE:
+            from rouge_score import rouge_scorer
+
+            scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+        for q, item in enumerate(items):
+            rng = seeded_rng(self.s.seed, 4, q)
+            rel = mech.release(self.oracle, self.fmt, self.private, self.fmt.query_for(item), 1, rng)
+            out = rel.outputs[0]
+            if scorer is None:
+                scores.append(float(out == item["label"]))
+            else:
+                scores.append(scorer.score(item["summary"], out)["rouge1"].fmeasure)
+        return float(np.mean(scores))
+
+
+def run_audit(
+    engine,
+    records: Sequence[dict],
+    settings: AuditSettings,
+    log: RecordLog | None = None,
+    embedder=None,
+    progress: Callable[[str], None] | None = None,
+) -> AuditReport:
+    """Run the ContextLeak game for every ε in ``settings`` and estimate the leakage.
+
+    ``records``: the private pool (validated here); ``log``: an open
+    :class:`RecordLog` whose finished keys are reused (resume);
+    ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits.
+    """
+    s = settings
+    records = check_records(records, s.task)
+    if len(records) < s.private_size:
+        raise DataError(f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
+                        f"shot(s) need {s.private_size}")
+    if s.task is Task.GENERATE and s.attack is Attack.CANARY and embedder is None:
+        raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
+    if log is not None:
+        expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
+        diff = differences(log.identity, expected)
+        if diff:
+            raise DataError(f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
+                            "this audit's identity (audit_identity) or choose another log")
+    fmt = TaskFormat.for_task(s.task.value)
+    oracle = ModelOracle(engine, fmt.labels, s.temperature, embedder, s.max_new_tokens)
+    canary = make_canary(s.canary, s.task.value, records, s.seed, engine=engine, labels=fmt.labels)
+    query = injection_query(s.task.value) if s.attack is Attack.INJECTION else \
+        build_query(s.task.value, s.query, canary, fmt.labels, s.template_index)
+    game = AuditGame(oracle, records, s, canary, query)
+    say = progress or (lambda m: None)
+    rows = []
+    for eps in s.epsilons:
+        mech = make_mechanism(s, eps)
+        ek = _eps_key(eps)
+        detector = _detector(s, fmt, canary)
+        if detector.needs_reference:
+            refs = {True: [], False: []}
+            for j in range(s.reference_runs):
+                for z in (True, False):
+                    key = f"eps={ek}/ref={'in' if z else 'out'}/{j}"
+                    rec = log.records.get(key) if log is not None else None
+                    if rec is None:
+                        sig = game.run(mech, z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None)
+                        rec = {"type": "reference", "epsilon": ek, "z": int(z), "signal": sig.tolist()}
+                        if log is not None:
+                            log.append(key, rec)
+                    refs[z].append(np.asarray(rec["signal"]))
+            detector.fit(refs[True], refs[False])
+        in_scores, out_scores = [], []
+        for i in range(s.trials):
+            key = f"eps={ek}/trial={i}"
+            rec = log.records.get(key) if log is not None else None
+            if rec is not None and rec.get("canary") != canary.id:
+                raise DataError(f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
+                                f"canary is {canary.id!r}: choose another --out")
+            if rec is None:
+                rng = seeded_rng(s.seed, 2, i)
+                z = bool(rng.random() < 0.5)
+                sig = game.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
+                rec = {"type": "trial", "epsilon": ek, "trial": i, "z": int(z), "canary": canary.id,
+                       "mechanism": mech.name, "seed": s.seed, "sigma": mech.sigma, "signal": sig.tolist(),
+                       "score": detector.score(sig)}
+                if log is not None:
+                    log.append(key, rec)
+            (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
+            if (i + 1) % max(1, s.trials // 10) == 0:
+                say(f"eps={ek}: {i + 1}/{s.trials} trials ({oracle.forward_passes} forward passes so far)")
+        rows.append(report_row(s, mech, eps, in_scores, out_scores, game.utility(mech)))
+    notes = []
+    if s.mechanism.is_dp:
+        notes.append("epsilon is per query with the canary always present (analytic Gaussian, replacement "
+                     "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)")
+    if s.accounting_queries is not None:
+        notes.append(f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
+                     f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
+                     "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
+                     "not what the audit measures, which is one release per query")
+    if s.utility_queries == 0:
+        notes.append("utility: not measured (utility_queries = 0)")
+    elif not game.held_out:
+        notes.append(f"utility: not measured, no held-out records (the private set uses all {len(records)} records "
+                     "of the data: add records to measure it)")
+    if s.detector is DetectorKind.DIRECTION and s.attack is Attack.CANARY:
+        notes.append(f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
+                     "disjoint from the evaluated trials")
+    return AuditReport(
+        settings=s.params(),
+        canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
+        query=asdict(query),
+        rows=rows,
+        epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
+        utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
+        private_size=s.private_size,
+        forward_passes=oracle.forward_passes,
+        notes=notes,
+    )
+
+
+def _detector(s: AuditSettings, fmt: TaskFormat, canary: Canary) -> Detector:
+    if s.attack is Attack.INJECTION:
+        return LeakDetector()
+    if s.detector is DetectorKind.COUNT:
+        if s.task is not Task.CLASSIFY:
+            raise InvalidParameter("the count detector is for classification; generation uses the direction detector")
+        return CountDetector(fmt.labels.index(canary.label))
+    return DirectionDetector()

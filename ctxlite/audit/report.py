@@ -1,0 +1,178 @@
+"""An audit's result: one row of estimates per theoretical ε (:class:`AuditReport`), built from the
+IN and OUT trial scores by :func:`report_row`."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ctxlite.audit.mechanisms import Mechanism
+from ctxlite.audit.settings import AuditSettings
+from ctxlite.errors import InvalidParameter
+from ctxlite.privacy.calibration import subsampled_gaussian_epsilon
+from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+
+
+@dataclass
+class AuditReport:
+    """One row per theoretical ε plus what was audited.
+
+    Row keys: ``epsilon`` (theoretical, per query, canary always present; null
+    for heuristic defenses), ``epsilon_per_trial`` (composed over the trial's
+    queries), ``sigma``, ``sensitivity``, ``n_in``/``n_out``,
+    ``audit_accuracy`` (threshold optimised on the same trials:
+    **optimistic**), ``threshold``/``tpr``/``fpr`` at the empirical FPR
+    target, ``epsilon_point`` (plug-in at that FPR, an estimate),
+    ``epsilon_lower_bound`` (Clopper--Pearson at ``confidence``, threshold
+    chosen on a split: the only **guarantee**, Jagielski et al. 2020),
+    ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
+    a Gaussian trade-off curve (Dong, Roth & Su 2022) and overshoots the true
+    ε of a pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
+    (accuracy or ROUGE-1 on held-out queries) and, when
+    ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
+    accounted over T queries that each Poisson-subsample the records at
+    ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity √2 for
+    RNM, 2C for ESA), i.e. the deployment's ε after T answers rather than the
+    audited single release.
+
+    An estimate that cannot be formed (e.g. fewer than 1/FPR OUT trials, or
+    perfect separation at the threshold) is null, and ``reasons`` maps its key
+    to why; so is a +inf threshold. Only theoretical ε of a σ = 0 setting
+    are infinite; :meth:`to_dict` writes them as the string ``"inf"``.
+    """
+
+    settings: dict
+    canary: dict
+    query: dict
+    rows: list[dict]
+    epsilon_kind: str
+    utility_metric: str
+    private_size: int
+    forward_passes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
+
+        def strict(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+            if isinstance(v, dict):
+                return {k: strict(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [strict(x) for x in v]
+            return v
+
+        return strict(asdict(self))
+
+    def table(self) -> str:
+        """A readable table of the rows; an estimate that could not be formed prints n/a, with its reason below."""
+        sub = self.settings.get("accounting_queries") is not None
+        head = f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} {'eps_lb':>7} {'gdp_est':>8} {'utility':>8}"
+        head += f" {'eps_T':>7}" if sub else ""
+        lines = [head]
+        missing = []
+
+        def f(v, w, p=3):
+            if v is None:
+                return f"{'-':>{w}}"
+            return f"{v:>{w}.{p}f}" if math.isfinite(v) else f"{'inf':>{w}}"
+
+        def est(r, key, w):
+            if r.get(key) is None and key in r.get("reasons", {}):
+                missing.append((r["epsilon"], key, r["reasons"][key]))
+                return f"{'n/a':>{w}}"
+            return f(r[key], w)
+
+        for r in self.rows:
+            lines.append(" ".join([f(r["epsilon"], 6, 2), f(r["epsilon_per_trial"], 9, 2), f(r["sigma"], 7),
+                                   f(r["audit_accuracy"], 6), f(r["tpr"], 6), f(r["fpr"], 6),
+                                   est(r, "epsilon_point", 7), f(r["epsilon_lower_bound"], 7),
+                                   est(r, "epsilon_gdp", 8), f(r["utility"], 8)]
+                                  + ([f(r["epsilon_subsampled"], 7)] if sub else [])))
+        lines.append(f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
+                     f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold; "
+                     f"the guarantee); gdp_est = GDP estimate (model-based, not a bound); "
+                     f"theoretical eps: {self.epsilon_kind}"
+                     + (f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
+                        f"at q = {self.settings['sampling_rate']:g}" if sub else ""))
+        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est"}
+        for eps, key, why in missing:
+            at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
+            lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
+        return "\n".join(lines)
+
+
+def _finite(x: float | None) -> float | None:
+    """``x`` as a float if it is finite, else None (JSON null)."""
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> str:
+    """Why the plug-in / GDP estimate at the FPR target cannot be formed."""
+    if n_out * s.fpr < 1:
+        return (f"fewer than 1/FPR = {1 / s.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
+                f"empirical FPR in (0, {s.fpr:g}], so the estimate at that FPR is undefined; raise --trials")
+    if fpr == 0:
+        return "no OUT trial scored at or above the threshold (empirical FPR 0): log(TPR/FPR) is unbounded"
+    if tpr == 1:
+        return "every IN trial scored at or above the threshold (empirical TPR 1): log(TNR/FNR) is unbounded"
+    return "the estimate is not finite on these trials"  # pragma: no cover - the cases above are exhaustive
+
+
+def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> dict:
+    n_in, n_out = len(ins), len(outs)
+    if n_in < 2 or n_out < 2:
+        raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
+    auditor = CanaryScoreAuditor(ins, outs)
+    t = auditor.threshold_at_fpr(s.fpr)
+    tpr, fpr = auditor.tpr_fpr(t)
+    cp = auditor.epsilon_clopper_pearson(alpha=s.alpha, delta=s.delta, selection=Split(s.split_fraction, s.seed))
+    dp = s.mechanism.is_dp
+    if dp and mech.sigma > 0:
+        per_trial = gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma, s.delta)
+    else:
+        per_trial = math.inf if dp else None
+    subsampled = None
+    if s.accounting_queries is not None:
+        subsampled = subsampled_gaussian_epsilon(mech.sigma, mech.add_remove_sensitivity, s.sampling_rate,
+                                                 s.accounting_queries, s.delta)
+    # estimates that cannot be formed are null with a reason (never inf/NaN in the JSON)
+    reasons = {}
+    estimates = {"epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
+                 "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)}
+    for key, value in estimates.items():
+        if n_out * s.fpr < 1 or not math.isfinite(value):
+            estimates[key] = None
+            reasons[key] = _unbounded_reason(s, n_out, tpr, fpr)
+    no_call = "no observed score has empirical FPR <= {:g}: the threshold is +inf (no trial called present)"
+    if not math.isfinite(t):
+        reasons["threshold"] = no_call.format(s.fpr)
+    if not math.isfinite(cp.threshold):
+        reasons["lower_bound_threshold"] = ("the selection half preferred +inf (no trial called present); "
+                                            "the bound at it is 0")
+    return {
+        "epsilon": eps if dp else None,
+        "epsilon_per_trial": per_trial,
+        "sigma": mech.sigma if dp else None,
+        "sensitivity": mech.sensitivity,
+        "n_in": n_in,
+        "n_out": n_out,
+        "audit_accuracy": auditor.audit_accuracy(),
+        "threshold": _finite(t),
+        "tpr": tpr,
+        "fpr": fpr,
+        "epsilon_point": estimates["epsilon_point"],
+        "epsilon_lower_bound": cp.epsilon,
+        "lower_bound_counts": {"tp": cp.true_positives, "n_in": cp.n_in, "fp": cp.false_positives,
+                               "n_out": cp.n_out, "threshold": _finite(cp.threshold)},
+        "confidence": s.confidence,
+        "epsilon_gdp": estimates["epsilon_gdp"],
+        "epsilon_gdp_kind": "model-based estimate, not a bound",
+        "reasons": reasons,
+        "epsilon_subsampled": subsampled,
+        "accounting": None if subsampled is None else {"queries": s.accounting_queries,
+                                                       "sampling_rate": s.sampling_rate,
+                                                       "sensitivity_add_remove": mech.add_remove_sensitivity,
+                                                       "accountant": "dp_accounting PLD"},
+        "utility": utility,
+    }

@@ -1,0 +1,188 @@
+"""What defines a ContextLeak audit: the task, the mechanism, the canary and query, the trial counts,
+and the estimator settings (:class:`AuditSettings` owns every default), plus the identity a trial
+log must match to be resumed."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Sequence
+
+from ctxlite.audit.canaries import CanaryKind
+from ctxlite.audit.queries import QueryKind
+from ctxlite.choices import Choice
+from ctxlite.errors import InvalidParameter
+from ctxlite.identity import bundled_data_hash, content_hash
+
+
+class Task(Choice):
+    CLASSIFY = "classify"
+    GENERATE = "generate"
+
+
+class MechanismKind(Choice):
+    NONE = "none"
+    PROMPT_L1 = "prompt-l1"
+    PROMPT_L2 = "prompt-l2"
+    JUDGE = "judge"
+    RNM = "rnm"
+    ESA = "esa"
+
+    @property
+    def is_dp(self) -> bool:
+        return self in (MechanismKind.RNM, MechanismKind.ESA)
+
+
+class Attack(Choice):
+    CANARY = "canary"          # ContextLeak: canary + targeted query
+    INJECTION = "injection"    # baseline: ask the model to print the examples
+
+
+class DetectorKind(Choice):
+    DIRECTION = "direction"
+    COUNT = "count"
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """Everything that defines an audit (validated on construction).
+
+    ``shots`` is records per prompt (per ensemble for rnm/esa); ``ensembles``
+    is m for rnm/esa and must be 1 otherwise. The settings own every default,
+    and the command line passes ``None`` for what the user left out, so the
+    Python API and ``ctxlite audit`` run the same audit: ``None`` picks, for
+    rnm/esa, ``epsilons`` (1, 2, 4, 8, inf), 2 shots per ensemble and 10
+    ensembles, else the single setting inf, 20 shots and 1 ensemble;
+    ``queries_per_trial=None`` picks 1 for rnm/esa (so the per-trial ε is the
+    per-query ε), 64 for classification and 4 for generation.
+    ``temperature=0`` is greedy.
+    """
+
+    DP_DEFAULTS = {"epsilons": (1.0, 2.0, 4.0, 8.0, math.inf), "shots": 2, "ensembles": 10}
+    PLAIN_DEFAULTS = {"epsilons": (math.inf,), "shots": 20, "ensembles": 1}
+
+    task: Task = Task.CLASSIFY
+    mechanism: MechanismKind = MechanismKind.NONE
+    epsilons: tuple[float, ...] | None = None
+    delta: float = 1e-5
+    canary: CanaryKind = CanaryKind.HEX
+    query: QueryKind = QueryKind.INPUT_OUTPUT
+    template_index: int = 0
+    attack: Attack = Attack.CANARY
+    detector: DetectorKind = DetectorKind.DIRECTION
+    trials: int = 200
+    queries_per_trial: int | None = None
+    shots: int | None = None
+    ensembles: int | None = None
+    reference_runs: int = 16
+    temperature: float = 1.0
+    max_new_tokens: int = 24
+    clip_norm: float = 1.0
+    zero_shot_candidates: int = 8
+    confidence: float = 0.95
+    fpr: float = 0.1
+    split_fraction: float = 0.5
+    utility_queries: int = 20
+    resample_data: bool = False
+    accounting_queries: int | None = None
+    sampling_rate: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        for f in fields(self):
+            if isinstance(f.default, Choice):  # the kinds: parse their CLI spelling
+                s(f.name, type(f.default).parse(getattr(self, f.name)))
+        defaults = self.DP_DEFAULTS if self.mechanism.is_dp else self.PLAIN_DEFAULTS
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                s(name, value)
+        eps = tuple(float(e) for e in self.epsilons)
+        if not eps or any(not (e > 0) for e in eps):
+            raise InvalidParameter(f"epsilons must be > 0 (inf allowed), got {self.epsilons}")
+        if not self.mechanism.is_dp and eps != (math.inf,):
+            raise InvalidParameter(f"mechanism {self.mechanism.value} has no privacy parameter: leave epsilon unset")
+        s("epsilons", tuple(sorted(set(eps))))
+        if self.mechanism is MechanismKind.RNM and self.task is not Task.CLASSIFY:
+            raise InvalidParameter("rnm is a classification mechanism: use esa for --task generate")
+        if self.mechanism is MechanismKind.ESA and self.task is not Task.GENERATE:
+            raise InvalidParameter("esa is a generation mechanism: use rnm for --task classify")
+        if self.attack is Attack.INJECTION and self.mechanism.is_dp:
+            raise InvalidParameter("the injection baseline needs a text-output mechanism (none, prompt-l1/l2, judge)")
+        if not 0 < self.delta < 1:
+            raise InvalidParameter(f"delta must be in (0, 1), got {self.delta}")
+        if not 0 < self.confidence < 1:
+            raise InvalidParameter(f"confidence must be in (0, 1), got {self.confidence}")
+        if not 0 < self.fpr < 1:
+            raise InvalidParameter(f"fpr must be in (0, 1), got {self.fpr}")
+        if not 0 < self.split_fraction < 1:
+            raise InvalidParameter(f"split_fraction must be in (0, 1), got {self.split_fraction}")
+        if self.trials < 4:
+            raise InvalidParameter(f"trials must be >= 4 (two per side at least), got {self.trials}")
+        if self.shots < 1:
+            raise InvalidParameter(f"shots must be >= 1, got {self.shots}")
+        if self.ensembles < 1 or (self.ensembles > 1 and not self.mechanism.is_dp):
+            raise InvalidParameter(f"ensembles must be 1 for {self.mechanism.value} (>= 1 for rnm/esa), got {self.ensembles}")
+        if self.queries_per_trial is None:
+            n = 1 if self.mechanism.is_dp else (64 if self.task is Task.CLASSIFY else 4)
+            s("queries_per_trial", n)
+        if self.queries_per_trial < 1:
+            raise InvalidParameter(f"queries_per_trial must be >= 1, got {self.queries_per_trial}")
+        if self.reference_runs < 1:
+            raise InvalidParameter(f"reference_runs must be >= 1, got {self.reference_runs}")
+        if not self.temperature >= 0:
+            raise InvalidParameter(f"temperature must be >= 0, got {self.temperature}")
+        if self.max_new_tokens < 1 or self.zero_shot_candidates < 1 or self.utility_queries < 0:
+            raise InvalidParameter("max_new_tokens and zero_shot_candidates must be >= 1, utility_queries >= 0")
+        if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
+            raise InvalidParameter(f"clip_norm must be finite and > 0, got {self.clip_norm}")
+        if self.accounting_queries is not None:
+            if not self.mechanism.is_dp:
+                raise InvalidParameter("accounting_queries needs a DP mechanism (rnm or esa)")
+            if self.accounting_queries < 1:
+                raise InvalidParameter(f"accounting_queries must be >= 1, got {self.accounting_queries}")
+        if not 0 < self.sampling_rate <= 1:
+            raise InvalidParameter(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
+        if self.sampling_rate < 1 and self.accounting_queries is None:
+            raise InvalidParameter("sampling_rate only enters the subsampled accounting: set accounting_queries too")
+        if self.template_index < 0 or self.seed < 0:
+            raise InvalidParameter("template_index and seed must be >= 0")
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+    @property
+    def private_size(self) -> int:
+        return self.ensembles * self.shots
+
+    REPORT_ONLY = ("confidence", "fpr", "split_fraction", "accounting_queries", "sampling_rate")
+    """Settings that change the estimates but no trial: a resume may change them."""
+
+    def params(self) -> dict:
+        """JSON-ready parameters (all of them: the report's ``settings``)."""
+        out = {}
+        for k, v in asdict(self).items():
+            if isinstance(v, enum.Enum):
+                v = v.value
+            elif k == "epsilons":
+                v = [("inf" if math.isinf(e) else e) for e in v]
+            out[k] = v
+        return out
+
+    def log_params(self) -> dict:
+        """The settings part of a trial log's identity (``params`` less ``REPORT_ONLY``)."""
+        return {k: v for k, v in self.params().items() if k not in self.REPORT_ONLY}
+
+
+BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json", "templates/injection_templates.json")
+"""Package data that shapes an audit: the canary pool, the query, defence and judge templates."""
+
+
+def audit_identity(engine_identity: dict, settings: AuditSettings, records: Sequence[dict],
+                   embedder_identity: dict | None = None) -> dict:
+    """What a trial log must match to be resumed: the model runtime (``Engine.identity()``), the
+    settings that change trials, the private pool's content, the bundled canaries and templates,
+    and the embedding model (generation audits)."""
+    return {**engine_identity, "settings": settings.log_params(), "data": content_hash(list(records)),
+            "bundled_data": bundled_data_hash(*BUNDLED_AUDIT_DATA), "embed_model": embedder_identity}
