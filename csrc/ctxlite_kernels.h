@@ -1,7 +1,9 @@
 /*
- * ctxlite_kernels.h -- C kernels behind ctxlite.kernels.
+ * ctxlite_kernels.h -- the one public header of the C kernels behind
+ * ctxlite.runtime.kernels (logits family in logits.c, mechanisms in
+ * mechanisms.c, version in status.c; simd.h is internal).
  *
- * Every function returns a status code (CTXLITE_OK or one of the
+ * Every kernel returns a status code (CTXLITE_OK or one of the
  * CTXLITE_ERR_* values below) and, on error, writes the offending row or
  * element index to *err_at when err_at is not NULL.  Python maps the codes
  * to ctxlite.errors.InvalidParameter; nothing here allocates or keeps state.
@@ -19,7 +21,8 @@
 
 /* CDEF BEGIN */
 #define CTXLITE_OK                   0
-#define CTXLITE_ERR_NONFINITE        1  /* NaN or +inf in an input; err_at = row (or element) */
+#define CTXLITE_ERR_NONFINITE        1  /* NaN or +inf in an input; err_at = row (logits) or flat
+                                           element, -1 - i for element i of a second array */
 #define CTXLITE_ERR_BAD_INDEX        2  /* target or vote out of range; err_at = its position */
 #define CTXLITE_ERR_BAD_SIZE         3  /* a size (n_rows, V, m, d, k, n_classes) is < 1 */
 #define CTXLITE_ERR_BAD_TEMPERATURE  4  /* T not finite or T <= 0 */
@@ -30,7 +33,7 @@
 #define CTXLITE_ERR_BAD_WINDOW       9  /* sampling window NaN or <= 0 */
 #define CTXLITE_ERR_BAD_UNIFORM     10  /* a uniform draw outside [0, 1); err_at = row */
 
-/* Package version stamped at build time; checked by ctxlite.kernels on import. */
+/* Package version stamped at build time; checked by ctxlite.runtime.kernels on import. */
 const char *ctxlite_kernels_version(void);
 
 /*
@@ -49,13 +52,13 @@ int ctxlite_logprob_gather(const float *rows, int64_t n_rows, int64_t V,
                            double *out, int64_t *err_at);
 
 /*
- * Context-influence mixing (SPEC 1.1):
+ * Context-influence mixing (Flemings et al., ACL 2025):
  *   z = (lam * a + (1 - lam) * b) / T,   out_logprob[r] = log softmax(z)[y_r]
  * with a = with-context row, b = without-context row.  lam == 0 gives z = b/T
  * and lam == 1 gives z = a/T exactly; otherwise a -inf in a or b makes z -inf.
  * If out_max_abs_pmi is not NULL it receives max_v |log q_a(v) - log q_b(v)|
  * over allowed v, q_a = softmax(a/T), q_b = softmax(b/T), both renormalised
- * over the allowed tokens (SPEC 1.5).  Tokens with a = b = -inf are skipped;
+ * over the allowed tokens.  Tokens with a = b = -inf are skipped;
  * a token with exactly one of a, b = -inf makes the maximum +inf.
  */
 int ctxlite_mixed_logprob(const float *a, const float *b, int64_t n_rows, int64_t V,
@@ -66,7 +69,7 @@ int ctxlite_mixed_logprob(const float *a, const float *b, int64_t n_rows, int64_
                           int64_t *err_at);
 
 /*
- * One token per row from softmax(rows[r] / T) by inversion (SPEC 1.3, 2.5):
+ * One token per row from softmax(rows[r] / T) by inversion:
  * over the allowed tokens v (not banned on the row) whose
  * z_v = (x_v - max) / T >= -window (max over allowed tokens; window = +inf
  * keeps every token), with p_v = exp(z_v) and P = sum p_v,
@@ -83,7 +86,8 @@ int ctxlite_sample_rows(const float *rows, int64_t n_rows, int64_t V, double tem
                         int32_t *out, int64_t *err_at);
 
 /*
- * Report-noisy-max histogram (SPEC 2.4): out_counts[j] = #{i : votes[i] == j},
+ * Report-noisy-max histogram (Dwork & Roth 2014, sec. 3.3; the RNM of DP-ICL,
+ * Wu et al. 2024): out_counts[j] = #{i : votes[i] == j},
  * out_noisy[j] = out_counts[j] + noise[j], *out_argmax = argmax_j out_noisy[j]
  * (lowest index on ties).
  */
@@ -92,7 +96,7 @@ int ctxlite_noisy_histogram(const int32_t *votes, int64_t m, int64_t n_classes,
                             double *out_noisy, int64_t *out_argmax, int64_t *err_at);
 
 /*
- * Embedding-space aggregation (SPEC 2.4):
+ * Embedding-space aggregation (the ESA of DP-ICL, Wu et al. 2024):
  *   out_mean = (sum_i E_i * min(1, C / ||E_i||) + noise) / m
  * (a zero row stays zero).
  */

@@ -350,7 +350,7 @@ def test_sample_rows_edges_and_errors():
 # rows spanning several CTX_BLOCK pieces
 #
 # The C kernels walk a row in pieces of CTX_BLOCK = 2048 floats
-# (csrc/ctxlite_kernels.c): a running log-sum-exp whose reference point moves
+# (csrc/simd.h): a running log-sum-exp whose reference point moves
 # up when a later piece has a larger maximum, pieces that restart at block
 # boundaries after a banned id, and a sampler that skips whole pieces by their
 # sums. These cases make every row 2-6 pieces long, put the row maximum in any
@@ -358,14 +358,14 @@ def test_sample_rows_edges_and_errors():
 # that a missed rescale or a wrong reference point is visible), kill whole
 # pieces with -inf and ban ids around the boundaries.
 
-BLOCK = 2048  # CTX_BLOCK in csrc/ctxlite_kernels.c
+BLOCK = 2048  # CTX_BLOCK in csrc/simd.h
 
 
 def test_block_size_matches_the_c_source():
     import pathlib
     import re
 
-    src = (pathlib.Path(__file__).resolve().parent.parent / "csrc" / "ctxlite_kernels.c").read_text()
+    src = (pathlib.Path(__file__).resolve().parent.parent / "csrc" / "simd.h").read_text()
     assert int(re.search(r"#define CTX_BLOCK (\d+)", src).group(1)) == BLOCK
 
 

@@ -1,9 +1,13 @@
 """cffi build script for ``ctxlite.runtime._kernels`` (wired in setup.py via ``cffi_modules``).
 
-Declarations come from the real header ``csrc/ctxlite_kernels.h`` (the part
-between ``CDEF BEGIN`` and ``CDEF END``); the package version is stamped into
-the shared object as ``CTXLITE_VERSION`` so ``ctxlite.runtime.kernels`` can refuse a
-stale build.  No -ffast-math: the kernels rely on IEEE -inf/NaN semantics.
+Declarations come from the one public header ``csrc/ctxlite_kernels.h`` (the
+part between ``CDEF BEGIN`` and ``CDEF END``); the sources are the kernel
+families in ``csrc/`` (``logits.c``: the vectorised logits kernels,
+``mechanisms.c``: the scalar mechanism kernels, ``status.c``: version and
+status messages; ``simd.h`` is their internal header).  The package version is
+stamped into the shared object as ``CTXLITE_VERSION`` so
+``ctxlite.runtime.kernels`` can refuse a stale build.  No -ffast-math: the
+kernels rely on IEEE -inf/NaN semantics.
 
 Warnings are on (``-Wall -Wextra -Wconversion``, clean today) for GCC and
 clang, with flags chosen per compiler as pyca/cryptography does; MSVC gets
@@ -21,13 +25,16 @@ from cffi import FFI
 _ROOT = Path(__file__).resolve().parents[2]
 _CSRC = _ROOT / "csrc"
 _HEADER = _CSRC / "ctxlite_kernels.h"
+_SOURCES = ("logits.c", "mechanisms.c", "status.c")
+_INTERNAL_HEADERS = ("simd.h",)
 
 
-def _cdef_text() -> str:
-    text = _HEADER.read_text(encoding="utf-8")
+def _cdef_text(header: Path = _HEADER) -> str:
+    """The declarations between ``/* CDEF BEGIN */`` and ``/* CDEF END */`` in ``header``."""
+    text = header.read_text(encoding="utf-8")
     match = re.search(r"/\* CDEF BEGIN \*/(.*?)/\* CDEF END \*/", text, re.S)
     if match is None:
-        raise RuntimeError(f"{_HEADER}: CDEF BEGIN/END markers not found")
+        raise RuntimeError(f"{header}: CDEF BEGIN/END markers not found (cffi needs the declarations between them)")
     return match.group(1)
 
 
@@ -66,7 +73,8 @@ ffibuilder.cdef(_cdef_text())
 ffibuilder.set_source(
     "ctxlite.runtime._kernels",
     '#include "ctxlite_kernels.h"',
-    sources=[str(_CSRC.relative_to(_ROOT) / "ctxlite_kernels.c")],
+    sources=[str(_CSRC.relative_to(_ROOT) / name) for name in _SOURCES],
+    depends=[str(_CSRC.relative_to(_ROOT) / name) for name in (_HEADER.name, *_INTERNAL_HEADERS)],
     include_dirs=[str(_CSRC.relative_to(_ROOT))],
     define_macros=[("CTXLITE_VERSION", f'"{_version()}"')],
     extra_compile_args=_extra_compile_args(_COMPILER, _SANITIZE),
