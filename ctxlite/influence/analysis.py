@@ -1,4 +1,4 @@
-"""Dataset-level summaries of context influence (the seed paper's analyses, SPEC §1.1, §1.7).
+"""Dataset-level summaries of context influence (the analyses of Flemings et al., ACL 2025).
 
 Works on the JSON records ``ExampleResult.to_dict()`` writes, so a summary can
 be recomputed from a (resumed) result log without the model.

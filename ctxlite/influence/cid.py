@@ -1,4 +1,4 @@
-"""Context Influence Decoding (CID): sample a response from λ-mixed logits (SPEC §1.1, §1.3, §1.5).
+"""Context Influence Decoding (CID; Flemings et al., ACL 2025): sample a response from λ-mixed logits.
 
 p̄_λ(v | D) = softmax((λ·l_D(v) + (1−λ)·l_∅(v)) / T), where l_D are the
 next-token logits with the private context in the prompt and l_∅ those of the
@@ -7,7 +7,8 @@ ordinary decoding, λ > 1 amplifies the context.
 
 ε-bounded CID: with pmi_D(v) = log q_D(v) − log q_∅(v) (q = softmax(l/T)), if
 λ·max_v |pmi_D(v)| ≤ ε/2 then |log p̄_λ(v|D) − log p_T(v|∅)| ≤ ε for every v;
-so each step uses λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)).
+so each step uses λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (the direction of
+Flemings et al.'s Theorem B.1; derivation in docs/design.md#cid).
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def cid_logprobs(with_context, without_context, lam: float, temperature: float, 
 
 
 def bounded_lambda(lam: float, epsilon: float | None, max_abs_pmi: float) -> float:
-    """λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (SPEC §1.5); λ when ε is None."""
+    """λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (after Flemings et al., Theorem B.1); λ when ε is None."""
     if epsilon is None:
         return lam
     if max_abs_pmi <= 0:

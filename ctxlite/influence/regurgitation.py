@@ -1,4 +1,6 @@
-"""Input regurgitation metrics (SPEC §1.6, the seed's reference definitions).
+"""Input regurgitation metrics: the "Repeat" and "Rouge" prompt counts of Flemings et al. (ACL 2025).
+
+Thresholds as in the authors' ``input_regurg.py`` (github.com/james-flemings/context_influence):
 
 - Repeat: more than 25 distinct whitespace tokens (case-sensitive) of the
   response also occur in the source.

@@ -1,4 +1,4 @@
-"""Context influence: how much each n-gram of a private context moves the response (SPEC §1).
+"""Context influence: how much each n-gram of a private context moves the response (Flemings et al., ACL 2025, Definition 3.1).
 
 For response tokens y_t and mixing λ (CID, see ``ctxlite.influence.cid``):
 

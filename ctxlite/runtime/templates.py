@@ -1,8 +1,10 @@
-"""Prompt templates with a context slot and a query slot (SPEC §1.1).
+"""Prompt templates with a context slot and a query slot (context influence, Flemings et al., ACL 2025).
 
 A template such as ``"Document: {context}\\nQuestion: {query}\\nAnswer:"`` is
 split at ``{context}`` into a prefix and a suffix; the prompt *without* the
-context is the same template with an empty slot, never the bare query. Built-in
+context is the same template with an empty slot, never the bare query (as the
+authors' code does, ``template_empty_input`` in
+github.com/james-flemings/context_influence). Built-in
 templates live in ``ctxlite/data/templates/score_templates.json``.
 """
 from __future__ import annotations
