@@ -1,4 +1,4 @@
-"""Canaries for ContextLeak audits (SPEC §2.2).
+"""Canaries for ContextLeak audits (Choi et al. 2025; its examples are in Appendix A.4).
 
 A canary ``c = (x_c, y_c)`` is one record that the audit game swaps into the
 private set with probability 1/2. Three kinds of ``x_c``:

@@ -1,4 +1,4 @@
-"""Turn what the auditor sees into one membership score per trial (SPEC §2.5).
+"""Turn what the auditor sees into one membership score per trial (ContextLeak's detection, Choi et al. 2025).
 
 Higher score = "the canary was present". Thresholding the scores is done by
 ``ctxlite.privacy.estimators.CanaryScoreAuditor``.

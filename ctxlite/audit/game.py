@@ -1,6 +1,6 @@
-"""ContextLeak: canary membership-inference audits of private in-context learning (SPEC §2).
+"""ContextLeak: canary membership-inference audits of private in-context learning (Choi et al. 2025).
 
-The game (SPEC §2.1). A private set D is drawn from the data (``ensembles ×
+The game (ContextLeak §3; design notes: docs/design.md#the-game). A private set D is drawn from the data (``ensembles ×
 shots`` records; the rest is held out for utility). Each trial draws
 Z ~ Bernoulli(1/2); if Z = 1 one record of D (the *slot*, fixed per audit and
 chosen among records whose label differs from y_c) is replaced by the canary.

@@ -1,4 +1,4 @@
-"""Private in-context learning mechanisms that ContextLeak audits (SPEC §2.4).
+"""Private in-context learning mechanisms that ContextLeak audits (Choi et al. 2025; DP ones from Wu et al. 2024).
 
 A mechanism answers a query from a private record set and returns a
 :class:`Release`: the **signal** the auditor sees and the **outputs** a user
@@ -9,7 +9,8 @@ final label or text (ContextLeak §3.6, Appendix D.9).
 
 * :class:`NoDefense` (L0) -- plain ICL.
 * :class:`PromptDefense` L1 / L2 -- an instruction not to reveal the examples
-  (L2 adds decoy "faux secrets" and withholds outputs containing a keyword).
+  (L2 adds decoy "faux secrets" and withholds outputs containing a keyword;
+  the SaTML competition defences ContextLeak uses, Debenedetti et al. 2024).
 * :class:`Judge` (L3) -- L2 plus the local model as a judge: an output it finds
   leaking (next token " Yes") is replaced by "None".
 * :class:`ReportNoisyMax` (classification) -- m disjoint ensembles of ``shots``

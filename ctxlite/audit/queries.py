@@ -1,4 +1,4 @@
-"""Audit queries (SPEC §2.3), built from template data.
+"""Audit queries of ContextLeak (Choi et al. 2025; its templates are in Appendix A.4), built from template data.
 
 Three kinds, each a list of candidate templates in
 ``ctxlite/data/templates/audit_templates.json`` (``queries`` for
