@@ -126,7 +126,7 @@ def test_sigma_calibration_uses_analytic_gaussian_and_replacement_sensitivity():
     rnm = ReportNoisyMax(10, 2, 1.0, 1e-5)
     assert rnm.sensitivity == pytest.approx(math.sqrt(2))
     assert rnm.sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
-    assert rnm.sigma == pytest.approx(3.7306 * math.sqrt(2), rel=1e-4)  # SPEC §2.4 table, Δ = √2
+    assert rnm.sigma == pytest.approx(3.7306 * math.sqrt(2), rel=1e-4)  # analytic σ(ε=1, δ=1e-5) for Δ = 1, times √2; docs/design.md#reference-values-in-the-tests
     assert ReportNoisyMax(10, 2, math.inf, 1e-5).sigma == 0.0
     esa = EmbeddingSpaceAggregation(10, 2, 8.0, 1e-5, clip_norm=0.5)
     assert esa.sensitivity == pytest.approx(1.0)  # 2C

@@ -1,4 +1,5 @@
-"""Tests for ctxlite.privacy.calibration: SPEC §2.4 analytic sigma table, the forward
+"""Tests for ctxlite.privacy.calibration: the analytic sigma table (Balle & Wang 2018; values
+recomputed independently, docs/design.md#reference-values-in-the-tests), the forward
 delta formula against brute-force integration, sensitivities, and the PLD
 accountant (dp-accounting) against the analytic per-query Gaussian."""
 
@@ -25,7 +26,9 @@ import dp_accounting  # noqa: E402,F401  (a hard dependency: a broken install mu
 
 
 # ---------------------------------------------------------------------------
-# SPEC §2.4: analytic sigma for sensitivity 1
+# Analytic Gaussian sigma for sensitivity 1 (Balle & Wang 2018): the smallest sigma with
+# Phi(1/(2 sigma) - eps sigma) - e^eps Phi(-1/(2 sigma) - eps sigma) <= delta, solved
+# independently with scipy (docs/design.md#reference-values-in-the-tests).
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Unit tests for the pure parts of ctxlite.influence.cid (no model): the CID mixture
-against a numpy reference, the ε-bounded λ (SPEC §1.5), top-k / top-p sampling
+against a numpy reference, the ε-bounded λ (after Flemings et al.'s Theorem B.1), top-k / top-p sampling
 against a reference filter and by chi-square, and parameter validation."""
 
 import math
@@ -154,7 +154,7 @@ def test_cid_amplifies_and_mutes_the_context():
 
 
 # ---------------------------------------------------------------------------
-# ε-bounded CID (SPEC §1.5)
+# ε-bounded CID (Flemings et al., ACL 2025, Theorem B.1; docs/design.md#cid)
 
 
 @FAST

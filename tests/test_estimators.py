@@ -1,4 +1,5 @@
-"""Tests for ctxlite.privacy.estimators: SPEC §2.6 reference values, properties against
+"""Tests for ctxlite.privacy.estimators: reference values (recomputed independently with scipy,
+see docs/design.md#reference-values-in-the-tests), properties against
 the slow reference implementations, and soundness of the lower bounds."""
 
 import math
@@ -35,7 +36,9 @@ def scores_with_counts(k: int, n: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------
-# SPEC §2.6 reference values
+# Reference values: Clopper-Pearson (Jagielski et al. 2020), GDP (Dong, Roth & Su 2022),
+# one-run (Steinke, Nasr & Jagielski 2023). Not published tables: recomputed independently
+# of ctxlite with scipy, see docs/design.md#reference-values-in-the-tests.
 
 
 @pytest.mark.parametrize(

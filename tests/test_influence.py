@@ -1,4 +1,6 @@
-"""Context influence on the real default model: SPEC §1.5 identities, defect regressions, trends."""
+"""Context influence on the real default model: the exact PMI identities (the closed form of
+Flemings et al.'s Theorem 3.1, derived in docs/design.md#the-estimator), regressions for the
+reference code's defects, and the trends the paper reports."""
 from __future__ import annotations
 
 import numpy as np
@@ -112,8 +114,9 @@ def test_lambda_one_document_level_is_abs_pmi(engine, with_response):
 
 
 def test_banned_eos_scores_y_t_itself(engine, score_examples):
-    """Regression for SPEC §1.4 defect 1: masking EOS before min_new_tokens must
-    not shift the scored index (the reference scored y_t + 1 after nonzero())."""
+    """Regression for defect 1 of the reference code (docs/design.md#defects-of-the-reference-code):
+    masking EOS before min_new_tokens must not shift the scored index (its
+    post_calc_influence scored y_t + 1 after nonzero())."""
     d = score_examples[0]
     settings = InfluenceSettings(lambdas=(1.0,), ngram=None,
                                  sampling=SamplingSettings(min_new_tokens=12, max_new_tokens=16, seed=3))
@@ -140,7 +143,7 @@ def test_epsilon_bounded_generation_respects_epsilon(engine, score_examples):
                                  sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1))
     r = InfluenceScorer(engine, "qa", settings).score(_example({**d, "response": None})).results[0]
     assert max(r.generation["realised_epsilon"]) <= eps + 1e-9
-    assert max(r.token_influence) <= eps + 1e-3  # per-token document-level bound (SPEC §1.5)
+    assert max(r.token_influence) <= eps + 1e-3  # per-token document-level bound (after Flemings et al., Theorem B.1)
     assert min(r.generation["step_lambdas"]) < 1.5  # the bound actually bit
 
 
@@ -217,7 +220,7 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
 
 
 def test_influence_trends(engine, with_response):
-    """Rises with λ; document level exceeds every single n-gram; rises with n (SPEC §1.7 trends)."""
+    """Rises with λ; document level exceeds every single n-gram; rises with n (trends Flemings et al. report)."""
     examples = [_example(d) for d in with_response[:3]]
     by_lam = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0, 1.5), ngram=8, null_ablations=0))
     res = [by_lam.score(ex) for ex in examples]
@@ -236,7 +239,7 @@ def test_influence_trends(engine, with_response):
 
 
 def test_context_size_analysis(engine, with_response):
-    """Scoring the first k context tokens: document influence grows with k (SPEC §1.7 curve)."""
+    """Scoring the first k context tokens: document influence grows with k (Flemings et al.'s context-size analysis)."""
     from ctxlite.influence.analysis import summarize
 
     sizes = (16, 48, 96)  # every sample context is longer than 96 tokens

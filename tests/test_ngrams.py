@@ -1,4 +1,5 @@
-"""Tests for n-gram windows (SPEC §1.2: ctxlite.influence.ngram_starts) and the
+"""Tests for n-gram windows (Flemings et al.'s D_{i,n}, here token windows:
+ctxlite.influence.ngram_starts) and the
 validation in InfluenceSettings / Example."""
 
 import pytest

@@ -1,4 +1,5 @@
-"""Tests for ctxlite.influence.regurgitation (SPEC §1.6): the Repeat word count against a
+"""Tests for ctxlite.influence.regurgitation (the Repeat/Rouge definitions of Flemings et al.'s
+input_regurg.py): the Repeat word count against a
 definition-level reference, ROUGE-L against a slow LCS reference with rouge-score's
 tokenizer mirrored, the > thresholds at their boundaries, and ROUGE in every script."""
 

@@ -1,5 +1,6 @@
-"""Tests for ctxlite.runtime.templates (SPEC §1.1): built-ins, parts/render, the
-empty-slot prompt, validation, and get_template by name / file / literal."""
+"""Tests for ctxlite.runtime.templates (the prompt convention of Flemings et al.'s code):
+built-ins, parts/render, the empty-slot prompt, validation, and get_template by name / file /
+literal."""
 
 import string
 
@@ -38,7 +39,8 @@ def test_audit_templates_load():
 def test_qa_inline_matches_the_spec_example():
     t = get_template("qa_inline")
     assert t.render("D", "Q") == "Document: D. Question: Q. Answer:"
-    # SPEC §1.1: without the context = the same template with an empty slot, not the bare query
+    # as the reference code's template_empty_input: without the context = the same template
+    # with an empty slot, not the bare query
     assert t.render("", "Q") == "Document: . Question: Q. Answer:"
 
 
