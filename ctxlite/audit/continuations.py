@@ -21,8 +21,9 @@ and a replayed walk (same uniforms) takes the same path without decoding.
 Rounding. llama.cpp's CPU kernels round differently with the batch shape a
 token is decoded in: a row decoded after another history can differ by up to
 ~1 logit unit on Gemma-3-270M (0.1-0.2 nats at likely tokens; design notes:
-docs/design.md#batch-shape-and-cell-offset-rounding). A node's distribution is the one computed at its first visit; a run
-is deterministic given its seed and order of calls, and a resumed run, which
+docs/design.md#batch-shape-rounding). A node's distribution is the one
+computed at its first visit; a run is deterministic given its seed and order
+of calls, and a resumed run, which
 rebuilds its memo, may draw differently where u lands within that rounding of
 a boundary. The tail's re-decoded row only splits the memoised tail mass.
 

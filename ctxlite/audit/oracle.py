@@ -136,7 +136,7 @@ class ModelOracle:
         One text per decode: batching texts as sequences of one decode was
         1.2x faster but moved a short text's embedding by up to 0.2 % in cosine
         (its KV cells sit at another offset; see
-        docs/design.md#batch-shape-and-cell-offset-rounding). An empty output
+        docs/design.md#batch-shape-rounding). An empty output
         is embedded as "None", the text a withheld output is replaced by.
         """
         if self.embedder is None:
