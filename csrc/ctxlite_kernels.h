@@ -1,12 +1,13 @@
 /*
  * ctxlite_kernels.h -- the one public header of the C kernels behind
  * ctxlite.runtime.kernels (logits family in logits.c, mechanisms in
- * mechanisms.c, version in status.c; simd.h is internal).
+ * mechanisms.c, version and messages in status.c; simd.h is internal).
  *
  * Every kernel returns a status code (CTXLITE_OK or one of the
  * CTXLITE_ERR_* values below) and, on error, writes the offending row or
- * element index to *err_at when err_at is not NULL.  Python maps the codes
- * to ctxlite.errors.InvalidParameter; nothing here allocates or keeps state.
+ * element index to *err_at when err_at is not NULL; ctxlite_strerror()
+ * describes a code.  Python maps the codes to
+ * ctxlite.errors.InvalidParameter; nothing here allocates or keeps state.
  *
  * Logits rows are float32, row-major, n_rows x V, read in place.  A -inf
  * logit is valid (probability 0); NaN or +inf anywhere is an error.
@@ -35,6 +36,10 @@
 
 /* Package version stamped at build time; checked by ctxlite.runtime.kernels on import. */
 const char *ctxlite_kernels_version(void);
+
+/* A static, non-empty one-line message for a status code (a generic one for
+ * a code not listed above); never NULL. */
+const char *ctxlite_strerror(int status);
 
 /*
  * out[r] = log softmax(rows[r] / T)[targets[r]].

@@ -589,3 +589,57 @@ def test_status_codes_come_from_the_header():
     assert kernels.lib.CTXLITE_OK == 0
     codes = [getattr(kernels.lib, n) for n in dir(kernels.lib) if n.startswith("CTXLITE_ERR_")]
     assert len(codes) == len(set(codes)) >= 8 and 0 not in codes
+
+
+_Z = np.zeros((2, 5), np.float32)
+
+
+@pytest.mark.parametrize(
+    "call, function, code, bad_value",
+    [
+        (lambda: kernels.logprob_gather(np.where(np.eye(2, 5, 3) > 0, np.nan, 0).astype(np.float32), [0, 0]),
+         "logprob_gather", "NONFINITE", "logits[0, 3] = nan"),
+        (lambda: kernels.logprob_gather(_Z, [0, 5]), "logprob_gather", "BAD_INDEX", "targets[1] = 5, not in [0, 5)"),
+        (lambda: kernels.logprob_gather(_Z, [0, 1], 0.0), "logprob_gather", "BAD_TEMPERATURE", "temperature = 0.0"),
+        (lambda: kernels.logprob_gather(_Z, [0, 1], banned_ids=[7]), "logprob_gather", "BAD_BANNED",
+         "banned_ids contains 7 (V = 5)"),
+        (lambda: kernels.logprob_gather(np.array([[0.0], [-np.inf]], np.float32), [0, 0]), "logprob_gather",
+         "EMPTY_ROW", "row 1"),
+        (lambda: kernels.mixed_logprob(_Z, _Z, [0, 1], float("nan")), "mixed_logprob", "BAD_LAMBDA", "lam = nan"),
+        (lambda: kernels.mixed_logprob(_Z, np.where(np.eye(2, 5, 1) > 0, np.inf, 0).astype(np.float32), [0, 1], 0.5),
+         "mixed_logprob", "NONFINITE", "without_context[0, 1] = inf"),
+        (lambda: kernels.sample_rows(_Z, [0.5, 1.5], 1.0, 30.0), "sample_rows", "BAD_UNIFORM", "uniforms[1] = 1.5"),
+        (lambda: kernels.sample_rows(_Z, [0.5, 0.5], 1.0, float("nan")), "sample_rows", "BAD_WINDOW", "window = nan"),
+        (lambda: kernels.sample_rows(_Z, [0.5, 0.5], float("inf"), 30.0), "sample_rows", "BAD_TEMPERATURE",
+         "temperature = inf"),
+        (lambda: kernels.noisy_histogram([1, 4], 3, [0.0] * 3), "noisy_histogram", "BAD_INDEX",
+         "votes[1] = 4, not in [0, 3)"),
+        (lambda: kernels.noisy_histogram([1], 3, [0.0, 0.0, -np.inf]), "noisy_histogram", "NONFINITE",
+         "noise[2] = -inf"),
+        (lambda: kernels.embed_aggregate([[1.0, 2.0], [3.0, np.nan]], 1.0, [0.0, 0.0]), "embed_aggregate",
+         "NONFINITE", "embeddings[1, 1] = nan"),
+        (lambda: kernels.embed_aggregate([[1.0, 2.0]], 1.0, [0.0, -np.inf]), "embed_aggregate", "NONFINITE",
+         "noise[1] = -inf"),
+        (lambda: kernels.embed_aggregate([[1.0, 2.0]], np.inf, [0.0, 0.0]), "embed_aggregate", "BAD_CLIP",
+         "clip_norm = inf"),
+        (lambda: kernels.nearest_cosine([np.inf, 0.0], [[1.0, 0.0]]), "nearest_cosine", "NONFINITE", "query[0] = inf"),
+        (lambda: kernels.nearest_cosine([1.0, 0.0], [[1.0, 0.0], [0.0, -np.inf]]), "nearest_cosine", "NONFINITE",
+         "candidates[1, 1] = -inf"),
+    ],
+)
+def test_error_message_is_function_bad_value_and_the_c_reason(call, function, code, bad_value):
+    """``function: bad value: reason``, the reason being ctxlite_strerror of the status the kernel returned."""
+    reason = kernels.ffi.string(kernels.lib.ctxlite_strerror(getattr(kernels.lib, f"CTXLITE_ERR_{code}"))).decode()
+    with pytest.raises(InvalidParameter) as info:
+        call()
+    assert str(info.value) == f"{function}: {bad_value}: {reason}"
+
+
+@pytest.mark.parametrize("status", ["BAD_SIZE", "unknown"])
+def test_error_without_a_python_side_value_still_names_the_status(status):
+    code = getattr(kernels.lib, f"CTXLITE_ERR_{status}", 99)
+    with pytest.raises(InvalidParameter) as info:
+        kernels._check(code, kernels.ffi.new("int64_t *", 4), "some_kernel")
+    reason = kernels.ffi.string(kernels.lib.ctxlite_strerror(code)).decode()
+    assert str(info.value) == f"some_kernel: status {code}, err_at 4: {reason}"
+    kernels._check(kernels.lib.CTXLITE_OK, kernels.ffi.new("int64_t *", -1), "some_kernel")  # OK: no raise

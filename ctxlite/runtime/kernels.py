@@ -3,9 +3,12 @@
 Hazardous-materials layer in the argon2-cffi sense: one function per C call.
 Each wrapper checks and converts its inputs (C-contiguous arrays of the exact
 C type; float32 logits are read in place, without a copy), allocates the
-outputs, calls ``ctxlite._kernels.lib`` and turns a non-zero status into
-:class:`ctxlite.errors.InvalidParameter` naming the bad value.  The status
-codes themselves come from the C header through ``lib``.
+outputs, calls ``ctxlite.runtime._kernels.lib`` and hands a non-zero status to
+one helper, :func:`_check`, which raises :class:`ctxlite.errors.InvalidParameter`
+as ``function: bad value: reason``: the reason is the C side's
+``ctxlite_strerror(status)``, the bad value is found from the C side's
+``err_at`` in the arrays and scalars the wrapper passed.  The status codes
+themselves come from the C header through ``lib``.
 
 ``tests/reference/kernels_reference.py`` has slow, obviously-right numpy versions of
 every function here with the same signatures; the tests compare the two.
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -113,41 +115,72 @@ def _ban_arrays(banned_ids, ban_rows, n_rows: int):
     return banned, rows
 
 
-def _nonfinite_position(arr: np.ndarray) -> tuple[int, ...]:
-    """Index of the first NaN/+inf in ``arr`` (only called on the error path)."""
-    bad = np.isnan(arr) | (arr == np.inf)
-    return tuple(int(i) for i in np.argwhere(bad)[0])
+# --------------------------------------------------------------------------
+# status codes -> InvalidParameter
+
+# The scalar argument each scalar status is about (the same name in every wrapper).
+_SCALAR_OF_STATUS = {
+    lib.CTXLITE_ERR_BAD_TEMPERATURE: "temperature",
+    lib.CTXLITE_ERR_BAD_LAMBDA: "lam",
+    lib.CTXLITE_ERR_BAD_CLIP: "clip_norm",
+    lib.CTXLITE_ERR_BAD_WINDOW: "window",
+}
 
 
-def _check(status: int, err_at, messages: dict[int, Callable[[int], str]]) -> None:
-    """Raise InvalidParameter for a non-zero C status, with the message for that code."""
+def _status_message(status: int) -> str:
+    """The C side's one-line description of a kernel status code (``ctxlite_strerror``)."""
+    return ffi.string(lib.ctxlite_strerror(int(status))).decode("utf-8")
+
+
+def _bad_value(status: int, at: int, *, inputs, second, per_row: bool, index, banned, vocab, uniforms,
+               scalars) -> str:
+    """Name the value a failed call choked on, from ``err_at`` as the C header defines it per status."""
+    if status == lib.CTXLITE_ERR_NONFINITE:
+        if at < 0 and second is not None:  # -1 - i: element i of the second array
+            name, arr = second
+            return f"{name}[{-1 - at}] = {arr[-1 - at]}"
+        if per_row:  # logits kernels report the row; -inf is allowed there
+            for name, arr in inputs:
+                bad = np.flatnonzero(np.isnan(arr[at]) | (arr[at] == np.inf))
+                if bad.size:
+                    return f"{name}[{at}, {bad[0]}] = {arr[at, bad[0]]}"
+            return f"row {at}"  # pragma: no cover - C and numpy disagree on what is finite
+        name, arr = inputs[0]  # a flat element index
+        pos = np.unravel_index(at, arr.shape)
+        return f"{name}[{', '.join(str(int(i)) for i in pos)}] = {arr[pos]}"
+    if status == lib.CTXLITE_ERR_BAD_INDEX and index is not None:
+        name, arr, bound = index
+        return f"{name}[{at}] = {arr[at]}, not in [0, {bound})"
+    if status == lib.CTXLITE_ERR_BAD_BANNED and banned is not None:
+        return f"banned_ids contains {banned[at]} (V = {vocab})"
+    if status == lib.CTXLITE_ERR_EMPTY_ROW:
+        return f"row {at}"
+    if status == lib.CTXLITE_ERR_BAD_UNIFORM and uniforms is not None:
+        return f"uniforms[{at}] = {float(uniforms[at])}"
+    if status in _SCALAR_OF_STATUS and _SCALAR_OF_STATUS[status] in scalars:
+        name = _SCALAR_OF_STATUS[status]
+        return f"{name} = {scalars[name]!r}"
+    return f"status {status}, err_at {at}"
+
+
+def _check(status: int, err_at, function: str, *, inputs=(), second=None, per_row: bool = False, index=None,
+           banned=None, vocab=None, uniforms=None, scalars=None) -> None:
+    """Raise :class:`InvalidParameter` for a non-zero status of the C kernel ``function``.
+
+    The message is ``function: bad value: reason`` with the reason from
+    ``ctxlite_strerror``. What the wrapper passes lets the bad value be named:
+    ``inputs`` are the ``(name, array)`` pairs a NaN/inf may sit in (for
+    ``per_row`` kernels ``err_at`` is a row of them, otherwise a flat element
+    of the first), ``second`` the ``(name, array)`` that a negative ``err_at``
+    points into, ``index`` the ``(name, array, bound)`` of targets or votes,
+    ``banned`` / ``vocab`` the sorted banned ids and V, ``uniforms`` the
+    draws, and ``scalars`` the scalar arguments by name.
+    """
     if status == lib.CTXLITE_OK:
         return
-    where = int(err_at[0])
-    if status in messages:
-        raise InvalidParameter(messages[status](where))
-    raise InvalidParameter(f"C kernel rejected its input (status {status}, at {where})")
-
-
-def _logits_messages(V: int, temperature, banned, names: tuple[str, ...], arrays, targets):
-    """Messages shared by logprob_gather and mixed_logprob."""
-
-    def nonfinite(r: int) -> str:
-        for name, arr in zip(names, arrays):
-            if np.isnan(arr[r]).any() or (arr[r] == np.inf).any():
-                col = _nonfinite_position(arr[r])[0]
-                return f"{name}[{r}, {col}] = {arr[r, col]}: logits may be -inf but not NaN or +inf"
-        return f"row {r} contains NaN or +inf"  # pragma: no cover
-
-    return {
-        lib.CTXLITE_ERR_NONFINITE: nonfinite,
-        lib.CTXLITE_ERR_BAD_INDEX: lambda r: f"targets[{r}] = {targets[r]} is outside [0, {V})",
-        lib.CTXLITE_ERR_BAD_TEMPERATURE: lambda _: f"temperature must be finite and > 0, got {temperature!r}",
-        lib.CTXLITE_ERR_BAD_BANNED: lambda k: f"banned_ids contains {banned[k]}, outside [0, {V})",
-        lib.CTXLITE_ERR_EMPTY_ROW: lambda r: (
-            f"row {r}: every allowed (non-banned) token has logit -inf, so softmax is undefined"
-        ),
-    }
+    where = _bad_value(status, int(err_at[0]), inputs=inputs, second=second, per_row=per_row, index=index,
+                       banned=banned, vocab=vocab, uniforms=uniforms, scalars=scalars or {})
+    raise InvalidParameter(f"{function}: {where}: {_status_message(status)}")
 
 
 # --------------------------------------------------------------------------
@@ -182,7 +215,8 @@ def logprob_gather(logits: np.ndarray, targets, temperature: float = 1.0, banned
         _ptr("int32_t[]", banned), 0 if banned is None else banned.size, _ptr("uint8_t[]", ban),
         _ptr("double[]", out), err_at,
     )
-    _check(status, err_at, _logits_messages(V, temperature, banned, ("logits",), (rows,), ys))
+    _check(status, err_at, "logprob_gather", inputs=(("logits", rows),), per_row=True, index=("targets", ys, V),
+           banned=banned, vocab=V, scalars={"temperature": temperature})
     return out
 
 
@@ -216,10 +250,8 @@ def sample_rows(logits: np.ndarray, uniforms, temperature: float, window: float,
         _ptr("int32_t[]", banned), 0 if banned is None else banned.size, _ptr("uint8_t[]", ban),
         _ptr("double[]", u), _ptr("int32_t[]", out), err_at,
     )
-    messages = _logits_messages(V, temperature, banned, ("logits",), (rows,), out)
-    messages[lib.CTXLITE_ERR_BAD_WINDOW] = lambda _: f"window must be > 0 (inf allowed), got {window!r}"
-    messages[lib.CTXLITE_ERR_BAD_UNIFORM] = lambda r: f"uniforms[{r}] = {float(u[r])} is outside [0, 1)"
-    _check(status, err_at, messages)
+    _check(status, err_at, "sample_rows", inputs=(("logits", rows),), per_row=True, banned=banned, vocab=V,
+           uniforms=u, scalars={"temperature": temperature, "window": window})
     return out
 
 
@@ -241,7 +273,7 @@ def mixed_logprob(
     ban_rows=None,
     want_max_abs_pmi: bool = False,
 ) -> MixedLogprob:
-    """Context Influence Decoding log-probabilities (CID; Flemings et al., ACL 2025).
+    """Context-influence decoding log-probabilities (SPEC 1.1, 1.5).
 
     With ``a = with_context[r]``, ``b = without_context[r]`` and ``y = targets[r]``:
     ``logprob[r] = log softmax((lam * a + (1 - lam) * b) / T)[y]``.  ``lam = 0``
@@ -251,8 +283,7 @@ def mixed_logprob(
     With ``want_max_abs_pmi``, ``max_abs_pmi[r] = max_v |log q_a(v) - log q_b(v)|``
     over allowed tokens, ``q_a = softmax(a / T)``, ``q_b = softmax(b / T)`` (both
     renormalised over the allowed tokens), the quantity in the epsilon-bounded
-    CID rule ``lam_t = min(lam, eps / (2 max_v |pmi(v)|))`` (after Flemings et al.'s
-    Theorem B.1; docs/design.md#cid).  Tokens where both
+    CID rule ``lam_t = min(lam, eps / (2 max_v |pmi(v)|))``.  Tokens where both
     rows are -inf are skipped; one where exactly one is -inf makes it +inf.
 
     >>> a = np.log(np.array([[0.5, 0.5]], np.float32)); b = np.log(np.array([[0.2, 0.8]], np.float32))
@@ -275,14 +306,13 @@ def mixed_logprob(
         float(temperature), _ptr("int32_t[]", banned), 0 if banned is None else banned.size,
         _ptr("uint8_t[]", ban), _ptr("double[]", logprob), _ptr("double[]", max_abs_pmi), err_at,
     )
-    messages = _logits_messages(V, temperature, banned, ("with_context", "without_context"), (a, b), ys)
-    messages[lib.CTXLITE_ERR_BAD_LAMBDA] = lambda _: f"lam must be finite and >= 0, got {lam!r}"
-    _check(status, err_at, messages)
+    _check(status, err_at, "mixed_logprob", inputs=(("with_context", a), ("without_context", b)), per_row=True,
+           index=("targets", ys, V), banned=banned, vocab=V, scalars={"temperature": temperature, "lam": lam})
     return MixedLogprob(logprob=logprob, max_abs_pmi=max_abs_pmi)
 
 
 # --------------------------------------------------------------------------
-# mechanism kernels: RNM and ESA of Wu et al. 2024 (DP in-context learning)
+# mechanism kernels (SPEC 2.4)
 
 
 @dataclass(frozen=True)
@@ -295,7 +325,7 @@ class NoisyHistogram:
 
 
 def noisy_histogram(votes, n_classes: int, noise) -> NoisyHistogram:
-    """Report-noisy-max over ensemble votes (RNM; Wu et al. 2024, "Privacy-preserving in-context learning").
+    """Report-noisy-max over ensemble votes (RNM, SPEC 2.4).
 
     ``counts[j] = #{i : votes[i] == j}``, ``noisy_counts = counts + noise`` and
     ``argmax`` is the first index of the largest noisy count.  The caller draws
@@ -319,20 +349,16 @@ def noisy_histogram(votes, n_classes: int, noise) -> NoisyHistogram:
         _ptr("int32_t[]", vs) if vs.size else ffi.NULL, vs.size, n, _ptr("double[]", nz),
         _ptr("int64_t[]", counts), _ptr("double[]", noisy), argmax, err_at,
     )
-    _check(status, err_at, {
-        lib.CTXLITE_ERR_BAD_INDEX: lambda i: f"votes[{i}] = {vs[i]} is outside [0, {n})",
-        lib.CTXLITE_ERR_NONFINITE: lambda j: f"noise[{j}] = {nz[j]} is not finite",
-    })
+    _check(status, err_at, "noisy_histogram", inputs=(("noise", nz),), index=("votes", vs, n))
     return NoisyHistogram(counts=counts, noisy_counts=noisy, argmax=int(argmax[0]))
 
 
 def embed_aggregate(embeddings, clip_norm: float, noise) -> np.ndarray:
-    """Clipped, noised mean of ensemble embeddings (ESA; Wu et al. 2024).
+    """Clipped, noised mean of ensemble embeddings (ESA, SPEC 2.4).
 
     ``(sum_i e_i * min(1, C / ||e_i||_2) + noise) / m`` for the ``m`` rows
     ``e_i`` of ``embeddings``; a zero row stays zero.  Clipping bounds the L2
-    sensitivity of the sum by ``2C``, under replacement and, with a fixed
-    number of ensembles, under add/remove too (see ``ctxlite.privacy.calibration``).
+    sensitivity of the sum by ``2C`` under replacement (``C`` under add/remove).
 
     >>> embed_aggregate([[3.0, 4.0], [0.0, 0.5]], 1.0, [0.0, 0.0])
     array([0.3 , 0.65])
@@ -347,17 +373,8 @@ def embed_aggregate(embeddings, clip_norm: float, noise) -> np.ndarray:
     status = lib.ctxlite_embed_aggregate(
         _ptr("double[]", E), m, d, float(clip_norm), _ptr("double[]", nz), _ptr("double[]", out), err_at,
     )
-
-    def nonfinite(at: int) -> str:
-        if at < 0:
-            return f"noise[{-1 - at}] = {nz[-1 - at]} is not finite"
-        i, j = divmod(at, d)
-        return f"embeddings[{i}, {j}] = {E[i, j]} is not finite"
-
-    _check(status, err_at, {
-        lib.CTXLITE_ERR_BAD_CLIP: lambda _: f"clip_norm must be finite and > 0, got {clip_norm!r}",
-        lib.CTXLITE_ERR_NONFINITE: nonfinite,
-    })
+    _check(status, err_at, "embed_aggregate", inputs=(("embeddings", E),), second=("noise", nz),
+           scalars={"clip_norm": clip_norm})
     return out
 
 
@@ -366,7 +383,7 @@ def nearest_cosine(query, candidates) -> int:
 
     ``argmax_i <q, c_i> / (||q|| ||c_i||)``, lowest index on ties; a zero
     candidate (or a zero query) has similarity 0.  ESA releases the zero-shot
-    candidate nearest to the noisy mean embedding (Wu et al. 2024).
+    candidate nearest to the noisy mean embedding (SPEC 2.4).
 
     >>> nearest_cosine([1.0, 0.0], [[0.0, 1.0], [2.0, 0.1], [1.0, 1.0]])
     1
@@ -379,12 +396,5 @@ def nearest_cosine(query, candidates) -> int:
     index = ffi.new("int64_t *")
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_nearest_cosine(_ptr("double[]", q), _ptr("double[]", C), k, d, index, err_at)
-
-    def nonfinite(at: int) -> str:
-        if at < 0:
-            return f"query[{-1 - at}] = {q[-1 - at]} is not finite"
-        i, j = divmod(at, d)
-        return f"candidates[{i}, {j}] = {C[i, j]} is not finite"
-
-    _check(status, err_at, {lib.CTXLITE_ERR_NONFINITE: nonfinite})
+    _check(status, err_at, "nearest_cosine", inputs=(("candidates", C),), second=("query", q))
     return int(index[0])
