@@ -273,7 +273,7 @@ def mixed_logprob(
     ban_rows=None,
     want_max_abs_pmi: bool = False,
 ) -> MixedLogprob:
-    """Context-influence decoding log-probabilities (SPEC 1.1, 1.5).
+    """Context Influence Decoding log-probabilities (CID; Flemings et al., ACL 2025).
 
     With ``a = with_context[r]``, ``b = without_context[r]`` and ``y = targets[r]``:
     ``logprob[r] = log softmax((lam * a + (1 - lam) * b) / T)[y]``.  ``lam = 0``
@@ -283,7 +283,8 @@ def mixed_logprob(
     With ``want_max_abs_pmi``, ``max_abs_pmi[r] = max_v |log q_a(v) - log q_b(v)|``
     over allowed tokens, ``q_a = softmax(a / T)``, ``q_b = softmax(b / T)`` (both
     renormalised over the allowed tokens), the quantity in the epsilon-bounded
-    CID rule ``lam_t = min(lam, eps / (2 max_v |pmi(v)|))``.  Tokens where both
+    CID rule ``lam_t = min(lam, eps / (2 max_v |pmi(v)|))`` (after Flemings et al.'s
+    Theorem B.1; docs/design.md#cid).  Tokens where both
     rows are -inf are skipped; one where exactly one is -inf makes it +inf.
 
     >>> a = np.log(np.array([[0.5, 0.5]], np.float32)); b = np.log(np.array([[0.2, 0.8]], np.float32))
@@ -312,7 +313,7 @@ def mixed_logprob(
 
 
 # --------------------------------------------------------------------------
-# mechanism kernels (SPEC 2.4)
+# mechanism kernels: RNM and ESA of Wu et al. 2024 (DP in-context learning)
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,7 @@ class NoisyHistogram:
 
 
 def noisy_histogram(votes, n_classes: int, noise) -> NoisyHistogram:
-    """Report-noisy-max over ensemble votes (RNM, SPEC 2.4).
+    """Report-noisy-max over ensemble votes (RNM; Wu et al. 2024, "Privacy-preserving in-context learning").
 
     ``counts[j] = #{i : votes[i] == j}``, ``noisy_counts = counts + noise`` and
     ``argmax`` is the first index of the largest noisy count.  The caller draws
@@ -354,11 +355,12 @@ def noisy_histogram(votes, n_classes: int, noise) -> NoisyHistogram:
 
 
 def embed_aggregate(embeddings, clip_norm: float, noise) -> np.ndarray:
-    """Clipped, noised mean of ensemble embeddings (ESA, SPEC 2.4).
+    """Clipped, noised mean of ensemble embeddings (ESA; Wu et al. 2024).
 
     ``(sum_i e_i * min(1, C / ||e_i||_2) + noise) / m`` for the ``m`` rows
     ``e_i`` of ``embeddings``; a zero row stays zero.  Clipping bounds the L2
-    sensitivity of the sum by ``2C`` under replacement (``C`` under add/remove).
+    sensitivity of the sum by ``2C``, under replacement and, with a fixed
+    number of ensembles, under add/remove too (see ``ctxlite.privacy.calibration``).
 
     >>> embed_aggregate([[3.0, 4.0], [0.0, 0.5]], 1.0, [0.0, 0.0])
     array([0.3 , 0.65])
@@ -383,7 +385,7 @@ def nearest_cosine(query, candidates) -> int:
 
     ``argmax_i <q, c_i> / (||q|| ||c_i||)``, lowest index on ties; a zero
     candidate (or a zero query) has similarity 0.  ESA releases the zero-shot
-    candidate nearest to the noisy mean embedding (SPEC 2.4).
+    candidate nearest to the noisy mean embedding (Wu et al. 2024).
 
     >>> nearest_cosine([1.0, 0.0], [[0.0, 1.0], [2.0, 0.1], [1.0, 1.0]])
     1
