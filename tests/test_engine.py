@@ -260,7 +260,7 @@ def test_held_logits_evicts_by_use_and_capacity():
     with Engine(None, EngineConfig(n_ctx=64, kv_slots=2, n_seq_max=3, n_threads=1)) as eng:
         prompts = [eng.tokenize(f"Record {i}: " + "word " * 40, add_bos=True) for i in range(5)]
         rows = [eng.held_logits(p, i).copy() for i, p in enumerate(prompts)]  # 5 keys, 2 sequences, 128 cells
-        assert len(eng._keyed) <= 2
+        assert len(eng.kv.keyed) <= 2
         for i in (4, 0, 3):  # evicted or not, every answer is the prompt's row
             got = eng.held_logits(prompts[i], i)
             assert _top_logprobs(got)[0][0] == _top_logprobs(rows[i])[0][0]

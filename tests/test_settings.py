@@ -58,3 +58,57 @@ def test_explicit_values_override_the_defaults(monkeypatch):
                                           "--epsilon", "2,inf"])
     assert resolved.params() == AuditSettings(mechanism="rnm", shots=3, ensembles=4,
                                               epsilons=(2.0, math.inf)).params()
+
+
+def _options(command) -> dict:
+    return {p.name: p for p in command.params}
+
+
+def test_every_choice_list_is_an_enum_of_the_library():
+    """The CLI's choice lists are the members of the library's enums, in the same order."""
+    from ctxlite.audit.canaries import CanaryKind
+    from ctxlite.audit.queries import QueryKind
+    from ctxlite.audit.settings import Attack, DetectorKind
+    from ctxlite.cli.audit import audit
+
+    kinds = {"task": Task, "mechanism": MechanismKind, "canary": CanaryKind, "query": QueryKind,
+             "query_alias": QueryKind, "attack": Attack, "detector": DetectorKind}
+    params = _options(audit)
+    for name, kind in kinds.items():
+        assert list(params[name].type.choices) == [m.value for m in kind], name
+    choices = [n for n, p in params.items() if hasattr(p.type, "choices")]
+    assert sorted(choices) == sorted(kinds)
+
+
+def test_every_audit_option_default_is_the_settings_default():
+    from dataclasses import MISSING, fields
+
+    from ctxlite.cli.audit import audit
+
+    params = _options(audit)
+    checked = 0
+    for f in fields(AuditSettings):
+        if f.name not in params:
+            continue
+        want = f.default.value if hasattr(f.default, "value") else f.default
+        assert f.default is not MISSING and params[f.name].default == want, f.name
+        checked += 1
+    assert checked >= 20
+
+
+def test_score_defaults_are_the_library_defaults(monkeypatch):
+    """``ctxlite score`` with no tuning flags builds InfluenceSettings() with SamplingSettings()."""
+    from ctxlite.cli import score as score_mod
+    from ctxlite.influence.scorer import InfluenceSettings
+
+    made = []
+
+    def stop(o):
+        made.append(real(o))
+        raise _Stop
+
+    real = score_mod._settings
+    monkeypatch.setattr(score_mod, "_settings", stop)
+    r = CliRunner().invoke(main, ["score", "--context", "-", "-q", "Who?"], input="Alice")
+    assert isinstance(r.exception, _Stop), r.output
+    assert made[0] == InfluenceSettings()

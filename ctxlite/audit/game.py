@@ -61,6 +61,7 @@ from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, Mechanis
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
 from ctxlite.records import RecordLog
+from ctxlite.runtime.backend import Backend, Capability, require
 
 
 def seeded_rng(*words: int) -> np.random.Generator:
@@ -128,6 +129,52 @@ class AuditGame:
             return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))])
         return np.asarray(rel.signal, dtype=np.float64)
 
+    def play(self, mech: Mechanism, eps: float, detector: Detector, log: RecordLog | None,
+             say: Callable[[str], None]) -> tuple[list[float], list[float]]:
+        """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first);
+        every run is read from ``log`` when it holds it, else played and appended."""
+        s, ek = self.s, _eps_key(eps)
+        if detector.needs_reference:
+            refs = {True: [], False: []}
+            for j in range(s.reference_runs):
+                for z in (True, False):
+                    rec = self._logged(log, f"eps={ek}/ref={'in' if z else 'out'}/{j}", lambda: {
+                        "type": "reference", "epsilon": ek, "z": int(z),
+                        "signal": self.run(mech, z, seeded_rng(s.seed, 3, j),
+                                           seeded_rng(s.seed, 5, j) if s.resample_data else None).tolist()})
+                    refs[z].append(np.asarray(rec["signal"]))
+            detector.fit(refs[True], refs[False])
+        in_scores, out_scores = [], []
+        for i in range(s.trials):
+            rec = self._logged(log, f"eps={ek}/trial={i}", lambda: self._trial(mech, ek, i, detector))
+            if rec.get("canary") != self.canary.id:
+                raise DataError(f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
+                                f"canary is {self.canary.id!r}: choose another --out")
+            (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
+            if (i + 1) % max(1, s.trials // 10) == 0:
+                say(f"eps={ek}: {i + 1}/{s.trials} trials ({self.oracle.forward_passes} forward passes so far)")
+        return in_scores, out_scores
+
+    def _trial(self, mech: Mechanism, ek: str, i: int, detector: Detector) -> dict:
+        """Play trial ``i``: Z ~ Bernoulli(1/2) from the trial's own seed, then the mechanism's release."""
+        s = self.s
+        rng = seeded_rng(s.seed, 2, i)
+        z = bool(rng.random() < 0.5)
+        sig = self.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
+        return {"type": "trial", "epsilon": ek, "trial": i, "z": int(z), "canary": self.canary.id,
+                "mechanism": mech.name, "seed": s.seed, "sigma": mech.sigma, "signal": sig.tolist(),
+                "score": detector.score(sig)}
+
+    @staticmethod
+    def _logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
+        """The record of ``key`` from ``log``, or ``play()``'s, appended to the log as it finishes."""
+        rec = log.records.get(key) if log is not None else None
+        if rec is None:
+            rec = play()
+            if log is not None:
+                log.append(key, rec)
+        return rec
+
     def utility(self, mech: Mechanism) -> float | None:
         """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
         if self.s.utility_queries == 0 or not self.held_out:
@@ -151,11 +198,11 @@ class AuditGame:
 
 
 def run_audit(
-    engine,
+    engine: Backend,
     records: Sequence[dict],
     settings: AuditSettings,
     log: RecordLog | None = None,
-    embedder=None,
+    embedder: Backend | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AuditReport:
     """Run the ContextLeak game for every ε in ``settings`` and estimate the leakage.
@@ -165,63 +212,54 @@ def run_audit(
     ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits.
     """
     s = settings
-    records = check_records(records, s.task)
-    if len(records) < s.private_size:
-        raise DataError(f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
-                        f"shot(s) need {s.private_size}")
-    if s.task is Task.GENERATE and s.attack is Attack.CANARY and embedder is None:
-        raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
-    if log is not None:
-        expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
-        diff = differences(log.identity, expected)
-        if diff:
-            raise DataError(f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
-                            "this audit's identity (audit_identity) or choose another log")
+    records = _check_inputs(engine, records, s, log, embedder)
     fmt = TaskFormat.for_task(s.task.value)
     oracle = ModelOracle(engine, fmt.labels, s.temperature, embedder, s.max_new_tokens)
     canary = make_canary(s.canary, s.task.value, records, s.seed, engine=engine, labels=fmt.labels)
     query = injection_query(s.task.value) if s.attack is Attack.INJECTION else \
         build_query(s.task.value, s.query, canary, fmt.labels, s.template_index)
     game = AuditGame(oracle, records, s, canary, query)
-    say = progress or (lambda m: None)
     rows = []
     for eps in s.epsilons:
         mech = make_mechanism(s, eps)
-        ek = _eps_key(eps)
-        detector = _detector(s, fmt, canary)
-        if detector.needs_reference:
-            refs = {True: [], False: []}
-            for j in range(s.reference_runs):
-                for z in (True, False):
-                    key = f"eps={ek}/ref={'in' if z else 'out'}/{j}"
-                    rec = log.records.get(key) if log is not None else None
-                    if rec is None:
-                        sig = game.run(mech, z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None)
-                        rec = {"type": "reference", "epsilon": ek, "z": int(z), "signal": sig.tolist()}
-                        if log is not None:
-                            log.append(key, rec)
-                    refs[z].append(np.asarray(rec["signal"]))
-            detector.fit(refs[True], refs[False])
-        in_scores, out_scores = [], []
-        for i in range(s.trials):
-            key = f"eps={ek}/trial={i}"
-            rec = log.records.get(key) if log is not None else None
-            if rec is not None and rec.get("canary") != canary.id:
-                raise DataError(f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
-                                f"canary is {canary.id!r}: choose another --out")
-            if rec is None:
-                rng = seeded_rng(s.seed, 2, i)
-                z = bool(rng.random() < 0.5)
-                sig = game.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
-                rec = {"type": "trial", "epsilon": ek, "trial": i, "z": int(z), "canary": canary.id,
-                       "mechanism": mech.name, "seed": s.seed, "sigma": mech.sigma, "signal": sig.tolist(),
-                       "score": detector.score(sig)}
-                if log is not None:
-                    log.append(key, rec)
-            (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
-            if (i + 1) % max(1, s.trials // 10) == 0:
-                say(f"eps={ek}: {i + 1}/{s.trials} trials ({oracle.forward_passes} forward passes so far)")
-        rows.append(report_row(s, mech, eps, in_scores, out_scores, game.utility(mech)))
+        ins, outs = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
+        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech)))
+    return AuditReport(
+        settings=s.params(),
+        canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
+        query=asdict(query),
+        rows=rows,
+        epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
+        utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
+        private_size=s.private_size,
+        forward_passes=oracle.forward_passes,
+        notes=_notes(s, len(records), bool(game.held_out)),
+    )
+
+
+def _check_inputs(engine, records, s: AuditSettings, log: RecordLog | None, embedder) -> list[dict]:
+    """The validated records; refuses a pool too small, a missing capability or another audit's log."""
+    records = check_records(records, s.task)
+    if len(records) < s.private_size:
+        raise DataError(f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
+                        f"shot(s) need {s.private_size}")
+    text_out = s.task is Task.GENERATE or s.attack is Attack.INJECTION or s.mechanism is MechanismKind.JUDGE
+    require(engine, [Capability.LOGIT_ROWS] + ([Capability.STREAMS] if text_out else []), f"a {s.task.value} audit")
+    if s.task is Task.GENERATE and s.attack is Attack.CANARY:
+        if embedder is None:
+            raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
+        require(embedder, [Capability.EMBEDDINGS], "the generation audit's embedding model")
+    if log is not None:
+        expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
+        diff = differences(log.identity, expected)
+        if diff:
+            raise DataError(f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
+                            "this audit's identity (audit_identity) or choose another log")
+    return records
+
+
+def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
+    """What a reader of the report must know to read its numbers."""
     notes = []
     if s.mechanism.is_dp:
         notes.append("epsilon is per query with the canary always present (analytic Gaussian, replacement "
@@ -233,23 +271,13 @@ def run_audit(
                      "not what the audit measures, which is one release per query")
     if s.utility_queries == 0:
         notes.append("utility: not measured (utility_queries = 0)")
-    elif not game.held_out:
-        notes.append(f"utility: not measured, no held-out records (the private set uses all {len(records)} records "
+    elif not has_held_out:
+        notes.append(f"utility: not measured, no held-out records (the private set uses all {n_records} records "
                      "of the data: add records to measure it)")
     if s.detector is DetectorKind.DIRECTION and s.attack is Attack.CANARY:
         notes.append(f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
                      "disjoint from the evaluated trials")
-    return AuditReport(
-        settings=s.params(),
-        canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
-        query=asdict(query),
-        rows=rows,
-        epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
-        utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
-        private_size=s.private_size,
-        forward_passes=oracle.forward_passes,
-        notes=notes,
-    )
+    return notes
 
 
 def _detector(s: AuditSettings, fmt: TaskFormat, canary: Canary) -> Detector:

@@ -60,6 +60,7 @@ class AuditSettings:
 
     DP_DEFAULTS = {"epsilons": (1.0, 2.0, 4.0, 8.0, math.inf), "shots": 2, "ensembles": 10}
     PLAIN_DEFAULTS = {"epsilons": (math.inf,), "shots": 20, "ensembles": 1}
+    QUERIES_PER_TRIAL = {"dp": 1, "classify": 64, "generate": 4}
 
     task: Task = Task.CLASSIFY
     mechanism: MechanismKind = MechanismKind.NONE
@@ -124,8 +125,7 @@ class AuditSettings:
         if self.ensembles < 1 or (self.ensembles > 1 and not self.mechanism.is_dp):
             raise InvalidParameter(f"ensembles must be 1 for {self.mechanism.value} (>= 1 for rnm/esa), got {self.ensembles}")
         if self.queries_per_trial is None:
-            n = 1 if self.mechanism.is_dp else (64 if self.task is Task.CLASSIFY else 4)
-            s("queries_per_trial", n)
+            s("queries_per_trial", self.QUERIES_PER_TRIAL["dp" if self.mechanism.is_dp else self.task.value])
         if self.queries_per_trial < 1:
             raise InvalidParameter(f"queries_per_trial must be >= 1, got {self.queries_per_trial}")
         if self.reference_runs < 1:

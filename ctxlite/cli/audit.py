@@ -5,10 +5,15 @@ import math
 
 import click
 
+from ctxlite.audit.canaries import CanaryKind
+from ctxlite.audit.queries import QueryKind
+from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, Task
 from ctxlite.cli.options import (
     TEXT,
     NumberList,
     build_engine,
+    choice,
+    default,
     emit_json,
     engine_config,
     engine_kwargs,
@@ -16,6 +21,17 @@ from ctxlite.cli.options import (
     given_explicitly,
     progress,
 )
+
+
+_DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
+
+
+def _d(name: str):
+    return default(AuditSettings, name)
+
+
+def _list(values) -> str:
+    return ",".join("inf" if math.isinf(v) else f"{v:g}" for v in values)
 
 
 def _jsonable(obj):
@@ -32,54 +48,54 @@ def _jsonable(obj):
 @click.command()
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False),
               help="Private set (JSONL): text/label for classify, dialogue/summary for generate.")
-@click.option("--task", type=click.Choice(["classify", "generate"]), default="classify", show_default=True,
+@click.option("--task", type=choice(Task), default=_d("task"), show_default=True,
               help="classify: the model answers a label; generate: it writes text (dialogue summaries).")
-@click.option("--mechanism", type=click.Choice(["none", "prompt-l1", "prompt-l2", "judge", "rnm", "esa"]),
-              default="none", show_default=True, help="Private ICL method under audit.")
+@click.option("--mechanism", type=choice(MechanismKind),
+              default=_d("mechanism"), show_default=True, help="Private ICL method under audit.")
 @click.option("--epsilon", "epsilons", type=NumberList(minimum=0, strict=True, allow_inf=True), default=None,
-              help="Theoretical per-query epsilons for rnm/esa, e.g. 1,2,4,8,inf [default: 1,2,4,8,inf].")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=1e-5, show_default=True,
+              help=f"Theoretical per-query epsilons for rnm/esa, e.g. 1,8,inf [default: {_list(_DP['epsilons'])}].")
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=_d("delta"), show_default=True,
               help="δ of the theoretical ε and of the empirical ε estimates.")
-@click.option("--canary", type=click.Choice(["hex", "unigram", "semantic"]), default="hex", show_default=True,
+@click.option("--canary", type=choice(CanaryKind), default=_d("canary"), show_default=True,
               help="Canary kind: random hex string, rare tokens of the model's vocabulary, or a curated sentence.")
-@click.option("--query-kind", "query", type=click.Choice(["input-output", "if-then", "if-then-blind"]),
-              default="input-output", show_default=True, help="The audit query asked about the canary.")
-@click.option("--query", "query_alias", type=click.Choice(["input-output", "if-then", "if-then-blind"]),
+@click.option("--query-kind", "query", type=choice(QueryKind),
+              default=_d("query"), show_default=True, help="The audit query asked about the canary.")
+@click.option("--query", "query_alias", type=choice(QueryKind),
               default=None, hidden=True, help="Old name of --query-kind.")
-@click.option("--template-index", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--template-index", type=click.IntRange(0), default=_d("template_index"), show_default=True,
               help="Which candidate query template of that kind to use.")
 @click.option("--search-template", is_flag=True, help="Pick the query template by held-out audit accuracy first.")
-@click.option("--attack", type=click.Choice(["canary", "injection"]), default="canary", show_default=True,
+@click.option("--attack", type=choice(Attack), default=_d("attack"), show_default=True,
               help="injection = the prompt-injection baseline (asks the model to print the examples).")
-@click.option("--detector", type=click.Choice(["direction", "count"]), default="direction", show_default=True,
+@click.option("--detector", type=choice(DetectorKind), default=_d("detector"), show_default=True,
               help="direction: project onto the IN-minus-OUT direction of reference runs; count: frequency of "
                    "the canary's label (classify).")
-@click.option("--trials", type=click.IntRange(4), default=200, show_default=True,
+@click.option("--trials", type=click.IntRange(4), default=_d("trials"), show_default=True,
               help="Trials of the membership game per epsilon (Z drawn with probability 1/2 each).")
 @click.option("--queries-per-trial", type=click.IntRange(1), default=None,
-              help="Queries per trial [default: 1 for rnm/esa, 64 classify, 4 generate].")
+              help=f"Queries per trial [default: {_QPT['dp']} for rnm/esa, {_QPT['classify']} classify, {_QPT['generate']} generate].")
 @click.option("--shots", type=click.IntRange(1), default=None,
-              help="Records per prompt (per ensemble for rnm/esa) [default: 20, or 2 for rnm/esa].")
-@click.option("--ensembles", type=click.IntRange(1), default=None, help="Ensembles m for rnm/esa [default: 10].")
-@click.option("--reference-runs", type=click.IntRange(1), default=16, show_default=True,
+              help=f"Records per prompt (per ensemble for rnm/esa) [default: {_PLAIN['shots']}, or {_DP['shots']} for rnm/esa].")
+@click.option("--ensembles", type=click.IntRange(1), default=None, help=f"Ensembles m for rnm/esa [default: {_DP['ensembles']}].")
+@click.option("--reference-runs", type=click.IntRange(1), default=_d("reference_runs"), show_default=True,
               help="Paired reference runs per epsilon for the direction detector.")
-@click.option("--temperature", type=click.FloatRange(0), default=1.0, show_default=True,
+@click.option("--temperature", type=click.FloatRange(0), default=_d("temperature"), show_default=True,
               help="Sampling temperature of the audited model (0 = greedy).")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=24, show_default=True,
+@click.option("--max-new-tokens", type=click.IntRange(1), default=_d("max_new_tokens"), show_default=True,
               help="Longest sampled answer, in tokens (text outputs: generate, injection).")
-@click.option("--clip-norm", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--clip-norm", type=click.FloatRange(0, min_open=True), default=_d("clip_norm"), show_default=True,
               help="ESA clip norm C of the unit-normalised embeddings.")
-@click.option("--utility-queries", type=click.IntRange(0), default=20, show_default=True,
+@click.option("--utility-queries", type=click.IntRange(0), default=_d("utility_queries"), show_default=True,
               help="Held-out records queried to measure utility (0 = none).")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=_d("confidence"),
               show_default=True, help="Confidence 1 - α of the epsilon lower bound.")
 @click.option("--accounting-queries", type=click.IntRange(1), default=None, metavar="T",
               help="Also report each sigma's epsilon subsampled over T queries (rnm/esa; PLD accountant).")
-@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=_d("sampling_rate"), show_default=True,
               help="Poisson rate q at which each of those T queries samples a record.")
-@click.option("--resample-data", is_flag=True, help="Re-draw the private set every trial (average-case audit).")
+@click.option("--resample-data", is_flag=True, default=_d("resample_data"), help="Re-draw the private set every trial (average-case audit).")
 @click.option("--embed-model", type=TEXT, default=None, metavar="NAME|PATH", help="GGUF for embeddings [default: the audited model].")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0), default=_d("seed"), show_default=True,
               help="Seed of the whole game: private set, canary, trials, noise.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Append every trial to this JSONL log (resumable).")
@@ -106,9 +122,9 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
     """
     from dataclasses import replace
 
+    from ctxlite.audit import settings as audit_settings
     from ctxlite.audit.dataset import load_records
     from ctxlite.audit.game import run_audit
-    from ctxlite.audit.settings import AuditSettings, audit_identity
     from ctxlite.identity import engine_part
     from ctxlite.runtime.models import model_identity, resolve_model
     from ctxlite.audit.template_search import search_template as search
@@ -118,15 +134,16 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
         if given_explicitly("query"):
             raise click.UsageError("give --query-kind only (--query is its old name)")
         query = query_alias
-    dp = mechanism in ("rnm", "esa")
+    task, mechanism, attack, detector = Task(task), MechanismKind(mechanism), Attack(attack), DetectorKind(detector)
+    dp = mechanism.is_dp
     if epsilons is not None and not dp:
-        raise click.BadParameter(f"--mechanism {mechanism} has no privacy parameter", param_hint="--epsilon")
+        raise click.BadParameter(f"--mechanism {mechanism.value} has no privacy parameter", param_hint="--epsilon")
     if ensembles is not None and not dp:
         raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
     if resume and not out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
     _check_combination(task, mechanism, attack, detector, search_template, query_alias is not None)
-    settings = AuditSettings(  # None = the library's default for this mechanism (one source of truth)
+    settings = audit_settings.AuditSettings(  # None = the library's default for this mechanism (one source of truth)
         task=task, mechanism=mechanism, epsilons=epsilons,
         delta=delta, canary=canary, query=query, template_index=template_index, attack=attack, detector=detector,
         trials=trials, queries_per_trial=queries_per_trial, shots=shots,
@@ -140,11 +157,11 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
         raise click.BadParameter(f"{out_path} exists: pass --resume to continue it or choose another file",
                                  param_hint="--out")
     ekw = engine_kwargs(kwargs)
-    needs_embedder = task == "generate" and attack == "canary"
+    needs_embedder = task is Task.GENERATE and attack is Attack.CANARY
     embed_identity = model_identity(resolve_model(embed_model or ekw["model"])) if needs_embedder else None
     model_identity_part = engine_part(resolve_model(ekw["model"]),
                                       engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4))
-    identity = audit_identity(model_identity_part, settings, records, embed_identity)
+    identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
     if out_path and resume:  # refuse a mismatched log before any model work (the search may change the template)
         RecordLog.check_existing(out_path, identity, kind="audit",
                                  ignore=("settings.template_index",) if search_template else ())
@@ -155,7 +172,7 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
         progress(f"template search ({found.kind}): accuracies {[round(a, 3) for a in found.accuracies]} "
                  f"-> template {found.best_index}")
         settings = replace(settings, template_index=found.best_index)
-        identity = audit_identity(model_identity_part, settings, records, embed_identity)
+        identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
     log = RecordLog(out_path, identity, kind="audit") if out_path else None
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress)
@@ -175,15 +192,15 @@ def _nonempty(path: str) -> bool:
 
 def _check_combination(task, mechanism, attack, detector, search_template, old_query_flag) -> None:
     """An option that has no effect in this combination is a usage error, never silently ignored."""
-    injection = attack == "injection"
-    text_outputs = task == "generate" or injection
+    injection = attack is Attack.INJECTION
+    text_outputs = task is Task.GENERATE or injection
     unused = {
-        "embed_model": None if task == "generate" and not injection else
+        "embed_model": None if task is Task.GENERATE and not injection else
         "embeddings are used by generation audits with --attack canary only",
         "max_new_tokens": None if text_outputs else "classification answers are read from one forward pass",
-        "clip_norm": None if mechanism == "esa" else "only esa clips embeddings",
+        "clip_norm": None if mechanism is MechanismKind.ESA else "only esa clips embeddings",
         "reference_runs": ("the injection baseline needs no reference runs" if injection else
-                           "the count detector needs no reference runs" if detector == "count" else None),
+                           "the count detector needs no reference runs" if detector is DetectorKind.COUNT else None),
         "detector": "the injection baseline scores the leaked text itself" if injection else None,
         "query": "the injection baseline asks its own question" if injection else None,
         "template_index": ("the injection baseline asks its own question" if injection else

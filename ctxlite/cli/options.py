@@ -1,6 +1,8 @@
 """Options and helpers shared by every ctxlite command (engine flags mirror llama.cpp's)."""
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import json
 import math
@@ -52,6 +54,19 @@ class Text(click.ParamType):
 
 
 TEXT = Text()
+
+
+def choice(kind: type[enum.Enum]) -> click.Choice:
+    """The CLI spellings of an enum's members: the enum is the one list of choices."""
+    return click.Choice([member.value for member in kind])
+
+
+def default(settings: type, name: str):
+    """The default of field ``name`` of the settings dataclass, as the CLI spells it: the library's
+    settings objects own every default."""
+    field = {f.name: f for f in dataclasses.fields(settings)}[name]
+    value = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def given_explicitly(name: str) -> bool:

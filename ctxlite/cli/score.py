@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import click
 
@@ -10,6 +11,7 @@ from ctxlite.cli.options import (
     TEXT,
     NumberList,
     build_engine,
+    default,
     emit_json,
     engine_config,
     engine_kwargs,
@@ -18,20 +20,29 @@ from ctxlite.cli.options import (
     progress,
 )
 from ctxlite.errors import DataError
+from ctxlite.influence.scorer import InfluenceSettings
+from ctxlite.runtime.sampling import SamplingSettings
 
 
-def _settings(kw):
-    from ctxlite.runtime.sampling import SamplingSettings
-    from ctxlite.influence.scorer import InfluenceSettings
+def _s(name: str):
+    """A sampling default (SamplingSettings owns it)."""
+    return default(SamplingSettings, name)
 
+
+def _i(name: str):
+    """An influence default (InfluenceSettings owns it)."""
+    return default(InfluenceSettings, name)
+
+
+def _settings(o):
     sampling = SamplingSettings(
-        temperature=kw["temperature"], top_k=kw["top_k"], top_p=kw["top_p"],
-        min_new_tokens=kw["min_new_tokens"], max_new_tokens=kw["max_new_tokens"], seed=kw["seed"],
+        temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
+        min_new_tokens=o.min_new_tokens, max_new_tokens=o.max_new_tokens, seed=o.seed,
     )
     return InfluenceSettings(
-        lambdas=kw["lam"], ngram=None if kw["doc"] else kw["ngram"], stride=None if kw["doc"] else kw["stride"],
-        null_ablations=kw["null_ablations"], exact=kw["exact"], epsilon=kw["epsilon"], sampling=sampling,
-        top_spans=kw["top"], context_sizes=kw["context_sizes"] or (),
+        lambdas=o.lam, ngram=None if o.doc else o.ngram, stride=None if o.doc else o.stride,
+        null_ablations=o.null_ablations, exact=o.exact, epsilon=o.epsilon, sampling=sampling,
+        top_spans=o.top, context_sizes=o.context_sizes or (),
     )
 
 
@@ -51,30 +62,30 @@ def _read_context(path: str) -> str:
     return read_text(path, "context file")
 
 
-def _examples(kw):
+def _examples(o):
     """(key, Example) pairs from --data or from --context/--query/--response."""
     from ctxlite.influence.scorer import Example
     from ctxlite.records import read_jsonl, read_text
 
-    if kw["data"]:
-        lines = read_jsonl(kw["data"], required=("context",), strings=("id", "context", "query", "response", "source"))
+    if o.data:
+        lines = read_jsonl(o.data, required=("context",), strings=("id", "context", "query", "response", "source"))
         seen = set()
         for line in lines:
             d = line.data
             key = str(d.get("id") or f"line-{line.number}")
             if key in seen:
-                raise DataError(f"{kw['data']}:{line.number}: duplicate id {key!r}")
+                raise DataError(f"{o.data}:{line.number}: duplicate id {key!r}")
             seen.add(key)
             try:
                 example = Example(context=d["context"], query=d.get("query") or "", response=d.get("response"),
                                   source=d.get("source"), id=key)
             except DataError as exc:
-                raise DataError(f"{kw['data']}:{line.number}: {exc}") from None
+                raise DataError(f"{o.data}:{line.number}: {exc}") from None
             yield key, example
         return
-    context = _read_context(kw["context"])
-    source = read_text(kw["source"], "source file") if kw["source"] else None
-    yield "example", Example(context=context, query=kw["query"] or "", response=kw["response"], source=source, id="example")
+    context = _read_context(o.context)
+    source = read_text(o.source, "source file") if o.source else None
+    yield "example", Example(context=context, query=o.query or "", response=o.response, source=source, id="example")
 
 
 GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
@@ -83,13 +94,13 @@ NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top")
 """Options that only shape the n-gram ablations (--doc has none)."""
 
 
-def _check_combination(kw: dict, examples) -> None:
+def _check_combination(o, examples) -> None:
     """A flag that would have no effect in this combination is a usage error, never silently ignored."""
-    given = {name for name in kw if given_explicitly(name)}
-    if kw["doc"] and given & set(NGRAM_ONLY):
+    given = {name for name in vars(o) if given_explicitly(name)}
+    if o.doc and given & set(NGRAM_ONLY):
         flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
-    if kw["limit"] is not None and not kw["data"]:
+    if o.limit is not None and not o.data:
         raise click.UsageError("--limit: no effect without --data")
     if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):
         flags = ", ".join(_flag(n) for n in GENERATION_ONLY if n in given)
@@ -129,29 +140,29 @@ def _plan(log, examples, out: str, data: str | None):
 @click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per example here; re-running resumes.")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Score only the first N examples of --data.")
 @click.option("--template", type=TEXT, default="qa", show_default=True, help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.")
-@click.option("--ngram", "-n", type=click.IntRange(1), default=8, show_default=True, help="n-gram size in model tokens.")
+@click.option("--ngram", "-n", type=click.IntRange(1), default=_i("ngram"), show_default=True, help="n-gram size in model tokens.")
 @click.option("--stride", type=click.IntRange(1), default=None, help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.")
 @click.option("--doc", is_flag=True, help="Document level only (no n-gram ablations).")
 @click.option("--context-sizes", type=NumberList(minimum=1, integer=True), default=None,
               help="Context-size analysis: score the first k tokens of the context for each k, e.g. 32,128,256.")
-@click.option("--lam", type=NumberList(minimum=0), default="1", show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
+@click.option("--lam", type=NumberList(minimum=0), default=",".join(f"{v:g}" for v in _i("lambdas")), show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
 @click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=None, help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).")
-@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True,
+@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=_s("temperature"), show_default=True,
               help="Temperature T of the scored distributions (and of CID sampling).")
-@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--top-k", type=click.IntRange(0), default=_s("top_k"), show_default=True,
               help="Top-k filter of CID sampling (generation only); 0 = off.")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True,
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=_s("top_p"), show_default=True,
               help="Nucleus (top-p) filter of CID sampling (generation only); 1 = off.")
-@click.option("--min-new-tokens", type=click.IntRange(0), default=10, show_default=True,
+@click.option("--min-new-tokens", type=click.IntRange(0), default=_s("min_new_tokens"), show_default=True,
               help="EOS/EOG banned before this many generated tokens.")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=50, show_default=True,
+@click.option("--max-new-tokens", type=click.IntRange(1), default=_s("max_new_tokens"), show_default=True,
               help="Longest generated response, in tokens.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (numpy Generator).")
-@click.option("--null-ablations", type=click.IntRange(0), default=4, show_default=True, help="Split points re-decoded unchanged to measure the noise floor.")
+@click.option("--seed", type=int, default=_s("seed"), show_default=True, help="Sampling seed (numpy Generator).")
+@click.option("--null-ablations", type=click.IntRange(0), default=_i("null_ablations"), show_default=True, help="Split points re-decoded unchanged to measure the noise floor.")
 @click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
-@click.option("--top", type=click.IntRange(0), default=5, show_default=True, help="Most influential spans to list per example.")
+@click.option("--top", type=click.IntRange(0), default=_i("top_spans"), show_default=True, help="Most influential spans to list per example.")
 @engine_options
-def score(**kw):
+def score(**options):
     """Score how much a private context influences a model's response.
 
     For each n-gram of the context: how much removing it changes the
@@ -172,21 +183,22 @@ def score(**kw):
     from ctxlite.records import RecordLog
     from ctxlite.runtime.templates import get_template
 
-    if bool(kw["data"]) == bool(kw["context"]):
+    o = SimpleNamespace(**options)
+    if bool(o.data) == bool(o.context):
         raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
-    if kw["data"] and (kw["query"] or kw["response"] or kw["source"]):
+    if o.data and (o.query or o.response or o.source):
         raise click.UsageError("--query/--response/--source go with --context; in --data they are fields of each line")
-    settings = _settings(kw)
-    template = get_template(kw["template"])
-    examples = list(_examples(kw))[: kw["limit"]]  # validate the whole input before loading the model
-    _check_combination(kw, examples)
-    ekw = engine_kwargs(kw)
+    settings = _settings(o)
+    template = get_template(o.template)
+    examples = list(_examples(o))[: o.limit]  # validate the whole input before loading the model
+    _check_combination(o, examples)
+    ekw = engine_kwargs(vars(o))
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
     model_path = resolve_model(ekw["model"])
     identity = {**engine_part(model_path, config), "template": template.text, "settings": asdict(settings)}
-    log = RecordLog(kw["out"], identity, kind="score-run") if kw["out"] else None  # refused before the model loads
+    log = RecordLog(o.out, identity, kind="score-run") if o.out else None  # refused before the model loads
     try:
-        reused, changed = _plan(log, examples, kw["out"], kw["data"])
+        reused, changed = _plan(log, examples, o.out, o.data)
         for key in changed:
             progress(f"{key}: its input changed since it was logged; scoring it again")
         engine = build_engine(**ekw)
@@ -206,7 +218,7 @@ def score(**kw):
     finally:
         if log is not None:
             log.close()
-    if not kw["data"]:
+    if not o.data:
         emit_json({"run": meta, "result": records[0]})
         return
     summary = summarize(records)
@@ -215,4 +227,4 @@ def score(**kw):
         progress(f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
                  f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
                  f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}")
-    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": kw["out"]})
+    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out})

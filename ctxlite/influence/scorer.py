@@ -13,8 +13,8 @@ prompt once and each ablation only from the n-gram on (KV-cache reuse, in
 decreasing split order so every shared prefix stays cached).
 
 Re-decoding from a split point can round differently from the full decode
-(SPEC §3 measured ~1 nat for a copied prefix; in place on CPU it is
-bit-identical, but no backend is trusted blindly): every result carries that
+(a copied prefix measured ~1 nat; in place on CPU the difference is at most
+batch-shape rounding, and no backend is trusted blindly: design notes in docs/design.md): every result carries that
 *noise floor*, measured by null ablations, and flags n-grams below it.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from ctxlite.runtime import kernels
+from ctxlite.runtime.backend import Capability, require
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.errors import DataError, InvalidParameter
@@ -219,6 +220,47 @@ class _Collector:
             ).logprob
 
 
+class _ResponsePasses:
+    """The forward passes behind one response: log p̄ of its tokens, for each key (a λ, or "steps"
+    for ε-bounded CID's per-token λ_t), after the full prompt or after an ablated one.
+
+    What runs depends on the backend: with full logit rows the λ-mixture is computed from them
+    (``_Collector``); without, only λ = 1 is possible and the backend's teacher-forced
+    log-probabilities are used. With prefix reuse the full prompt is the base and ablations
+    decode from their split point; without, every sequence is decoded whole.
+    """
+
+    def __init__(self, engine, empty: list[int], y: list[int], keys, T: float, ban_rows, step_lambdas):
+        caps = engine.capabilities
+        self.engine, self.keys, self.T, self.ban_rows, self.step_lambdas = engine, keys, T, ban_rows, step_lambdas
+        self.rows, self.reuse = Capability.LOGIT_ROWS in caps, Capability.PREFIX_REUSE in caps
+        self.targets = np.asarray(y, dtype=np.int32)
+        self.banned = engine.eog_ids if ban_rows is not None else None
+        if self.rows:  # l_∅ rows: needed for every λ ≠ 1 and the document level; keep one copy
+            self.without = engine.logits_rows(empty + y, len(empty))
+            self.logp_without = kernels.logprob_gather(self.without, self.targets, T, banned_ids=self.banned,
+                                                       ban_rows=ban_rows)
+        else:
+            self.without, self.logp_without = None, engine.logprobs(empty + y, len(empty), T)
+
+    def run(self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False) -> dict:
+        """log p̄ per key of ``tokens[targets_from:]``; ``shared=None`` decodes ``tokens`` as the base."""
+        eng = self.engine
+        if not self.rows:
+            return {1.0: eng.logprobs(tokens, targets_from, self.T)}
+        if self.step_lambdas is None:
+            col = _Collector(self.targets, self.keys, self.without, self.T, self.banned, self.ban_rows)
+        else:
+            col = _StepCollector(self.targets, self.step_lambdas, self.without, self.T, self.banned, self.ban_rows)
+        if not self.reuse:
+            col(eng.logits_rows(tokens, targets_from), 0)
+        elif shared is None:
+            eng.load_base(tokens, targets_from, col)
+        else:
+            eng.score_variant(tokens, shared, targets_from, col, exact=exact)
+        return col.out
+
+
 class InfluenceScorer:
     """Scores examples on one engine with one template and one set of settings.
 
@@ -231,6 +273,8 @@ class InfluenceScorer:
         self.engine = engine
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
+        if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilon is not None:
+            require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
 
     # ----- encoding --------------------------------------------------------
     def encode(self, example: Example) -> EncodedPrompt:
@@ -277,6 +321,7 @@ class InfluenceScorer:
             self.engine.check_fits(len(enc.with_context) + len(y))
             results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None)
         else:
+            require(self.engine, [Capability.LOGIT_ROWS, Capability.STREAMS], "generating a response")
             for lam in st.lambdas:
                 gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, st.epsilon)
                 if not gen.token_ids:
@@ -289,70 +334,36 @@ class InfluenceScorer:
             r.regurgitation = regurgitation(r.response, source).to_dict()
         return results
 
-    def _score_response(self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None) -> list[LambdaResult]:
-        eng, st = self.engine, self.settings
-        T = st.sampling.temperature
-        targets = np.asarray(y, dtype=np.int32)
-        banned = eng.eog_ids if ban_rows is not None else None
-        full, empty = enc.with_context, enc.without_context
-        n_prompt = len(full)
-        # l_∅ rows are needed for every λ ≠ 1 and for the document level: keep one copy.
-        without = eng.logits_rows(empty + y, len(empty))
-        logp_without = kernels.logprob_gather(without, targets, T, banned_ids=banned, ban_rows=ban_rows)
-        # per-token λ (ε-bounded generation) is scored row by row with its own λ_t
+    def _score_response(self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation,
+                        step_lambdas=None) -> list[LambdaResult]:
+        st = self.settings
         keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
-        collect = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
-        eng.load_base(full + y, n_prompt, collect)
-        base = collect.out
-        pmi = base[1.0] - logp_without
-
-        windows: list[int] = []
-        ablated: dict = {k: {} for k in keys}
-        nulls: dict = {}
-        if st.ngram is not None:
-            n, p = st.ngram, len(enc.prefix)
-            windows = ngram_starts(len(enc.context), n, st.window_stride)
-            nulls = {"points": [], **{k: [] for k in keys}}
-            # (split point, null?): decreasing split points keep every shared
-            # prefix in the cache; a null ablation restores the base as it goes
-            jobs = [(c, False) for c in windows] + [(c, True) for c in self._null_points(windows, p)]
-            for c, is_null in sorted(jobs, key=lambda job: (-job[0], job[1])):
-                shared = p + c
-                col = self._collector(targets, keys, without, T, banned, ban_rows, step_lambdas)
-                if is_null:
-                    eng.score_variant(full + y, shared, n_prompt, col)
-                    nulls["points"].append(c)
-                    for k in keys:
-                        nulls[k].append(float(np.abs(col.out[k] - base[k]).sum()))
-                    continue
-                variant = full[:shared] + full[shared + n :] + y
-                eng.score_variant(variant, shared, n_prompt - n, col, exact=st.exact or shared < 1)
-                for k in keys:
-                    ablated[k][c] = col.out[k]
-            ablated = {k: [v[c] for c in windows] for k, v in ablated.items()}
-            if not nulls["points"]:
-                nulls = {}
-
-        spans = eng.char_spans(enc.context)
-        ctx_text = eng.detokenize(enc.context)
+        passes = _ResponsePasses(self.engine, enc.without_context, y, keys, st.sampling.temperature, ban_rows,
+                                 step_lambdas)
+        full = enc.with_context
+        base = passes.run(full + y, len(full))
+        windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
+        ablated, nulls = self._ablate(enc, y, windows, passes, base)
+        spans = self.engine.char_spans(enc.context)
+        ctx_text = self.engine.detokenize(enc.context)
         results = []
         for lam in lambdas:
             key = "steps" if step_lambdas is not None else lam
             lp = base[key]
-            doc_tau = np.abs(lp - logp_without)
-            grams = []
+            doc_tau = np.abs(lp - passes.logp_without)
             floor = NoiseFloor(split_points=nulls["points"], sums=nulls[key]) if nulls else None
-            for c, lp_i in zip(windows, ablated[key]):
+            grams = []
+            for c, lp_i in zip(windows, ablated.get(key, ())):
                 per_tok = np.abs(lp - lp_i)
                 cs, ce = spans[c][0], spans[c + st.ngram - 1][1]
                 infl = float(per_tok.sum())
                 grams.append(NgramInfluence(c, st.ngram, cs, ce, ctx_text[cs:ce], infl, per_tok.tolist(),
                                             None if floor is None else infl > floor.max))
             results.append(LambdaResult(
-                lam=lam, response=eng.detokenize(y), response_ids=list(y), generated=generation is not None,
-                token_logprob=lp.tolist(), token_logprob_without=logp_without.tolist(), token_pmi=pmi.tolist(),
-                token_influence=doc_tau.tolist(), document_influence=float(doc_tau.sum()),
-                ngrams=grams, noise_floor=floor, regurgitation={},
+                lam=lam, response=self.engine.detokenize(y), response_ids=list(y), generated=generation is not None,
+                token_logprob=lp.tolist(), token_logprob_without=passes.logp_without.tolist(),
+                token_pmi=(base[1.0] - passes.logp_without).tolist(), token_influence=doc_tau.tolist(),
+                document_influence=float(doc_tau.sum()), ngrams=grams, noise_floor=floor, regurgitation={},
                 generation=None if generation is None else {
                     "stop_reason": generation.stop_reason, "epsilon": generation.epsilon,
                     "step_lambdas": generation.step_lambdas, "realised_epsilon": generation.realised_epsilon,
@@ -361,10 +372,31 @@ class InfluenceScorer:
             ))
         return results
 
-    def _collector(self, targets, keys, without, T, banned, ban_rows, step_lambdas):
-        if step_lambdas is None:
-            return _Collector(targets, keys, without, T, banned, ban_rows)
-        return _StepCollector(targets, step_lambdas, without, T, banned, ban_rows)
+    def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes: _ResponsePasses, base: dict):
+        """log p̄ per key with each n-gram removed (key -> one array per window), and the null
+        ablations that measure the reuse path's noise floor (empty when there are none)."""
+        if not windows:
+            return {}, {}
+        n, p, full = self.settings.ngram, len(enc.prefix), enc.with_context
+        ablated: dict = {k: {} for k in base}
+        nulls: dict = {"points": [], **{k: [] for k in base}}
+        # (split point, null?): decreasing split points keep every shared prefix in the cache;
+        # a null ablation restores the base as it goes
+        nulls_at = self._null_points(windows, p) if passes.reuse else []
+        jobs = [(c, False) for c in windows] + [(c, True) for c in nulls_at]
+        for c, is_null in sorted(jobs, key=lambda job: (-job[0], job[1])):
+            shared = p + c
+            if is_null:
+                out = passes.run(full + y, len(full), shared)
+                nulls["points"].append(c)
+                for k in base:
+                    nulls[k].append(float(np.abs(out[k] - base[k]).sum()))
+                continue
+            out = passes.run(full[:shared] + full[shared + n:] + y, len(full) - n, shared,
+                             exact=self.settings.exact or shared < 1)
+            for k in base:
+                ablated[k][c] = out[k]
+        return {k: [v[c] for c in windows] for k, v in ablated.items()}, (nulls if nulls["points"] else {})
 
     def _null_points(self, windows: list[int], prefix_len: int) -> list[int]:
         """Split points (n-gram starts in D) for null ablations, evenly spread;

@@ -1,24 +1,28 @@
-"""llama.cpp engine: one GGUF model, one context, and the three ways ctxlite runs it.
+"""llama.cpp engine: one GGUF model and one context, the local :class:`~ctxlite.runtime.backend.Backend`.
+
+It runs the model four ways:
 
 1. Teacher forcing: decode a token sequence once and read log-probabilities of
    every response token from the rows that predict them (``score_tokens``).
    Only those rows are flagged for output: the output projection over a 262k
-   vocabulary is a large share of the work (SPEC §3).
+   vocabulary is a large share of the work.
 2. Prefix-shared variants: decode a *base* sequence once, then for each variant
    that shares the prefix ``[0, s)`` with it, drop the cells from ``s`` on
-   (``llama_memory_seq_rm``) and decode only the variant's suffix at positions
-   ``s, s+1, ...`` in place (``load_base`` / ``score_variant``). Submitting
-   variants in decreasing ``s`` keeps every prefix valid without recompute;
-   ``exact=True`` decodes the variant from scratch instead.
+   and decode only the variant's suffix at positions ``s, s+1, ...`` in place
+   (``load_base`` / ``score_variant``). Submitting variants in decreasing ``s``
+   keeps every prefix valid without recompute; ``exact=True`` decodes the
+   variant from scratch instead.
 3. Streams: several sequences stepped in lock-step, one token each per batch
-   (``Streams``): k sampled continuations of one prompt (prompt decoded once, KV
-   copied) and the two-stream with/without-context stepping of CID decoding.
-   The first prompt goes into sequence 0 the same in-place way as a variant:
-   the cells it shares with what sequence 0 already holds are kept, so an
-   audit that asks about the same (or a prefix-sharing) prompt trial after
-   trial decodes only what changed. The same prompt held again gives the same
-   row; a prompt reached through another decode history can differ by
-   rounding (llama.cpp's CPU kernels round by batch shape, SPEC §3).
+   (``Streams``): k sampled continuations of one prompt and the two-stream
+   with/without-context stepping of CID decoding. The first prompt goes into
+   sequence 0 in place like a variant, so an audit that asks about the same (or
+   a prefix-sharing) prompt trial after trial decodes only what changed.
+4. Keyed prompts: ``held_logits`` keeps each of several prompts in a sequence of
+   its own, so alternating between them decodes each once.
+
+What each sequence holds is the :class:`~ctxlite.runtime.kv.KVCache`'s business. A row reached
+through another decode history can differ from an empty-cache decode by rounding: llama.cpp's CPU
+kernels round by batch shape (design notes: docs/design.md, "Batch-shape rounding").
 
 Logits are read in place from llama.cpp's float32 buffer as numpy *views* that
 are handed to a callback and never escape it: the buffer is overwritten by the
@@ -37,22 +41,18 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
+from ctxlite.runtime.backend import Capability, RowsCallback
+from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import resolve_model
 
 # import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
 import llama_cpp as _llama
 
-RowsCallback = Callable[[np.ndarray, int], None]
-"""``on_rows(view, first)``: ``view`` is an (n, V) float32 view of the logits of
-``n`` consecutive requested rows, the first being row number ``first`` of the
-request. Valid only during the call."""
-
-_BASE_SEQ = 0
 
 
 @_llama.llama_log_callback
@@ -158,7 +158,7 @@ class EngineConfig:
     ``n_ctx`` is the window one sequence may use (prompt + response); the KV
     cache holds ``kv_slots`` such windows so variants and streams fit beside the
     base sequence. Flash attention is off by default: on vs off changes
-    log-probs by ~0.05-0.09 nats (SPEC §3) and CPU tests pin it.
+    log-probs by ~0.05-0.09 nats (design notes: docs/design.md) and CPU tests pin it.
     """
 
     n_ctx: int = 2048
@@ -210,12 +210,20 @@ class Engine:
             self.close()
             raise
         self._make_context()
-        self._base: list[int] | None = None
-        self._valid = 0  # leading cells of sequence 0 that still hold base tokens
-        self._held_row: np.ndarray | None = None  # logits after all of _base (streams only)
-        self._keyed: dict[object, _KeyedSeq] = {}  # held_logits: key -> sequence >= 1, LRU order
+        self.kv = KVCache(self._mem, self.config.n_seq_max)
         self.tokens_decoded = 0  # every token through llama_decode (a cost counter)
         self._eog_ids: np.ndarray | None = None
+
+    # ----- what this backend can do ---------------------------------------
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        caps = {Capability.LOGIT_ROWS, Capability.PREFIX_REUSE, Capability.STREAMS}
+        return frozenset(caps | {Capability.EMBEDDINGS} if self.embeddings else caps)
+
+    @property
+    def max_streams(self) -> int:
+        """How many streams (or keyed prompts) run at once: every sequence but the base's."""
+        return self.config.n_seq_max - 1
 
     # ----- lifecycle -------------------------------------------------------
     def kv_cache_bytes(self) -> int:
@@ -355,7 +363,7 @@ class Engine:
                 f"(shorten the input or raise --n-ctx; the model was trained on {self.n_ctx_train})"
             )
 
-    def _decode(self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None) -> None:
+    def decode(self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None) -> None:
         """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``.
 
         Entries with ``want`` set produce logits; after each chunk ``on_rows`` is
@@ -386,14 +394,14 @@ class Engine:
                 on_rows(view, done_rows)
             done_rows += n_out
 
-    def _decode_seq(self, tokens: Sequence[int], seq: int, pos0: int, rows_from: int, on_rows: RowsCallback | None, rows_to: int | None = None) -> None:
+    def decode_sequence(self, tokens: Sequence[int], seq: int, pos0: int, rows_from: int, on_rows: RowsCallback | None, rows_to: int | None = None) -> None:
         """Decode ``tokens`` into one sequence at positions ``pos0...``; request rows
         (token indices relative to ``tokens``) in ``[rows_from, rows_to)``."""
         n = len(tokens)
         rows_to = n if rows_to is None else rows_to
         want = np.zeros(n, dtype=np.int8)
         want[max(rows_from, 0) : rows_to] = 1
-        self._decode(
+        self.decode(
             np.asarray(tokens, dtype=np.int32),
             np.arange(pos0, pos0 + n, dtype=np.int32),
             np.full(n, seq, dtype=np.int32),
@@ -403,11 +411,7 @@ class Engine:
 
     def clear(self) -> None:
         """Empty the KV cache (forgets any base sequence)."""
-        _llama.llama_memory_clear(self._mem, True)
-        self._base = None
-        self._valid = 0
-        self._held_row = None
-        self._keyed.clear()
+        self.kv.clear()
 
     # ----- 1. teacher forcing ---------------------------------------------
     def score_tokens(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback) -> None:
@@ -415,7 +419,7 @@ class Engine:
         ``tokens[targets_from:]`` (row j predicts target ``targets_from + j``)."""
         self._check_targets(tokens, targets_from)
         self.clear()
-        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
+        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p_T(tokens[t] | tokens[:t]) for t >= targets_from, in one forward pass."""
@@ -450,9 +454,8 @@ class Engine:
         """Decode the base sequence into the cache (sequence 0) and keep it there."""
         self._check_targets(tokens, targets_from)
         self.clear()
-        self._decode_seq(tokens, _BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
-        self._base = list(tokens)
-        self._valid = len(tokens)
+        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
+        self.kv.hold_base(tokens)
 
     def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False) -> None:
         """Score a variant of the base that equals it on ``[0, shared)``.
@@ -474,11 +477,12 @@ class Engine:
         if exact:
             # a clean cache: also drop other sequences' cells (e.g. earlier streams),
             # whose presence would change where the variant's cells land
-            _llama.llama_memory_clear(self._mem, True)
-            self._keyed.clear()
+            base = self.kv.base
+            self.kv.clear()
+            self.kv.base = base
             start = 0
         else:
-            base = self._base
+            base = self.kv.base
             if base is None:
                 raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
             # the row predicting the first target sits at targets_from - 1: it must be re-decoded
@@ -486,12 +490,10 @@ class Engine:
                 raise InvalidParameter(
                     f"variant must share its first {shared} tokens with the base and 1 <= shared < targets_from ({targets_from})"
                 )
-            start = min(shared, self._valid)
-        _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, start, -1)
-        self._valid = start
-        self._held_row = None
-        self._decode_seq(tokens[start:], _BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start)
-        self._valid = _common_prefix(tokens, self._base or ())
+            start = min(shared, self.kv.valid)
+        self.kv.cut_base(start)
+        self.decode_sequence(tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start)
+        self.kv.after_variant(tokens)
 
     # ----- 3. streams -----------------------------------------------------
     def streams(self, prompts: Sequence[Sequence[int]]) -> "Streams":
@@ -504,46 +506,44 @@ class Engine:
 
         The cells ``prompt`` shares with what sequence 0 holds are reused, so
         the row can differ by rounding with the decode history (llama.cpp's
-        CPU kernels round by batch shape; SPEC §3). ``exact=True`` decodes
+        CPU kernels round by batch shape). ``exact=True`` decodes
         from an empty cache: the row then depends on ``prompt`` alone.
         """
         if exact:
             self.clear()
         return self.streams([prompt]).last_logits[0]
 
-    def _hold_prompt(self, prompt: Sequence[int], out_row: np.ndarray) -> None:
+    def hold_prompt(self, prompt: Sequence[int], out_row: np.ndarray) -> None:
         """Put ``prompt`` in sequence 0 in place and write the logits after it to ``out_row``.
 
         Every other sequence is dropped and sequence 0 keeps only the cells it
-        shares with ``prompt`` (``_valid`` leading base tokens), so each token
-        still sits in the cell of its position (llama.cpp moves its cell
-        search back to the first freed cell) and only the rest is decoded. The
-        row can still differ by rounding from an empty-cache decode: the
-        suffix is decoded in a batch of another shape (see ``next_logits``).
+        shares with ``prompt``, so each token still sits in the cell of its
+        position (llama.cpp moves its cell search back to the first freed cell)
+        and only the rest is decoded. The row can still differ by rounding from
+        an empty-cache decode: the suffix is decoded in a batch of another shape
+        (see ``next_logits``).
         """
-        for seq in range(1, self.config.n_seq_max):
-            _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
-        self._keyed.clear()
-        keep = min(self._valid, _common_prefix(prompt, self._base or ()))
-        if keep == len(prompt) and self._held_row is not None and keep == len(self._base):
-            _llama.llama_memory_seq_rm(self._mem, _BASE_SEQ, keep, -1)
-            out_row[:] = self._held_row
+        kv = self.kv
+        kv.drop_others()
+        keep = kv.reusable(prompt)
+        if keep == len(prompt) == len(kv.base or ()) and kv.base_row is not None:
+            kv.drop(BASE_SEQ, keep)
+            out_row[:] = kv.base_row
             return
-        self._base, self._valid, self._held_row = None, 0, None
-        self._decode_tail(_BASE_SEQ, prompt, keep, out_row)
-        self._base, self._valid = list(prompt), len(prompt)
-        self._held_row = out_row.copy()
+        kv.base, kv.valid, kv.base_row = None, 0, None
+        self._decode_tail(BASE_SEQ, prompt, keep, out_row)
+        kv.hold_base(prompt, out_row)
 
     def _decode_tail(self, seq: int, tokens: Sequence[int], keep: int, out_row: np.ndarray) -> None:
         """Drop ``seq``'s cells from ``keep`` on, decode ``tokens`` from there (at least the last
         token, whose row is needed) and write the logits after ``tokens`` to ``out_row``."""
         keep = min(keep, len(tokens) - 1)
-        _llama.llama_memory_seq_rm(self._mem, seq, keep, -1)
+        self.kv.drop(seq, keep)
 
         def take(view, first):
             out_row[:] = view[-1]
 
-        self._decode_seq(tokens[keep:], seq, keep, len(tokens) - 1 - keep, take)
+        self.decode_sequence(tokens[keep:], seq, keep, len(tokens) - 1 - keep, take)
 
     # ----- 4. keyed prompts ------------------------------------------------
     def held_logits(self, tokens: Sequence[int], key) -> np.ndarray:
@@ -564,55 +564,24 @@ class Engine:
         if not tokens:
             raise InvalidParameter("held_logits needs at least one token")
         self.check_fits(len(tokens))
-        entry = self._keyed.pop(key, None)
-        if entry is None:
-            entry = self._new_keyed(tokens)
-        self._keyed[key] = entry  # most recently used last
-        keep = _common_prefix(tokens, entry.tokens)
+        entry = self.kv.take_keyed(key, tokens)
+        keep = common_prefix(tokens, entry.tokens)
         if keep == len(tokens) == len(entry.tokens) and entry.row is not None:
             return entry.row.copy()
         keep = min(keep, len(tokens) - 1)  # the last token is decoded again for its row
         entry.tokens, entry.row = tokens[:keep], None
-        self._make_room(len(tokens) - keep, entry)
+        # one window is left to sequence 0 when there are several
+        self.kv.make_room(len(tokens) - keep, self.config.n_ctx * max(1, self.config.kv_slots - 1), entry)
         row = np.empty(self.n_vocab, dtype=np.float32)
         try:
             self._decode_tail(entry.seq, tokens, keep, row)
         except DecodeError:
-            if not keep and len(self._keyed) == 1 and self._base is None:
+            if not keep and len(self.kv.keyed) == 1 and self.kv.base is None:
                 raise  # alone in an empty cache: a real failure
             self.clear()  # the cache was full (sequence 0 holds cells too): start over once
             return self.held_logits(tokens, key)
         entry.tokens, entry.row = tokens, row
         return row.copy()
-
-    def _new_keyed(self, tokens: list[int]) -> "_KeyedSeq":
-        used = {e.seq for e in self._keyed.values()}
-        free = [q for q in range(1, self.config.n_seq_max) if q not in used]
-        if not free:  # evict the least recently used key
-            old_key = next(iter(self._keyed))
-            free = [self._keyed.pop(old_key).seq]
-        seq = free[0]
-        _llama.llama_memory_seq_rm(self._mem, seq, -1, -1)
-        best, src = 0, None
-        for e in self._keyed.values():
-            n = _common_prefix(tokens, e.tokens)
-            if n > best:
-                best, src = n, e.seq
-        best = min(best, len(tokens) - 1)
-        if src is not None and best > 0:
-            _llama.llama_memory_seq_cp(self._mem, src, seq, 0, best)
-        return _KeyedSeq(seq=seq, tokens=tokens[:best] if src is not None else [])
-
-    def _make_room(self, n_new: int, keep_entry: "_KeyedSeq") -> None:
-        """Evict least recently used keys until ``n_new`` more cells surely fit (shared cells counted
-        twice; one window is left to sequence 0 when there are several)."""
-        capacity = self.config.n_ctx * max(1, self.config.kv_slots - 1)
-        while sum(len(e.tokens) for e in self._keyed.values()) + n_new > capacity:
-            victims = [k for k, e in self._keyed.items() if e is not keep_entry]
-            if not victims:
-                return
-            e = self._keyed.pop(victims[0])
-            _llama.llama_memory_seq_rm(self._mem, e.seq, -1, -1)
 
     # ----- embeddings -----------------------------------------------------
     def embed(self, text: str) -> np.ndarray:
@@ -622,8 +591,8 @@ class Engine:
         tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
         self.check_fits(len(tokens), "text to embed")
         self.clear()
-        self._decode_seq(tokens, _BASE_SEQ, 0, len(tokens), None)
-        ptr = _llama.llama_get_embeddings_seq(self._ctx, _BASE_SEQ)
+        self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
+        ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
         if not ptr:
             raise DecodeError("llama.cpp returned no pooled embedding")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
@@ -641,6 +610,7 @@ class Engine:
 
         info = models.describe(self.model_path)
         info.update(
+            backend="llama.cpp",
             llama_cpp_python=_llama.__version__,
             n_vocab=self.n_vocab,
             n_ctx=self.config.n_ctx,
@@ -650,23 +620,6 @@ class Engine:
             flash_attn=self.config.flash_attn,
         )
         return info
-
-
-@dataclass
-class _KeyedSeq:
-    """A sequence of ``held_logits``: the tokens its cells hold and the row after them."""
-
-    seq: int
-    tokens: list[int]
-    row: np.ndarray | None = None
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class Streams:
@@ -679,8 +632,8 @@ class Streams:
     """
 
     def __init__(self, engine: Engine, prompts: Sequence[Sequence[int]]):
-        if not 1 <= len(prompts) < engine.config.n_seq_max:
-            raise InvalidParameter(f"number of streams must be in [1, {engine.config.n_seq_max - 1}], got {len(prompts)}")
+        if not 1 <= len(prompts) <= engine.max_streams:
+            raise InvalidParameter(f"number of streams must be in [1, {engine.max_streams}], got {len(prompts)}")
         self.engine = engine
         self.n = len(prompts)
         self.positions = np.array([len(p) for p in prompts], dtype=np.int32)
@@ -689,7 +642,7 @@ class Streams:
             if not prompt:
                 raise InvalidParameter(f"stream {i} has an empty prompt")
             engine.check_fits(len(prompt), f"prompt of stream {i}")
-        engine._hold_prompt(list(prompts[0]), self.last_logits[0])
+        engine.hold_prompt(list(prompts[0]), self.last_logits[0])
         first_of: dict[tuple[int, ...], int] = {tuple(prompts[0]): 0}
         for i, prompt in enumerate(prompts):
             if i == 0:
@@ -697,7 +650,7 @@ class Streams:
             key = tuple(prompt)
             if key in first_of:  # same prompt: share its KV cells, copy its last row
                 src = first_of[key]
-                _llama.llama_memory_seq_cp(engine._mem, src, i, -1, -1)
+                engine.kv.copy(src, i)
                 self.last_logits[i] = self.last_logits[src]
                 continue
             first_of[key] = i
@@ -705,7 +658,7 @@ class Streams:
             def keep(view, first, i=i):
                 self.last_logits[i] = view[-1]
 
-            engine._decode_seq(prompt, i, 0, len(prompt) - 1, keep)
+            engine.decode_sequence(prompt, i, 0, len(prompt) - 1, keep)
 
     def step(self, tokens: Sequence[int], active: Sequence[bool] | None = None) -> np.ndarray:
         """Append ``tokens[i]`` to stream i (only where ``active``); return ``last_logits``."""
@@ -719,6 +672,6 @@ class Streams:
         def keep(view, first):
             self.last_logits[idx] = view
 
-        self.engine._decode(toks, self.positions[idx].copy(), idx.astype(np.int32), np.ones(len(idx), dtype=np.int8), keep)
+        self.engine.decode(toks, self.positions[idx].copy(), idx.astype(np.int32), np.ones(len(idx), dtype=np.int8), keep)
         self.positions[idx] += 1
         return self.last_logits

@@ -78,7 +78,7 @@ def sample_streams(engine, prompts: Sequence[Sequence[int]], settings: SamplingS
                    stop: tuple[str, ...] = (), greedy: bool = False) -> list[list[int]]:
     """One sampled continuation per prompt (ordinary decoding, λ = 1), prompts in lock-step.
 
-    Up to ``n_seq_max - 1`` prompts run as ``Engine.streams`` at a time
+    Up to ``engine.max_streams`` prompts run as ``Engine.streams`` at a time
     (identical prompts are decoded once and share their KV cells); each step
     decodes one token for every unfinished stream in a single batch. A stream
     ends at an EOG token (banned before ``min_new_tokens``), at
@@ -89,7 +89,7 @@ def sample_streams(engine, prompts: Sequence[Sequence[int]], settings: SamplingS
     """
     if not prompts:
         return []
-    width = engine.config.n_seq_max - 1
+    width = engine.max_streams
     out: list[list[int]] = []
     for lo in range(0, len(prompts), width):
         out.extend(_lockstep(engine, prompts[lo : lo + width], settings, rng, stop, greedy))

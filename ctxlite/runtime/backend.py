@@ -1,0 +1,99 @@
+"""The seam between the two methods and a model: what the scorer and the audit need from it.
+
+:class:`Backend` is a structural Protocol: the local llama.cpp :class:`~ctxlite.runtime.engine.Engine`
+implements it, and any other model runtime (an inference server, say) plugs in by implementing the
+same methods; ``ctxlite.influence`` and ``ctxlite.audit`` use nothing else.
+
+A backend declares what it can do in ``capabilities``. Everything needs tokenization and
+teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optional:
+
+* ``LOGIT_ROWS`` -- full next-token logit rows. The λ-mixture of Context Influence Decoding,
+  log softmax((λ·l_D + (1−λ)·l_∅)/T), needs both rows over the whole vocabulary, so λ ≠ 1, CID
+  generation and the audit's exact label distribution need them.
+* ``PREFIX_REUSE`` -- variants that share a prefix with a base are decoded from their split point
+  (``load_base`` / ``score_variant``). Without it every variant is decoded whole, the way the
+  scorer's exact mode does, and no noise floor is needed.
+* ``STREAMS`` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
+* ``EMBEDDINGS`` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
+
+A command that needs a capability the backend lacks fails through :func:`require`, with a message
+that names the backend, the capability and what needed it.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ctxlite.errors import InvalidParameter
+
+RowsCallback = Callable[[np.ndarray, int], None]
+"""``on_rows(view, first)``: ``view`` is an (n, V) float32 view of the logits of ``n`` consecutive
+requested rows, the first being row number ``first`` of the request. Valid only during the call."""
+
+
+class Capability(enum.Enum):
+    """What a backend can do beyond tokenization and teacher forcing."""
+
+    LOGIT_ROWS = "full next-token logit rows"
+    PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
+    STREAMS = "lock-step sampling of several prompts"
+    EMBEDDINGS = "text embeddings"
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A language model as ctxlite uses it (see the module docstring for the capabilities)."""
+
+    n_vocab: int
+
+    @property
+    def capabilities(self) -> frozenset[Capability]: ...
+
+    # tokenizer
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]: ...
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+    def token_bytes(self, token: int) -> bytes: ...
+    def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]: ...
+    @property
+    def bos_id(self) -> int | None: ...
+    @property
+    def eog_ids(self) -> np.ndarray: ...
+    def is_eog(self, token: int) -> bool: ...
+    def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None: ...
+
+    # teacher forcing (always)
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray: ...
+
+    # LOGIT_ROWS
+    def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray: ...
+    def next_logits(self, prompt: Sequence[int], *, exact: bool = False) -> np.ndarray: ...
+
+    # PREFIX_REUSE (with LOGIT_ROWS: the rows are handed to ``on_rows``)
+    def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None: ...
+    def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *,
+                      exact: bool = False) -> None: ...
+
+    # STREAMS
+    def streams(self, prompts: Sequence[Sequence[int]]): ...
+    def held_logits(self, tokens: Sequence[int], key) -> np.ndarray: ...
+    @property
+    def max_streams(self) -> int: ...
+
+    # EMBEDDINGS
+    def embed(self, text: str) -> np.ndarray: ...
+
+    # the run record
+    def identity(self) -> dict: ...
+    def describe(self) -> dict: ...
+
+
+def require(backend, needed: Iterable[Capability], for_what: str) -> None:
+    """Refuse (InvalidParameter) unless ``backend`` declares every capability in ``needed``."""
+    have = backend.capabilities
+    missing = [c for c in needed if c not in have]
+    if missing:
+        name = backend.describe().get("backend", type(backend).__name__)
+        raise InvalidParameter(f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} "
+                               "backend does not provide")

@@ -1,0 +1,95 @@
+"""The backend seam on the real default model: a backend that declares fewer capabilities gets
+the same numbers where it can, and a clear refusal where it cannot."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctxlite.errors import InvalidParameter
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.runtime.backend import Backend, Capability
+
+pytestmark = pytest.mark.model
+
+
+class Restricted:
+    """The real engine behind a backend that offers only ``capabilities``; every method it does not
+    offer raises, so a path that used one would fail the test."""
+
+    OPTIONAL = {"logits_rows": Capability.LOGIT_ROWS, "next_logits": Capability.LOGIT_ROWS,
+                "load_base": Capability.PREFIX_REUSE, "score_variant": Capability.PREFIX_REUSE,
+                "streams": Capability.STREAMS, "held_logits": Capability.STREAMS, "embed": Capability.EMBEDDINGS}
+
+    def __init__(self, engine, capabilities=frozenset()):
+        self._engine, self.capabilities, self.calls = engine, frozenset(capabilities), []
+
+    def __getattr__(self, name):
+        need = self.OPTIONAL.get(name)
+        if need is not None and need not in self.capabilities:
+            raise AssertionError(f"{name} used without {need}")
+        self.calls.append(name)
+        return getattr(self._engine, name)
+
+    def describe(self):
+        return {"backend": "restricted test"}
+
+
+NOTE = ("Patient Marisol Quintero-Hale, born 3 May 1970, was seen by Dr. Okafor on 12 March. She was prescribed "
+        "20 mg of lisinopril daily for hypertension and asked to return in six weeks.")
+
+
+def _example(with_response=None):
+    """A short real example: every path below decodes each ablation, some of them whole."""
+    return Example(NOTE, "What was prescribed?", "20 mg of lisinopril daily.")
+
+
+def test_the_engine_is_a_backend(engine):
+    assert isinstance(engine, Backend)
+    assert {Capability.LOGIT_ROWS, Capability.PREFIX_REUSE, Capability.STREAMS} <= engine.capabilities
+    assert Capability.EMBEDDINGS not in engine.capabilities  # not built with embeddings=True
+
+
+def test_teacher_forcing_alone_scores_lambda_one_like_the_exact_path(engine, with_response):
+    """Without logit rows or prefix reuse every sequence is decoded whole through ``logprobs``;
+    that is what exact mode computes from the rows."""
+    ex = _example(with_response)
+    exact = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=8, exact=True)).score(ex).results[0]
+    backend = Restricted(engine)
+    plain = InfluenceScorer(backend, "qa", InfluenceSettings(ngram=8)).score(ex).results[0]
+    assert "logprobs" in backend.calls
+    assert plain.noise_floor is None  # no reuse path, nothing to measure
+    assert len(plain.ngrams) == len(exact.ngrams) > 3
+    np.testing.assert_allclose(plain.token_logprob, exact.token_logprob, atol=1e-5)
+    np.testing.assert_allclose([g.influence for g in plain.ngrams], [g.influence for g in exact.ngrams], atol=1e-4)
+    assert plain.document_influence == pytest.approx(exact.document_influence, abs=1e-4)
+
+
+def test_rows_without_reuse_score_every_lambda_like_the_exact_path(engine, with_response):
+    ex = _example(with_response)
+    settings = InfluenceSettings(lambdas=(0.5, 1.0), ngram=8)
+    exact = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0), ngram=8, exact=True)).score(ex)
+    rows = InfluenceScorer(Restricted(engine, {Capability.LOGIT_ROWS}), "qa", settings).score(ex)
+    for a, b in zip(rows.results, exact.results):
+        assert a.lam == b.lam
+        np.testing.assert_allclose([g.influence for g in a.ngrams], [g.influence for g in b.ngrams], atol=1e-4)
+
+
+def test_what_needs_a_missing_capability_is_refused_by_name(engine, with_response):
+    backend = Restricted(engine)
+    with pytest.raises(InvalidParameter, match="lambda != 1.*full next-token logit rows.*restricted test"):
+        InfluenceScorer(backend, "qa", InfluenceSettings(lambdas=(0.5,)))
+    ex = Example(NOTE, "What was prescribed?")  # no response: generate one
+    with pytest.raises(InvalidParameter, match="generating a response needs"):
+        InfluenceScorer(backend, "qa", InfluenceSettings(ngram=None)).score(ex)
+
+
+def test_an_audit_on_a_backend_without_rows_is_refused_before_any_trial(engine):
+    from importlib import resources
+
+    from ctxlite.audit import AuditSettings, load_records, run_audit
+
+    records = load_records(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"), "classify")
+    backend = Restricted(engine)
+    with pytest.raises(InvalidParameter, match="classify audit needs full next-token logit rows"):
+        run_audit(backend, records, AuditSettings(trials=4))
+    assert backend.calls == []
