@@ -10,7 +10,7 @@ CTX    := $(VENV)/bin/ctxlite
 STAMP  := $(VENV)/.ctxlite-installed
 OUT    ?= runs
 
-.PHONY: install model demo test bench clean
+.PHONY: install model demo test lint bench clean
 
 $(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/runtime/_build_kernels.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: model
 
 test: model
 	$(PY) -m pytest
+
+# ruff (lint + format check), configured in pyproject.toml; .ci/run runs it before the tests
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: model
 	$(PY) bench/bench_kernels.py

@@ -1,5 +1,6 @@
 """Build ctxlite: the metadata lives in pyproject.toml; this file adds what setuptools cannot say
 declaratively: the cffi kernels compiled from csrc/ and the model registry shipped from models/."""
+
 from setuptools import find_packages, setup
 
 setup(

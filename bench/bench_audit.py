@@ -26,6 +26,7 @@ part of its prompt is decoded as a separate batch. This is a measurement, not a 
 
     python bench/bench_audit.py [--threads 1] [--cases classify,generate,...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ctxlite.audit.canaries import make_canary
 from ctxlite.audit.dataset import load_records
 from ctxlite.audit.game import AuditGame, run_audit, seeded_rng
-from ctxlite.audit.settings import AuditSettings
-from ctxlite.audit.canaries import make_canary
-from ctxlite.runtime.engine import Engine, EngineConfig
 from ctxlite.audit.mechanisms import TaskFormat, partition
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.queries import build_query
+from ctxlite.audit.settings import AuditSettings
+from ctxlite.runtime.engine import Engine, EngineConfig
 
 CLASSIFY = "ctxlite/data/classify_sample.jsonl"
 DIALOGUE = "ctxlite/data/dialogue_sample.jsonl"
@@ -59,17 +60,64 @@ class Case:
 def cases(args) -> list[Case]:
     common = dict(reference_runs=2, utility_queries=0, max_new_tokens=16, seed=0)
     return [
-        Case("classify", CLASSIFY, AuditSettings(task="classify", mechanism="none", trials=args.trials,
-                                                 queries_per_trial=64, shots=args.shots, **common), ">= 100x"),
-        Case("classify-256", CLASSIFY, AuditSettings(task="classify", mechanism="none", trials=args.trials,
-                                                     queries_per_trial=256, shots=args.shots, **common), ">= 100x"),
-        Case("rnm-sweep", CLASSIFY, AuditSettings(task="classify", mechanism="rnm", epsilons=(1, 8, math.inf),
-                                                  trials=args.sweep_trials, shots=2, ensembles=10, **common), "-"),
-        Case("generate", DIALOGUE, AuditSettings(task="generate", mechanism="none", trials=args.gen_trials,
-                                                 queries_per_trial=4, shots=args.shots, **common), ">= 10x"),
-        Case("esa-sweep", DIALOGUE, AuditSettings(task="generate", mechanism="esa", epsilons=(1, 8, math.inf),
-                                                  trials=args.gen_trials, shots=2, ensembles=4,
-                                                  zero_shot_candidates=4, **common), "-"),
+        Case(
+            "classify",
+            CLASSIFY,
+            AuditSettings(
+                task="classify", mechanism="none", trials=args.trials, queries_per_trial=64, shots=args.shots, **common
+            ),
+            ">= 100x",
+        ),
+        Case(
+            "classify-256",
+            CLASSIFY,
+            AuditSettings(
+                task="classify", mechanism="none", trials=args.trials, queries_per_trial=256, shots=args.shots, **common
+            ),
+            ">= 100x",
+        ),
+        Case(
+            "rnm-sweep",
+            CLASSIFY,
+            AuditSettings(
+                task="classify",
+                mechanism="rnm",
+                epsilons=(1, 8, math.inf),
+                trials=args.sweep_trials,
+                shots=2,
+                ensembles=10,
+                **common,
+            ),
+            "-",
+        ),
+        Case(
+            "generate",
+            DIALOGUE,
+            AuditSettings(
+                task="generate",
+                mechanism="none",
+                trials=args.gen_trials,
+                queries_per_trial=4,
+                shots=args.shots,
+                **common,
+            ),
+            ">= 10x",
+        ),
+        Case(
+            "esa-sweep",
+            DIALOGUE,
+            AuditSettings(
+                task="generate",
+                mechanism="esa",
+                epsilons=(1, 8, math.inf),
+                trials=args.gen_trials,
+                shots=2,
+                ensembles=4,
+                zero_shot_candidates=4,
+                **common,
+            ),
+            "-",
+        ),
     ]
 
 
@@ -97,8 +145,13 @@ def baseline(llm, emb_llm, s: AuditSettings, records) -> float:
                 outs = []
                 for g in groups:
                     prompt = fmt.prompt([recs[j] for j in g], query.text)
-                    r = llm.create_completion(prompt, max_tokens=1 if task == "classify" else s.max_new_tokens,
-                                              temperature=s.temperature, seed=i * 1000 + q, stop=["\n"])
+                    r = llm.create_completion(
+                        prompt,
+                        max_tokens=1 if task == "classify" else s.max_new_tokens,
+                        temperature=s.temperature,
+                        seed=i * 1000 + q,
+                        stop=["\n"],
+                    )
                     outs.append(r["choices"][0]["text"].strip())
                 if task == "generate":
                     np.mean([_pooled(emb_llm.embed(o or "None")) for o in outs], axis=0)
@@ -109,8 +162,9 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
     """What one unit of generation work costs on this machine (median ms), both tools' floor."""
     import statistics
 
-    prompt = eng.tokenize(TaskFormat.for_task("generate").prompt(load_records(DIALOGUE, "generate")[:8], ""),
-                          add_bos=True)
+    prompt = eng.tokenize(
+        TaskFormat.for_task("generate").prompt(load_records(DIALOGUE, "generate")[:8], ""), add_bos=True
+    )
     text = "Ana tells Ben the meeting moved to Friday at noon."
     toks = emb.tokenize(text, add_bos=True)
 
@@ -127,14 +181,17 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
         streams = eng.streams([prompt] * k)
         ms = median_ms(lambda: streams.step(np.full(k, 236743, np.int32)))
         print(f"  one step of {k} stream(s) (one logits row each, {len(prompt)}-token prompt): {ms:7.1f} ms")
-    print(f"  embed a {len(toks)}-token text (embedding mode, logits for every token): "
-          f"{median_ms(lambda: emb.embed(text)):7.1f} ms")
+    print(
+        f"  embed a {len(toks)}-token text (embedding mode, logits for every token): "
+        f"{median_ms(lambda: emb.embed(text)):7.1f} ms"
+    )
     n = len(toks)
 
     def no_logits():
         eng.clear()
-        eng._decode(np.asarray(toks, np.int32), np.arange(n, dtype=np.int32), np.zeros(n, np.int32),
-                    np.zeros(n, np.int8), None)
+        eng._decode(
+            np.asarray(toks, np.int32), np.arange(n, dtype=np.int32), np.zeros(n, np.int32), np.zeros(n, np.int8), None
+        )
 
     print(f"  the same {n} tokens decoded without logits: {median_ms(no_logits):7.1f} ms")
     fresh = eng.next_logits(prompt, exact=True).copy()
@@ -142,8 +199,10 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
     for k in (1, 8, 64):  # the prompt again, its last k tokens decoded as a separate batch
         eng.next_logits(prompt[:-k], exact=True)
         worst = max(worst, float(np.abs(eng.next_logits(prompt) - fresh).max()))
-    print(f"  rounding: the prompt's row, suffix of 1/8/64 tokens decoded separately vs one batch: "
-          f"max |logit difference| {worst:.3f}")
+    print(
+        f"  rounding: the prompt's row, suffix of 1/8/64 tokens decoded separately vs one batch: "
+        f"max |logit difference| {worst:.3f}"
+    )
 
 
 def main():
@@ -184,11 +243,12 @@ def main():
         n_eps = len(s.epsilons)
         n_ours = n_eps * (s.trials + 2 * s.reference_runs)
         r_ours, r_base = n_ours / ours, n_eps * s.trials / base
-        print(f"{case.name}: {s.mechanism.value}, {n_eps} epsilon(s) x {s.trials} trials x {s.queries_per_trial} "
-              f"queries, {s.ensembles} ensemble(s) x {s.shots} shots "
-              f"(+{2 * s.reference_runs} reference runs per epsilon for ctxlite)")
-        print(f"  ctxlite   {ours:8.2f} s  {r_ours:9.2f} trials/s  "
-              f"({report.forward_passes} next-token rows decoded)")
+        print(
+            f"{case.name}: {s.mechanism.value}, {n_eps} epsilon(s) x {s.trials} trials x {s.queries_per_trial} "
+            f"queries, {s.ensembles} ensemble(s) x {s.shots} shots "
+            f"(+{2 * s.reference_runs} reference runs per epsilon for ctxlite)"
+        )
+        print(f"  ctxlite   {ours:8.2f} s  {r_ours:9.2f} trials/s  ({report.forward_passes} next-token rows decoded)")
         print(f"  llama_cpp {base:8.2f} s  {r_base:9.2f} trials/s")
         print(f"  ratio     {r_ours / r_base:8.1f}x  (issue target: {case.target})", flush=True)
 

@@ -19,6 +19,7 @@ speedup, the token-count bound L*k / sum(L - s_i), the fraction of it achieved
     python bench/bench_engine.py [--context-tokens 512] [--response-tokens 32] [--ngram 8]
                                  [--threads N] [--limit-variants K] [--repeats 3]
 """
+
 import argparse
 import json
 import os
@@ -32,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-from ctxlite.runtime import kernels  # noqa: E402
 from ctxlite.influence.cid import generate  # noqa: E402
-from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
-from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.influence.scorer import ngram_starts  # noqa: E402
+from ctxlite.runtime import kernels  # noqa: E402
+from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
+from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
 from ctxlite.runtime.templates import get_template  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "score_sample.jsonl"
@@ -65,8 +66,13 @@ def build_context(engine: Engine, n_tokens: int) -> list[int]:
 
 def greedy_response(engine: Engine, prompt_with: list[int], prompt_without: list[int], n: int) -> list[int]:
     """n greedy tokens (top_k=1, EOG banned for all n steps), generated once."""
-    gen = generate(engine, prompt_with, prompt_without, 1.0,
-                   SamplingSettings(temperature=1.0, top_k=1, min_new_tokens=n, max_new_tokens=n))
+    gen = generate(
+        engine,
+        prompt_with,
+        prompt_without,
+        1.0,
+        SamplingSettings(temperature=1.0, top_k=1, min_new_tokens=n, max_new_tokens=n),
+    )
     assert len(gen.token_ids) == n, (len(gen.token_ids), gen.stop_reason)
     return gen.token_ids
 
@@ -79,7 +85,9 @@ class Gather:
         self.out = np.full(len(targets), np.nan)
 
     def __call__(self, view, first):
-        self.out[first:first + len(view)] = kernels.logprob_gather(view, self.targets[first:first + len(view)], self.T)
+        self.out[first : first + len(view)] = kernels.logprob_gather(
+            view, self.targets[first : first + len(view)], self.T
+        )
 
 
 def time_block(engine, full, n_prompt, block, targets, T, exact: bool):
@@ -101,7 +109,7 @@ def one_repeat(engine, full, n_prompt, variants, targets, T, block_size: int, fi
     per_block = {}
     base_t, base_lp = [], None
     for j, lo in reversed(list(enumerate(range(0, len(variants), block_size)))):
-        block = variants[lo:lo + block_size]
+        block = variants[lo : lo + block_size]
         order = ("reuse", "exact") if (j % 2 == 0) == (first == "reuse") else ("exact", "reuse")
         for path in order:
             if path == "reuse":
@@ -112,7 +120,7 @@ def one_repeat(engine, full, n_prompt, variants, targets, T, block_size: int, fi
                 base_lp = g.out
             per_block[(j, path)] = time_block(engine, full, n_prompt, block, targets, T, exact=(path == "exact"))
     out = {"reuse": ([], []), "exact": ([], [])}
-    for (j, path) in sorted(per_block):
+    for j, path in sorted(per_block):
         out[path][0].extend(per_block[(j, path)][0])
         out[path][1].extend(per_block[(j, path)][1])
     g = Gather(targets, T)
@@ -125,9 +133,13 @@ def main() -> None:
     p.add_argument("--context-tokens", type=int, default=512)
     p.add_argument("--response-tokens", type=int, default=32)
     p.add_argument("--ngram", type=int, default=8)
-    p.add_argument("--threads", type=int, default=1,
-                   help="llama.cpp threads (default 1: on shared cores, 2 spinning threads make wall times swing "
-                        "several-fold for the same decode; use --threads 2 on an idle machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="llama.cpp threads (default 1: on shared cores, 2 spinning threads make wall times swing "
+        "several-fold for the same decode; use --threads 2 on an idle machine)",
+    )
     p.add_argument("--limit-variants", type=int, default=None, help="time only the first K n-gram variants")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of both paths (median reported)")
     p.add_argument("--time-budget", type=float, default=450.0, help="skip further repeats past this many seconds")
@@ -141,11 +153,15 @@ def main() -> None:
     print(f"ctxlite engine bench: prefix reuse vs exact ({load_avg()} at start)")
     engine = Engine(args.model, EngineConfig(n_threads=args.threads))
     if args.threads < (os.cpu_count() or 1):
-        print(f"  note: {args.threads} llama.cpp thread(s) of {os.cpu_count()} CPUs (ctxlite's own default is all CPUs); "
-              "ratios, not absolute times, are the result")
+        print(
+            f"  note: {args.threads} llama.cpp thread(s) of {os.cpu_count()} CPUs (ctxlite's own default is all CPUs); "
+            "ratios, not absolute times, are the result"
+        )
     info = engine.describe()
-    print(f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, llama.cpp threads={engine.config.threads}, "
-          f"llama-cpp-python {info['llama_cpp_python']}, n_batch={engine.config.n_batch}, flash_attn={engine.config.flash_attn}")
+    print(
+        f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, llama.cpp threads={engine.config.threads}, "
+        f"llama-cpp-python {info['llama_cpp_python']}, n_batch={engine.config.n_batch}, flash_attn={engine.config.flash_attn}"
+    )
     print(f"  model {engine.model_path.name} (V={engine.n_vocab})")
 
     tpl = get_template(args.template)
@@ -164,19 +180,23 @@ def main() -> None:
     if args.limit_variants:
         starts = starts[: args.limit_variants]
     p_len = len(prefix)
-    variants = [(full[: p_len + c] + full[p_len + c + n:], p_len + c, n_prompt - n) for c in starts]
+    variants = [(full[: p_len + c] + full[p_len + c + n :], p_len + c, n_prompt - n) for c in starts]
     k = len(variants)
-    L_var = len(full) - n          # tokens one exact variant decode processes
-    L_full = len(full)             # tokens of the unablated prompt + response
+    L_var = len(full) - n  # tokens one exact variant decode processes
+    L_full = len(full)  # tokens of the unablated prompt + response
     shared = np.array([v[1] for v in variants])
     bound_var = L_var * k / float(np.sum(L_var - shared))
     bound_full = L_full * k / float(np.sum(L_full - shared))
 
-    print(f"  template {args.template!r}: prefix {len(prefix)} tok (BOS incl.), context {len(ctx)} tok, suffix {len(suffix)} tok, "
-          f"response {len(y)} tok (greedy, fixed), T={args.temperature}")
+    print(
+        f"  template {args.template!r}: prefix {len(prefix)} tok (BOS incl.), context {len(ctx)} tok, suffix {len(suffix)} tok, "
+        f"response {len(y)} tok (greedy, fixed), T={args.temperature}"
+    )
     print(f"  response: {engine.detokenize(y)!r}")
-    print(f"  disjoint {n}-grams: k={k} variants{' (limited by --limit-variants)' if args.limit_variants else ''}, "
-          f"shared prefix s_i from {shared.min()} to {shared.max()}; repeats<={args.repeats}, interleaved in blocks of {args.block}")
+    print(
+        f"  disjoint {n}-grams: k={k} variants{' (limited by --limit-variants)' if args.limit_variants else ''}, "
+        f"shared prefix s_i from {shared.min()} to {shared.max()}; repeats<={args.repeats}, interleaved in blocks of {args.block}"
+    )
 
     # warm-up (page faults, thread pool, graph allocation) on both paths
     one_repeat(engine, full, n_prompt, variants[:2], targets, args.temperature, 1, "reuse")
@@ -189,12 +209,18 @@ def main() -> None:
             print(f"  stopping after {r} repeat(s): another would pass --time-budget {args.time_budget:.0f} s")
             break
         res, tb, lp_base_reuse, lp_base_exact = one_repeat(
-            engine, full, n_prompt, variants, targets, args.temperature, args.block, "reuse" if r % 2 == 0 else "exact")
+            engine, full, n_prompt, variants, targets, args.temperature, args.block, "reuse" if r % 2 == 0 else "exact"
+        )
         (ts_r, lp_reuse), (ts_e, lp_exact) = res["reuse"], res["exact"]
-        tot_reuse.append(sum(ts_r)); tot_exact.append(sum(ts_e)); base_times.append(tb)
-        per_reuse.append(ts_r); per_exact.append(ts_e)
-        print(f"  repeat {r + 1}: reuse {tot_reuse[-1]:7.2f} s   exact {tot_exact[-1]:7.2f} s   "
-              f"ratio {tot_exact[-1] / tot_reuse[-1]:.2f}x   ({load_avg()})")
+        tot_reuse.append(sum(ts_r))
+        tot_exact.append(sum(ts_e))
+        base_times.append(tb)
+        per_reuse.append(ts_r)
+        per_exact.append(ts_e)
+        print(
+            f"  repeat {r + 1}: reuse {tot_reuse[-1]:7.2f} s   exact {tot_exact[-1]:7.2f} s   "
+            f"ratio {tot_exact[-1] / tot_reuse[-1]:.2f}x   ({load_avg()})"
+        )
 
     n_rep = len(tot_reuse)
     med_r, med_e = statistics.median(tot_reuse), statistics.median(tot_exact)
@@ -206,31 +232,50 @@ def main() -> None:
 
     print(f"\nTiming (median over {n_rep} repeat(s); variant decodes only, base decode listed separately)")
     print(f"  exact path total      {med_e:8.2f} s   ({med_e / k * 1e3:7.1f} ms/variant)")
-    print(f"  reuse path total      {med_r:8.2f} s   ({med_r / k * 1e3:7.1f} ms/variant)   + load_base once {med_base:.2f} s")
-    print(f"  measured speedup      {speed:8.2f}x   (incl. one load_base: {speed_incl:.2f}x; "
-          f"per repeat: {', '.join(f'{e / r:.2f}x' for e, r in zip(tot_exact, tot_reuse))})")
-    print(f"  token-count bound     {bound_var:8.2f}x   = L*k / sum(L - s_i) with L = {L_var} = tokens of one ablated variant "
-          f"(prefix+context-n+suffix+response = {len(prefix)}+{len(ctx) - n}+{len(suffix)}+{len(y)}):")
+    print(
+        f"  reuse path total      {med_r:8.2f} s   ({med_r / k * 1e3:7.1f} ms/variant)   + load_base once {med_base:.2f} s"
+    )
+    print(
+        f"  measured speedup      {speed:8.2f}x   (incl. one load_base: {speed_incl:.2f}x; "
+        f"per repeat: {', '.join(f'{e / r:.2f}x' for e, r in zip(tot_exact, tot_reuse))})"
+    )
+    print(
+        f"  token-count bound     {bound_var:8.2f}x   = L*k / sum(L - s_i) with L = {L_var} = tokens of one ablated variant "
+        f"(prefix+context-n+suffix+response = {len(prefix)}+{len(ctx) - n}+{len(suffix)}+{len(y)}):"
+    )
     print("                                  the exact path decodes L tokens per variant, the reuse path L - s_i")
     print(f"  fraction of bound     {speed / bound_var * 100:7.1f} %   (target >= 85%)")
-    print(f"  [alt. bound with L = {L_full} = unablated prompt+response tokens: {bound_full:.2f}x -> fraction "
-          f"{speed / bound_full * 100:.1f} %]")
+    print(
+        f"  [alt. bound with L = {L_full} = unablated prompt+response tokens: {bound_full:.2f}x -> fraction "
+        f"{speed / bound_full * 100:.1f} %]"
+    )
     # robust to load drifting between blocks: each block's speedup against its own bound
     B = args.block
-    fr = [(pv_e[i:i + B].sum() / pv_r[i:i + B].sum()) / (L_var * len(shared[i:i + B]) / float(np.sum(L_var - shared[i:i + B])))
-          for i in range(0, k, B)]
-    print(f"  per-block fraction of its own bound (blocks of {B}, paths timed back to back): median "
-          f"{np.median(fr) * 100:.1f} %, range {min(fr) * 100:.0f}-{max(fr) * 100:.0f} %")
+    fr = [
+        (pv_e[i : i + B].sum() / pv_r[i : i + B].sum())
+        / (L_var * len(shared[i : i + B]) / float(np.sum(L_var - shared[i : i + B])))
+        for i in range(0, k, B)
+    ]
+    print(
+        f"  per-block fraction of its own bound (blocks of {B}, paths timed back to back): median "
+        f"{np.median(fr) * 100:.1f} %, range {min(fr) * 100:.0f}-{max(fr) * 100:.0f} %"
+    )
     # where reuse falls short: a fixed per-variant cost (32 logits rows over V, seq_rm, callback) vs suffix length
     suf = (L_var - shared).astype(float)
     A = np.vstack([suf, np.ones_like(suf)]).T
     (a_r, b_r), *_ = np.linalg.lstsq(A, pv_r, rcond=None)
-    print(f"  reuse per-variant least-squares fit: {a_r * 1e3:.3f} ms per decoded token + {b_r * 1e3:.1f} ms fixed "
-          f"(exact: {pv_e.mean() / L_var * 1e3:.3f} ms per token averaged over its {L_var} tokens)")
+    print(
+        f"  reuse per-variant least-squares fit: {a_r * 1e3:.3f} ms per decoded token + {b_r * 1e3:.1f} ms fixed "
+        f"(exact: {pv_e.mean() / L_var * 1e3:.3f} ms per token averaged over its {L_var} tokens)"
+    )
     q = max(1, -(-k // 4))
-    print("  ms/variant by shared-prefix quarter (reuse vs exact): " + "; ".join(
-        f"s={shared[i]}-{shared[min(i + q, k) - 1]}: {pv_r[i:i + q].mean() * 1e3:.0f} vs {pv_e[i:i + q].mean() * 1e3:.0f}"
-        for i in range(0, k, q)))
+    print(
+        "  ms/variant by shared-prefix quarter (reuse vs exact): "
+        + "; ".join(
+            f"s={shared[i]}-{shared[min(i + q, k) - 1]}: {pv_r[i : i + q].mean() * 1e3:.0f} vs {pv_e[i : i + q].mean() * 1e3:.0f}"
+            for i in range(0, k, q)
+        )
+    )
 
     rss = peak_rss_mib()
     print(f"\nPeak RSS {rss:.0f} MiB (ru_maxrss; target <= 1024 MiB)")
@@ -245,8 +290,10 @@ def main() -> None:
     print(f"  base log-probs: load_base vs from-scratch max |diff| = {np.abs(lp_base_reuse - lp_base_exact).max():.3g}")
     print(f"  mean |d log p| per token          {d.mean():.4f} nats   (max {d.max():.3f})")
     print(f"  max summed |d log p| per variant  {d.sum(axis=1).max():.3f} nats   (mean {d.sum(axis=1).mean():.3f})")
-    print(f"  influence sums S_t |lp_base - lp_variant|: reuse mean {infl_r.mean():.3f}, exact mean {infl_e.mean():.3f}, "
-          f"mean |diff| {np.abs(infl_r - infl_e).mean():.3f}")
+    print(
+        f"  influence sums S_t |lp_base - lp_variant|: reuse mean {infl_r.mean():.3f}, exact mean {infl_e.mean():.3f}, "
+        f"mean |diff| {np.abs(infl_r - infl_e).mean():.3f}"
+    )
     print(f"  correlation of per-variant influence (reuse vs exact): {corr:.4f}")
     print(f"\nbench wall time {time.perf_counter() - t_bench:.0f} s   ({load_avg()} at end)")
     engine.close()

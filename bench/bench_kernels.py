@@ -7,6 +7,7 @@ float32, and within 3x of copying the rows (np.copyto), i.e. memory speed.
 
     python bench/bench_kernels.py [--rows 32] [--vocab 262144] [--repeats 15]
 """
+
 import argparse
 import os
 import platform
@@ -91,39 +92,55 @@ def main() -> None:
     dst = np.empty_like(a)
 
     print(f"ctxlite kernels bench: rows={n} V={V} T={T} lam={args.lam} repeats={args.repeats} (median)")
-    print(f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}, "
-          f"rows = {a.nbytes / 2**20:.0f} MiB per side")
+    print(
+        f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}, "
+        f"rows = {a.nbytes / 2**20:.0f} MiB per side"
+    )
 
     # Correctness guard: the two agree before we time anything.
-    np.testing.assert_allclose(kernels.logprob_gather(a, targets, T), numpy_logprob(a, targets, T, np.float64), atol=1e-4)
+    np.testing.assert_allclose(
+        kernels.logprob_gather(a, targets, T), numpy_logprob(a, targets, T, np.float64), atol=1e-4
+    )
 
     memcpy = per_row_us(lambda: np.copyto(dst, a), n, args.repeats)
-    report("logprob_gather (log softmax(x/T)[y])", {
-        "C kernel": per_row_us(lambda: kernels.logprob_gather(a, targets, T), n, args.repeats),
-        "C kernel, 2 banned ids": per_row_us(lambda: kernels.logprob_gather(a, targets, T, banned), n, args.repeats),
-        "numpy float64": per_row_us(lambda: numpy_logprob(a, targets, T, np.float64), n, args.repeats),
-        "numpy float32": per_row_us(lambda: numpy_logprob(a, targets, T, np.float32), n, args.repeats),
-        "memcpy (np.copyto)": memcpy,
-    })
+    report(
+        "logprob_gather (log softmax(x/T)[y])",
+        {
+            "C kernel": per_row_us(lambda: kernels.logprob_gather(a, targets, T), n, args.repeats),
+            "C kernel, 2 banned ids": per_row_us(
+                lambda: kernels.logprob_gather(a, targets, T, banned), n, args.repeats
+            ),
+            "numpy float64": per_row_us(lambda: numpy_logprob(a, targets, T, np.float64), n, args.repeats),
+            "numpy float32": per_row_us(lambda: numpy_logprob(a, targets, T, np.float32), n, args.repeats),
+            "memcpy (np.copyto)": memcpy,
+        },
+    )
 
     memcpy2 = per_row_us(lambda: (np.copyto(dst, a), np.copyto(dst, b)), n, args.repeats)
-    report(f"mixed_logprob (lam={args.lam}, both rows read)", {
-        "C kernel": per_row_us(lambda: kernels.mixed_logprob(a, b, targets, args.lam, T), n, args.repeats),
-        "C kernel + max|pmi|": per_row_us(
-            lambda: kernels.mixed_logprob(a, b, targets, args.lam, T, want_max_abs_pmi=True), n, args.repeats),
-        "numpy float64": per_row_us(lambda: numpy_mixed(a, b, targets, args.lam, T, np.float64), n, args.repeats),
-        "numpy float32": per_row_us(lambda: numpy_mixed(a, b, targets, args.lam, T, np.float32), n, args.repeats),
-        "memcpy (np.copyto)": memcpy2,
-    })
+    report(
+        f"mixed_logprob (lam={args.lam}, both rows read)",
+        {
+            "C kernel": per_row_us(lambda: kernels.mixed_logprob(a, b, targets, args.lam, T), n, args.repeats),
+            "C kernel + max|pmi|": per_row_us(
+                lambda: kernels.mixed_logprob(a, b, targets, args.lam, T, want_max_abs_pmi=True), n, args.repeats
+            ),
+            "numpy float64": per_row_us(lambda: numpy_mixed(a, b, targets, args.lam, T, np.float64), n, args.repeats),
+            "numpy float32": per_row_us(lambda: numpy_mixed(a, b, targets, args.lam, T, np.float32), n, args.repeats),
+            "memcpy (np.copyto)": memcpy2,
+        },
+    )
 
     u = rng.random(n)
-    report("sample_rows (one token per row from softmax(x/T), 30-nat window)", {
-        "C kernel": per_row_us(lambda: kernels.sample_rows(a, u, T, 30.0), n, args.repeats),
-        "C kernel, 2 banned ids": per_row_us(lambda: kernels.sample_rows(a, u, T, 30.0, banned), n, args.repeats),
-        "numpy float64": per_row_us(lambda: numpy_sample(a, u, T, 30.0, np.float64), n, args.repeats),
-        "numpy float32": per_row_us(lambda: numpy_sample(a, u, T, 30.0, np.float32), n, args.repeats),
-        "memcpy (np.copyto)": memcpy,
-    })
+    report(
+        "sample_rows (one token per row from softmax(x/T), 30-nat window)",
+        {
+            "C kernel": per_row_us(lambda: kernels.sample_rows(a, u, T, 30.0), n, args.repeats),
+            "C kernel, 2 banned ids": per_row_us(lambda: kernels.sample_rows(a, u, T, 30.0, banned), n, args.repeats),
+            "numpy float64": per_row_us(lambda: numpy_sample(a, u, T, 30.0, np.float64), n, args.repeats),
+            "numpy float32": per_row_us(lambda: numpy_sample(a, u, T, 30.0, np.float32), n, args.repeats),
+            "memcpy (np.copyto)": memcpy,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ agreement of the two influence estimates against ctxlite's measured noise floor.
     python bench/bench_score.py [--examples 3] [--ngram 8] [--response-tokens 32]
                                 [--ref-ablations 2] [--repeats 2] [--threads 1]
 """
+
 import argparse
 import json
 import os
@@ -44,9 +45,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 import ctxlite.runtime.engine as engine_mod  # noqa: E402
 from ctxlite.influence.cid import generate  # noqa: E402
-from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
-from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts  # noqa: E402
+from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
+from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "score_sample.jsonl"
 T = 0.8  # ctxlite's default temperature (SamplingSettings), also the reference default
@@ -82,17 +83,20 @@ class Probe:
                 finally:
                     probe.t[name] += time.perf_counter() - t0
                     probe.calls[name] += 1
+
             return wrapper
 
         def _decode(self_, tokens, pos, seqs, want, on_rows):
             cb = None
             if on_rows is not None:
+
                 def cb(view, first):
                     t0 = time.perf_counter()
                     try:
                         on_rows(view, first)
                     finally:
                         probe.t["callbacks"] += time.perf_counter() - t0
+
             t0 = time.perf_counter()
             try:
                 return orig_decode(self_, tokens, pos, seqs, want, cb)
@@ -148,8 +152,13 @@ def ref_logprobs(engine: Engine, prompt: list[int], y: list[int], temperature: f
 def fixed_response(engine: Engine, scorer: InfluenceScorer, ex: Example, n: int) -> tuple[str, list[int]]:
     """n greedy tokens (EOG banned) whose text re-tokenizes to exactly those ids."""
     enc = scorer.encode(ex)
-    gen = generate(engine, enc.with_context, enc.without_context, 1.0,
-                   SamplingSettings(temperature=1.0, top_k=1, min_new_tokens=n + 8, max_new_tokens=n + 8))
+    gen = generate(
+        engine,
+        enc.with_context,
+        enc.without_context,
+        1.0,
+        SamplingSettings(temperature=1.0, top_k=1, min_new_tokens=n + 8, max_new_tokens=n + 8),
+    )
     ids = gen.token_ids
     for cut in range(n, len(ids) + 1):  # a cut that survives detokenize -> encode_response
         text = engine.detokenize(ids[:cut])
@@ -164,12 +173,20 @@ def main() -> None:
     p.add_argument("--examples", type=int, default=3)
     p.add_argument("--ngram", type=int, default=8)
     p.add_argument("--response-tokens", type=int, default=32)
-    p.add_argument("--ref-ablations", type=int, default=2,
-                   help="reference ablations run per example, evenly spread (0 = all; the rest is extrapolated)")
+    p.add_argument(
+        "--ref-ablations",
+        type=int,
+        default=2,
+        help="reference ablations run per example, evenly spread (0 = all; the rest is extrapolated)",
+    )
     p.add_argument("--repeats", type=int, default=2, help="ctxlite runs per example and setting (median)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="llama.cpp threads (default 1: on shared cores, 2 spinning threads make wall times swing "
-                        "several-fold; use --threads 2 on an idle machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="llama.cpp threads (default 1: on shared cores, 2 spinning threads make wall times swing "
+        "several-fold; use --threads 2 on an idle machine)",
+    )
     p.add_argument("--template", default="qa")
     p.add_argument("--model", default=None)
     args = p.parse_args()
@@ -178,15 +195,19 @@ def main() -> None:
     print(f"ctxlite score bench: InfluenceScorer vs the reference's per-token forward passes ({load_avg()} at start)")
     engine = Engine(args.model, EngineConfig(n_threads=args.threads))
     info = engine.describe()
-    print(f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, llama.cpp threads={engine.config.threads}"
-          f"{' (ctxlite default: all CPUs; ratios are the result)' if args.threads < (os.cpu_count() or 1) else ''}, "
-          f"llama-cpp-python {info['llama_cpp_python']}, model {engine.model_path.name} (V={engine.n_vocab})")
+    print(
+        f"  {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, llama.cpp threads={engine.config.threads}"
+        f"{' (ctxlite default: all CPUs; ratios are the result)' if args.threads < (os.cpu_count() or 1) else ''}, "
+        f"llama-cpp-python {info['llama_cpp_python']}, model {engine.model_path.name} (V={engine.n_vocab})"
+    )
     default_nulls = InfluenceSettings().null_ablations
     s0 = InfluenceSettings(lambdas=(1.0,), ngram=args.ngram, null_ablations=0)
     sd = InfluenceSettings(lambdas=(1.0,), ngram=args.ngram)
     sc0, scd = InfluenceScorer(engine, args.template, s0), InfluenceScorer(engine, args.template, sd)
-    print(f"  template {args.template!r}, lambda=1, T={T}, disjoint {args.ngram}-grams, |y|={args.response_tokens} "
-          f"(greedy, fixed), ctxlite repeats={args.repeats} (median), null ablations 0 and {default_nulls} (default)")
+    print(
+        f"  template {args.template!r}, lambda=1, T={T}, disjoint {args.ngram}-grams, |y|={args.response_tokens} "
+        f"(greedy, fixed), ctxlite repeats={args.repeats} (median), null ablations 0 and {default_nulls} (default)"
+    )
     _ = engine.eog_ids  # one-off 262k-entry scan, cached on the engine: keep it out of the timings
 
     rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()][: args.examples]
@@ -205,8 +226,10 @@ def main() -> None:
                 picks = sorted(set(np.linspace(0, k - 1, args.ref_ablations).round().astype(int).tolist()))
             else:
                 picks = list(range(k))
-            print(f"\n[{ex.id}] context {len(enc.context)} tok, prompt {len(enc.with_context)} tok (empty slot "
-                  f"{len(enc.without_context)}), {k} windows; y = {text!r}")
+            print(
+                f"\n[{ex.id}] context {len(enc.context)} tok, prompt {len(enc.with_context)} tok (empty slot "
+                f"{len(enc.without_context)}), {k} windows; y = {text!r}"
+            )
 
             ctx_t = {"0": [], "d": []}
             prof = {"0": defaultdict(float)}
@@ -230,23 +253,26 @@ def main() -> None:
             ref_t = {}
             rounds_left = args.repeats
             # interleave ctxlite rounds with the reference's pieces so both see similar load
-            ctxlite_round(); rounds_left -= 1
+            ctxlite_round()
+            rounds_left -= 1
             for name, prompt in (("full", enc.with_context), ("empty", enc.without_context)):
                 t0 = time.perf_counter()
                 ref[name] = ref_logprobs(engine, prompt, y, T)
                 ref_t[name] = time.perf_counter() - t0
             if rounds_left > 1:
-                ctxlite_round(); rounds_left -= 1
+                ctxlite_round()
+                rounds_left -= 1
             pl = len(enc.prefix)
             abl_t = []
             for j in picks:
                 c = starts[j]
-                prompt = enc.with_context[: pl + c] + enc.with_context[pl + c + args.ngram:]
+                prompt = enc.with_context[: pl + c] + enc.with_context[pl + c + args.ngram :]
                 t0 = time.perf_counter()
                 ref[("abl", j)] = ref_logprobs(engine, prompt, y, T)
                 abl_t.append(time.perf_counter() - t0)
             while rounds_left > 0:
-                ctxlite_round(); rounds_left -= 1
+                ctxlite_round()
+                rounds_left -= 1
 
             r0, rd = res["0"], res["d"]
             ref_tau = np.array([np.abs(ref["full"] - ref[("abl", j)]).sum() for j in picks])
@@ -259,21 +285,46 @@ def main() -> None:
             ref_extrap = ref_t["full"] + ref_t["empty"] + float(np.mean(abl_t)) * k
             m0, md = statistics.median(ctx_t["0"]), statistics.median(ctx_t["d"])
             floor = rd.noise_floor
-            e = dict(id=ex.id, k=k, n_ref=len(picks), m0=m0, md=md, ref_full=ref_t["full"], ref_empty=ref_t["empty"],
-                     ref_abl=abl_t, ref_measured=ref_measured, ref_extrap=ref_extrap, ref_tau=ref_tau, ctx_tau=ctx_tau,
-                     ref_tau_tok=ref_tau_tok, ctx_tau_tok=ctx_tau_tok, ctx_all=ctx_all, prof=prof["0"],
-                     base_diff=np.abs(ref["full"] - np.array(r0.token_logprob)),
-                     doc_ref=float(ref_doc.sum()), doc_ctx=float(r0.document_influence),
-                     floor_max=floor.max, floor_mean=floor.mean, floor_sums=floor.sums,
-                     dt0=ctx_t["0"], dtd=ctx_t["d"])
+            e = dict(
+                id=ex.id,
+                k=k,
+                n_ref=len(picks),
+                m0=m0,
+                md=md,
+                ref_full=ref_t["full"],
+                ref_empty=ref_t["empty"],
+                ref_abl=abl_t,
+                ref_measured=ref_measured,
+                ref_extrap=ref_extrap,
+                ref_tau=ref_tau,
+                ctx_tau=ctx_tau,
+                ref_tau_tok=ref_tau_tok,
+                ctx_tau_tok=ctx_tau_tok,
+                ctx_all=ctx_all,
+                prof=prof["0"],
+                base_diff=np.abs(ref["full"] - np.array(r0.token_logprob)),
+                doc_ref=float(ref_doc.sum()),
+                doc_ctx=float(r0.document_influence),
+                floor_max=floor.max,
+                floor_mean=floor.mean,
+                floor_sums=floor.sums,
+                dt0=ctx_t["0"],
+                dtd=ctx_t["d"],
+            )
             per_ex.append(e)
-            print(f"  ctxlite  null=0: {m0:6.2f} s (runs {', '.join(f'{x:.2f}' for x in ctx_t['0'])})   "
-                  f"null={default_nulls}: {md:6.2f} s (runs {', '.join(f'{x:.2f}' for x in ctx_t['d'])})")
-            print(f"  reference: full {ref_t['full']:.1f} s, empty slot {ref_t['empty']:.1f} s, "
-                  f"{len(picks)} of {k} ablations {sum(abl_t):.1f} s ({np.mean(abl_t):.1f} s each, windows {picks}); "
-                  f"measured {ref_measured:.1f} s, extrapolated to all {k}: {ref_extrap:.1f} s")
-            print(f"  influence of the reference's windows: reference {np.round(ref_tau, 3).tolist()}, "
-                  f"ctxlite {np.round(ctx_tau, 3).tolist()}; noise floor (null sums) {np.round(floor.sums, 3).tolist()}")
+            print(
+                f"  ctxlite  null=0: {m0:6.2f} s (runs {', '.join(f'{x:.2f}' for x in ctx_t['0'])})   "
+                f"null={default_nulls}: {md:6.2f} s (runs {', '.join(f'{x:.2f}' for x in ctx_t['d'])})"
+            )
+            print(
+                f"  reference: full {ref_t['full']:.1f} s, empty slot {ref_t['empty']:.1f} s, "
+                f"{len(picks)} of {k} ablations {sum(abl_t):.1f} s ({np.mean(abl_t):.1f} s each, windows {picks}); "
+                f"measured {ref_measured:.1f} s, extrapolated to all {k}: {ref_extrap:.1f} s"
+            )
+            print(
+                f"  influence of the reference's windows: reference {np.round(ref_tau, 3).tolist()}, "
+                f"ctxlite {np.round(ctx_tau, 3).tolist()}; noise floor (null sums) {np.round(floor.sums, 3).tolist()}"
+            )
             print(f"  ({load_avg()})")
     finally:
         probe.uninstall()
@@ -292,8 +343,10 @@ def main() -> None:
     print(f"  ctxlite, null_ablations={default_nulls} (default) {cd:8.2f} s   {K / cd:7.2f} ablations/s")
     print(f"  reference, MEASURED ({n_ref} of {K} ablations + full + empty per example): {rm:8.1f} s")
     if extrap:
-        print(f"  reference, EXTRAPOLATED to all {K} ablations (full + empty measured, + k x mean measured ablation "
-              f"time; per-ablation times ranged {min(abl_each):.1f}-{max(abl_each):.1f} s): {rx:8.1f} s   {K / rx:7.3f} ablations/s")
+        print(
+            f"  reference, EXTRAPOLATED to all {K} ablations (full + empty measured, + k x mean measured ablation "
+            f"time; per-ablation times ranged {min(abl_each):.1f}-{max(abl_each):.1f} s): {rx:8.1f} s   {K / rx:7.3f} ablations/s"
+        )
     else:
         print(f"  reference ran every ablation: {K / rm:.3f} ablations/s")
     label = "EXTRAPOLATED reference" if extrap else "measured reference"
@@ -302,8 +355,10 @@ def main() -> None:
     # a like-for-like ratio on the measured part only: the same windows' per-ablation cost
     ref_per_abl = float(np.mean(abl_each))
     ctx_marg = sum(e["m0"] for e in per_ex) / K
-    print(f"  per ablation: reference {ref_per_abl:.2f} s (measured mean) vs ctxlite {ctx_marg * 1e3:.0f} ms "
-          f"(all of ctxlite's time / ablations, incl. base, empty slot and bookkeeping)")
+    print(
+        f"  per ablation: reference {ref_per_abl:.2f} s (measured mean) vs ctxlite {ctx_marg * 1e3:.0f} ms "
+        f"(all of ctxlite's time / ablations, incl. base, empty slot and bookkeeping)"
+    )
 
     prof = defaultdict(float)
     for e in per_ex:
@@ -311,10 +366,14 @@ def main() -> None:
             prof[kk] += v
     tot = prof["total"]
     dec, c_dec, cbs, kv = prof["Engine._decode"], prof["llama_decode"], prof["callbacks"], prof["kv seq_cp/seq_rm"]
-    print(f"\nWhere ctxlite's time goes (null_ablations=0, all {args.repeats} runs x {len(per_ex)} examples, {tot:.1f} s):")
+    print(
+        f"\nWhere ctxlite's time goes (null_ablations=0, all {args.repeats} runs x {len(per_ex)} examples, {tot:.1f} s):"
+    )
     print(f"  llama_decode (model forward, C)                 {c_dec:7.2f} s  {c_dec / tot * 100:5.1f} %")
     print(f"  row callbacks (kernels.mixed_logprob, row copy) {cbs:7.2f} s  {cbs / tot * 100:5.1f} %")
-    print(f"  Engine._decode Python (batch fill, chunking)    {dec - c_dec - cbs:7.2f} s  {(dec - c_dec - cbs) / tot * 100:5.1f} %")
+    print(
+        f"  Engine._decode Python (batch fill, chunking)    {dec - c_dec - cbs:7.2f} s  {(dec - c_dec - cbs) / tot * 100:5.1f} %"
+    )
     print(f"  KV seq_cp / seq_rm                              {kv:7.2f} s  {kv / tot * 100:5.1f} %")
     rest = tot - dec - kv
     print(f"  everything else (tokenize, spans, regurgitation, results) {rest:7.2f} s  {rest / tot * 100:5.1f} %")
@@ -329,17 +388,27 @@ def main() -> None:
     within = int(np.sum(d_tau <= floors))
     all_ctx = np.concatenate([e["ctx_all"] for e in per_ex])
     print(f"\nAgreement on the {n_ref} windows the reference scored (lambda=1, T={T})")
-    print(f"  per n-gram influence tau_i: correlation {np.corrcoef(ref_tau, ctx_tau)[0, 1]:.4f}; mean |diff| "
-          f"{d_tau.mean():.3f}, max |diff| {d_tau.max():.3f} nats (tau_i means: reference {ref_tau.mean():.3f}, "
-          f"ctxlite {ctx_tau.mean():.3f}; ctxlite over all {K} windows {all_ctx.mean():.3f})")
-    print(f"  per-token tau_t,i ({len(rt)} values): correlation {np.corrcoef(rt, ct)[0, 1]:.4f}, mean |diff| {np.abs(rt - ct).mean():.4f}")
-    print(f"  noise floor (ctxlite null ablations, summed |d log p| per split): mean "
-          f"{np.mean([e['floor_mean'] for e in per_ex]):.3f}, max {max(e['floor_max'] for e in per_ex):.3f} nats; "
-          f"|tau_ref - tau_ctxlite| <= that example's floor max for {within} of {n_ref} windows")
-    print(f"  unablated log p: reference per-token passes vs ctxlite teacher forcing: mean |diff| {base_diff.mean():.2e}, "
-          f"max {base_diff.max():.2e}")
-    print(f"  document-level influence: reference {[round(e['doc_ref'], 3) for e in per_ex]}, "
-          f"ctxlite {[round(e['doc_ctx'], 3) for e in per_ex]}")
+    print(
+        f"  per n-gram influence tau_i: correlation {np.corrcoef(ref_tau, ctx_tau)[0, 1]:.4f}; mean |diff| "
+        f"{d_tau.mean():.3f}, max |diff| {d_tau.max():.3f} nats (tau_i means: reference {ref_tau.mean():.3f}, "
+        f"ctxlite {ctx_tau.mean():.3f}; ctxlite over all {K} windows {all_ctx.mean():.3f})"
+    )
+    print(
+        f"  per-token tau_t,i ({len(rt)} values): correlation {np.corrcoef(rt, ct)[0, 1]:.4f}, mean |diff| {np.abs(rt - ct).mean():.4f}"
+    )
+    print(
+        f"  noise floor (ctxlite null ablations, summed |d log p| per split): mean "
+        f"{np.mean([e['floor_mean'] for e in per_ex]):.3f}, max {max(e['floor_max'] for e in per_ex):.3f} nats; "
+        f"|tau_ref - tau_ctxlite| <= that example's floor max for {within} of {n_ref} windows"
+    )
+    print(
+        f"  unablated log p: reference per-token passes vs ctxlite teacher forcing: mean |diff| {base_diff.mean():.2e}, "
+        f"max {base_diff.max():.2e}"
+    )
+    print(
+        f"  document-level influence: reference {[round(e['doc_ref'], 3) for e in per_ex]}, "
+        f"ctxlite {[round(e['doc_ctx'], 3) for e in per_ex]}"
+    )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nPeak RSS {rss:.0f} MiB; bench wall time {time.perf_counter() - t_bench:.0f} s   ({load_avg()} at end)")
     engine.close()

@@ -7,6 +7,7 @@ Public API (everything else is an implementation detail)::
         result = InfluenceScorer(eng, "qa", InfluenceSettings(lambdas=(1.0,), ngram=8)).score(
             Example(context=open("note.txt").read(), query="What was prescribed?"))
 """
+
 from ctxlite._version import __version__
 from ctxlite.errors import (
     ContextOverflow,

@@ -1,4 +1,5 @@
 """Enums that parse from their CLI spelling (shared by canaries, queries, ...)."""
+
 from __future__ import annotations
 
 import enum

@@ -8,6 +8,7 @@ reuses a result silently. Hashes are SHA-256 over a canonical JSON encoding
 (sorted keys, UTF-8, no whitespace), so the same content hashes the same on
 every machine and Python version.
 """
+
 from __future__ import annotations
 
 import hashlib

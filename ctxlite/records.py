@@ -10,13 +10,14 @@ same identity resumes (finished records are reused only for the input hash
 they were computed for), with another identity it is refused rather than
 silently mixing two runs. A torn last line is dropped.
 """
+
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ctxlite.errors import DataError, OutputError, output_error
 from ctxlite.identity import differences, normalise
@@ -71,8 +72,10 @@ def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (), strings: I
                 raise DataError(f"{path}:{number}: field {key!r} is missing or empty")
         bad = _unencodable_field(data)
         if bad is not None:
-            raise DataError(f"{path}:{number}: field {bad!r} holds an unpaired surrogate escape (like \\ud800): "
-                            "not valid Unicode text")
+            raise DataError(
+                f"{path}:{number}: field {bad!r} holds an unpaired surrogate escape (like \\ud800): "
+                "not valid Unicode text"
+            )
         for key in strings:
             if key in data and data[key] is not None and not isinstance(data[key], str):
                 raise DataError(f"{path}:{number}: field {key!r} must be a string, got {type(data[key]).__name__}")
@@ -189,7 +192,11 @@ class RecordLog:
             header = json.loads(complete[0]) if complete else None
         except json.JSONDecodeError:
             header = None
-        if not isinstance(header, dict) or header.get("type") != self.kind or not isinstance(header.get("identity"), dict):
+        if (
+            not isinstance(header, dict)
+            or header.get("type") != self.kind
+            or not isinstance(header.get("identity"), dict)
+        ):
             raise DataError(f"{self.path} exists and is not a ctxlite {self.kind} log: choose another --out")
         _refuse_differences(self.path, header["identity"], self.identity)
         for number, raw in enumerate(complete[1:], start=2):

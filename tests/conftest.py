@@ -1,5 +1,6 @@
 """Shared fixtures. Model tests run the real default model (Gemma-3-270M Q4_K_M)
 through real llama.cpp; it is provisioned offline from its PyPI package."""
+
 from __future__ import annotations
 
 import json

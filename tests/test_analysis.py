@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ctxlite.influence.analysis import bootstrap_ci, position_means, summarize
 from ctxlite.errors import InvalidParameter
+from ctxlite.influence.analysis import bootstrap_ci, position_means, summarize
 from ctxlite.influence.scorer import ExampleResult, LambdaResult, NgramInfluence, NoiseFloor
 
 FAST = settings(max_examples=60, deadline=None)
@@ -162,12 +162,24 @@ def lam_result(lam, token_infl, grams=(), floor=None, repeat=False, rouge=False)
     """grams: (start, influence, above_noise) triples; floor: null-ablation sums or None."""
     ngrams = [NgramInfluence(s, 4, 0, 1, "x", infl, [infl], above) for s, infl, above in grams]
     return LambdaResult(
-        lam=lam, response="r", response_ids=[1] * len(token_infl), generated=False,
-        token_logprob=[-1.0] * len(token_infl), token_logprob_without=[-1.0] * len(token_infl),
-        token_pmi=[0.0] * len(token_infl), token_influence=list(token_infl),
-        document_influence=float(sum(token_infl)), ngrams=ngrams,
+        lam=lam,
+        response="r",
+        response_ids=[1] * len(token_infl),
+        generated=False,
+        token_logprob=[-1.0] * len(token_infl),
+        token_logprob_without=[-1.0] * len(token_infl),
+        token_pmi=[0.0] * len(token_infl),
+        token_influence=list(token_infl),
+        document_influence=float(sum(token_infl)),
+        ngrams=ngrams,
         noise_floor=None if floor is None else NoiseFloor(list(range(len(floor))), list(floor)),
-        regurgitation={"shared_words": 0, "rouge_l_precision": 0.0, "rouge_l_recall": 0.0, "repeat": repeat, "rouge": rouge},
+        regurgitation={
+            "shared_words": 0,
+            "rouge_l_precision": 0.0,
+            "rouge_l_recall": 0.0,
+            "repeat": repeat,
+            "rouge": rouge,
+        },
     )
 
 
@@ -177,18 +189,45 @@ def roundtrip(example_results):
 
 
 def make_records():
-    ex1 = ExampleResult("a", 12, "q", [
-        lam_result(1.0, [3.0, 1.0, 2.0], [(0, 1.0, True), (1, 5.0, True), (2, 2.0, False)], floor=[1.5, 0.5], repeat=True, rouge=True),
-        lam_result(0.0, [0.0, 0.0], [(0, 0.0, False), (1, 0.0, False), (2, 0.0, False)], floor=[0.1]),
-    ])
-    ex2 = ExampleResult("b", 6, "q", [
-        lam_result(1.0, [4.0], [(0, 3.0, True), (1, 1.0, False)], floor=[2.5], rouge=True),
-        lam_result(0.0, [0.0, 0.0, 0.0], [(0, 0.0, False), (1, 0.0, False)], floor=[0.3]),
-    ])
-    ex3 = ExampleResult("c", 20, "q", [
-        lam_result(1.0, [1.0, 1.0, 1.0, 1.0], [(0, 2.0, False), (1, 3.0, True), (2, 8.0, True), (3, 0.5, False)], floor=[3.0, 1.0]),
-        lam_result(0.0, [0.0], [(0, 0.0, False)], floor=[0.2]),
-    ])
+    ex1 = ExampleResult(
+        "a",
+        12,
+        "q",
+        [
+            lam_result(
+                1.0,
+                [3.0, 1.0, 2.0],
+                [(0, 1.0, True), (1, 5.0, True), (2, 2.0, False)],
+                floor=[1.5, 0.5],
+                repeat=True,
+                rouge=True,
+            ),
+            lam_result(0.0, [0.0, 0.0], [(0, 0.0, False), (1, 0.0, False), (2, 0.0, False)], floor=[0.1]),
+        ],
+    )
+    ex2 = ExampleResult(
+        "b",
+        6,
+        "q",
+        [
+            lam_result(1.0, [4.0], [(0, 3.0, True), (1, 1.0, False)], floor=[2.5], rouge=True),
+            lam_result(0.0, [0.0, 0.0, 0.0], [(0, 0.0, False), (1, 0.0, False)], floor=[0.3]),
+        ],
+    )
+    ex3 = ExampleResult(
+        "c",
+        20,
+        "q",
+        [
+            lam_result(
+                1.0,
+                [1.0, 1.0, 1.0, 1.0],
+                [(0, 2.0, False), (1, 3.0, True), (2, 8.0, True), (3, 0.5, False)],
+                floor=[3.0, 1.0],
+            ),
+            lam_result(0.0, [0.0], [(0, 0.0, False)], floor=[0.2]),
+        ],
+    )
     return roundtrip([ex1, ex2, ex3])
 
 
@@ -217,7 +256,12 @@ def test_summarize_hand_made_records():
 
     assert s["noise_floor_max_mean"] == pytest.approx((1.5 + 2.5 + 3.0) / 3)
     assert s["response_position_profile"] == pytest.approx([8 / 3, 1.0, 1.5, 1.0])
-    assert s["regurgitation"] == {"repeat": 1, "rouge": 2, "repeat_rate": pytest.approx(1 / 3), "rouge_rate": pytest.approx(2 / 3)}
+    assert s["regurgitation"] == {
+        "repeat": 1,
+        "rouge": 2,
+        "repeat_rate": pytest.approx(1 / 3),
+        "rouge_rate": pytest.approx(2 / 3),
+    }
 
     z = out["0.0"]
     assert z["examples"] == 3
@@ -232,12 +276,18 @@ def test_summarize_hand_made_records():
 
 
 def test_summarize_document_level_only_records():
-    recs = roundtrip([ExampleResult("a", 5, "", [lam_result(0.5, [1.0, 2.0])]),
-                      ExampleResult("b", 5, "", [lam_result(0.5, [5.0])])])
+    recs = roundtrip(
+        [ExampleResult("a", 5, "", [lam_result(0.5, [1.0, 2.0])]), ExampleResult("b", 5, "", [lam_result(0.5, [5.0])])]
+    )
     s = summarize(recs, confidence=0.9)["0.5"]
     assert s["document_influence"]["mean"] == pytest.approx(4.0)
     assert s["document_influence"]["confidence"] == 0.9
-    assert s["ngram_influence"] == {"mean": None, "max_of_mean": None, "max_of_mean_position": None, "fraction_above_noise": None}
+    assert s["ngram_influence"] == {
+        "mean": None,
+        "max_of_mean": None,
+        "max_of_mean_position": None,
+        "fraction_above_noise": None,
+    }
     assert s["ngram_position_profile"] == {"starts": [], "means": []}
     assert s["noise_floor_max_mean"] is None
     assert s["response_position_profile"] == pytest.approx([3.0, 2.0])
@@ -272,8 +322,12 @@ def ref_max_of_mean(records, lam):
 @given(st.lists(st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=6), min_size=1, max_size=5))
 def test_summarize_max_of_mean_matches_reference_for_stride_one(rows):
     """Stride 1: the i-th window starts at token i, so index and start agree."""
-    recs = roundtrip([ExampleResult(str(j), len(r) + 3, "", [lam_result(1.0, [1.0], [(i, v, None) for i, v in enumerate(r)])])
-                      for j, r in enumerate(rows)])
+    recs = roundtrip(
+        [
+            ExampleResult(str(j), len(r) + 3, "", [lam_result(1.0, [1.0], [(i, v, None) for i, v in enumerate(r)])])
+            for j, r in enumerate(rows)
+        ]
+    )
     g = summarize(recs)["1.0"]["ngram_influence"]
     want, pos = ref_max_of_mean(recs, 1.0)
     assert g["max_of_mean"] == pytest.approx(want, rel=1e-12, abs=1e-12)
@@ -282,10 +336,14 @@ def test_summarize_max_of_mean_matches_reference_for_stride_one(rows):
 
 def test_summarize_max_of_mean_groups_by_start_position_with_tail_windows():
     # n = 4, stride 4: L = 10 -> starts [0, 4, 6] (tail window); L = 16 -> starts [0, 4, 8, 12]
-    recs = roundtrip([
-        ExampleResult("a", 10, "", [lam_result(1.0, [1.0], [(0, 1.0, None), (4, 1.0, None), (6, 9.0, None)])]),
-        ExampleResult("b", 16, "", [lam_result(1.0, [1.0], [(0, 1.0, None), (4, 1.0, None), (8, 1.0, None), (12, 1.0, None)])]),
-    ])
+    recs = roundtrip(
+        [
+            ExampleResult("a", 10, "", [lam_result(1.0, [1.0], [(0, 1.0, None), (4, 1.0, None), (6, 9.0, None)])]),
+            ExampleResult(
+                "b", 16, "", [lam_result(1.0, [1.0], [(0, 1.0, None), (4, 1.0, None), (8, 1.0, None), (12, 1.0, None)])]
+            ),
+        ]
+    )
     g = summarize(recs)["1.0"]["ngram_influence"]
     want, pos = ref_max_of_mean(recs, 1.0)
     assert (g["max_of_mean"], g["max_of_mean_position"]) == (want, pos) == (9.0, 6)

@@ -1,6 +1,7 @@
 """The package's shape, checked: no import cycles, the privacy mathematics needs no model runtime,
 both methods reach a model only through the backend Protocol, and no module imports another's
 private names."""
+
 from __future__ import annotations
 
 import ast
@@ -57,7 +58,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state:
                 found = visit(m)
                 if found:
@@ -103,14 +104,25 @@ def test_each_part_imports_only_what_is_below_it(package):
     """privacy needs no model; the runtime knows neither method; the two methods are independent
     and reach a model only through ``ctxlite.runtime.backend``, never the llama.cpp engine itself."""
     graph = _graph()
-    bad = [(m, d) for m, deps in graph.items() if m == package or m.startswith(package + ".")
-           for d in deps for f in LAYERS[package] if d == f or d.startswith(f + ".")]
+    bad = [
+        (m, d)
+        for m, deps in graph.items()
+        if m == package or m.startswith(package + ".")
+        for d in deps
+        for f in LAYERS[package]
+        if d == f or d.startswith(f + ".")
+    ]
     assert bad == []
 
 
 def test_no_module_imports_a_private_name_of_another():
-    bad = [(name, module, n) for name, path in MODULES.items() for module, names in _imports(path)
-           for n in names if n.startswith("_") and module != name and n != "__version__"]
+    bad = [
+        (name, module, n)
+        for name, path in MODULES.items()
+        for module, names in _imports(path)
+        for n in names
+        if n.startswith("_") and module != name and n != "__version__"
+    ]
     assert bad == []
 
 
@@ -141,3 +153,17 @@ def test_the_engine_has_every_member_of_the_backend_protocol():
     members = [n for n in vars(Backend) if not n.startswith("_")] + list(Backend.__annotations__)
     missing = [n for n in members if not hasattr(Engine, n) and n != "n_vocab"]
     assert members and missing == []
+
+
+def test_every_curated_mutant_still_applies():
+    """``make mutants`` finds each mutant's snippet exactly once (a refactor or a reformat that
+    moves one would silently retire it)."""
+    import importlib.util
+
+    root = PACKAGE.parent
+    spec = importlib.util.spec_from_file_location("ctxlite_mutants", root / "tools" / "mutants.py")
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutants
+    spec.loader.exec_module(mutants)
+    counts = {m.id: (root / m.path).read_text(encoding="utf-8").count(m.old) for m in [*mutants.MUTANTS, mutants.PROBE]}
+    assert len(counts) > 40 and {k: n for k, n in counts.items() if n != 1} == {}

@@ -4,6 +4,7 @@ Model tests run the real default model (Gemma-3-270M) on the bundled sample
 sets with small settings; they pin one llama.cpp thread so that they behave on a
 shared 2-core machine. Nothing here asserts on wall-clock time.
 """
+
 import json
 import math
 import re
@@ -15,16 +16,9 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
+from ctxlite.audit.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
 from ctxlite.audit.dataset import check_records, load_records
 from ctxlite.audit.game import run_audit
-from ctxlite.audit.settings import AuditSettings, audit_identity
-from ctxlite.privacy.calibration import (
-    analytic_gaussian_epsilon,
-    analytic_gaussian_sigma,
-    subsampled_gaussian_epsilon,
-)
-from ctxlite.audit.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
-from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.audit.mechanisms import (
     EmbeddingSpaceAggregation,
     ReportNoisyMax,
@@ -33,7 +27,14 @@ from ctxlite.audit.mechanisms import (
     partition,
 )
 from ctxlite.audit.queries import QueryKind, build_query, candidate_templates
+from ctxlite.audit.settings import AuditSettings, audit_identity
 from ctxlite.audit.template_search import search_template
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.privacy.calibration import (
+    analytic_gaussian_epsilon,
+    analytic_gaussian_sigma,
+    subsampled_gaussian_epsilon,
+)
 from ctxlite.records import RecordLog
 
 SQRT2 = math.sqrt(2)
@@ -126,7 +127,9 @@ def test_sigma_calibration_uses_analytic_gaussian_and_replacement_sensitivity():
     rnm = ReportNoisyMax(10, 2, 1.0, 1e-5)
     assert rnm.sensitivity == pytest.approx(math.sqrt(2))
     assert rnm.sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
-    assert rnm.sigma == pytest.approx(3.7306 * math.sqrt(2), rel=1e-4)  # analytic σ(ε=1, δ=1e-5) for Δ = 1, times √2; docs/design.md#reference-values-in-the-tests
+    assert rnm.sigma == pytest.approx(
+        3.7306 * math.sqrt(2), rel=1e-4
+    )  # analytic σ(ε=1, δ=1e-5) for Δ = 1, times √2; docs/design.md#reference-values-in-the-tests
     assert ReportNoisyMax(10, 2, math.inf, 1e-5).sigma == 0.0
     esa = EmbeddingSpaceAggregation(10, 2, 8.0, 1e-5, clip_norm=0.5)
     assert esa.sensitivity == pytest.approx(1.0)  # 2C
@@ -243,8 +246,8 @@ def engine():
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_exact_label_distribution_matches_real_sampling(engine, temperature):
     """The fast path's distribution vs real first-token sampling: chi-square, seeded."""
-    from ctxlite.runtime.sampling import SamplingSettings, sample_continuations
     from ctxlite.audit.oracle import ModelOracle
+    from ctxlite.runtime.sampling import SamplingSettings, sample_continuations
 
     fmt = TaskFormat.for_task("classify")
     oracle = ModelOracle(engine, fmt.labels, temperature)
@@ -280,8 +283,9 @@ def test_rnm_histogram_sums_to_m_before_noise(engine):
         assert rel.signal.sum() == 3.0  # sigma = 0: the raw vote histogram over labels + "other"
         assert np.all(rel.signal == np.round(rel.signal))
         assert len(rel.outputs) == 1 and set(rel.outputs) <= {"subjective", "objective", "other"}
-    noisy = ReportNoisyMax(3, 2, 1.0, 1e-5).release(oracle, fmt, recs, "Text: a plain sentence.\nLabel:", 1,
-                                                   np.random.default_rng(0))
+    noisy = ReportNoisyMax(3, 2, 1.0, 1e-5).release(
+        oracle, fmt, recs, "Text: a plain sentence.\nLabel:", 1, np.random.default_rng(0)
+    )
     assert noisy.signal.sum() != 3.0
 
 
@@ -295,8 +299,18 @@ def _open_log(path, engine, s, records):
 def test_no_defense_reaches_high_audit_accuracy(engine, seed):
     """(a) L0, input-output query with the canary label: audit accuracy >= 0.8 (several seeds, each its own
     canary and private set)."""
-    s = AuditSettings(task="classify", mechanism="none", canary="hex", query="input-output", trials=100,
-                      shots=20, queries_per_trial=256, reference_runs=8, utility_queries=2, seed=seed)
+    s = AuditSettings(
+        task="classify",
+        mechanism="none",
+        canary="hex",
+        query="input-output",
+        trials=100,
+        shots=20,
+        queries_per_trial=256,
+        reference_runs=8,
+        utility_queries=2,
+        seed=seed,
+    )
     report = run_audit(engine, classify_records(), s)
     row = report.rows[0]
     assert row["audit_accuracy"] >= 0.8
@@ -320,9 +334,19 @@ def rnm_runs(engine, tmp_path_factory):
     """
     runs = {}
     for seed in RNM_SEEDS:
-        s = AuditSettings(task="classify", mechanism="rnm", epsilons=(1.0, 8.0, math.inf), canary="semantic",
-                          trials=RNM_TRIALS, shots=1, ensembles=3, temperature=0.0, reference_runs=32,
-                          utility_queries=0, seed=seed)
+        s = AuditSettings(
+            task="classify",
+            mechanism="rnm",
+            epsilons=(1.0, 8.0, math.inf),
+            canary="semantic",
+            trials=RNM_TRIALS,
+            shots=1,
+            ensembles=3,
+            temperature=0.0,
+            reference_runs=32,
+            utility_queries=0,
+            seed=seed,
+        )
         path = tmp_path_factory.mktemp("rnm") / f"seed{seed}.jsonl"
         with _open_log(path, engine, s, classify_records()) as log:
             report = run_audit(engine, classify_records(), s, log)
@@ -370,7 +394,7 @@ def _null_accuracy_quantile(ins, outs, q, n_perm=400, seed=0):
     accs = []
     for _ in range(n_perm):
         perm = rng.permutation(scores)
-        accs.append(CanaryScoreAuditor(perm[: len(ins)], perm[len(ins):]).audit_accuracy())
+        accs.append(CanaryScoreAuditor(perm[: len(ins)], perm[len(ins) :]).audit_accuracy())
     return float(np.quantile(accs, q))
 
 
@@ -397,8 +421,18 @@ def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_runs):
 
 @pytest.mark.model
 def test_trial_log_resumes(engine, tmp_path):
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(2.0, math.inf), canary="hex", trials=12,
-                      shots=2, ensembles=3, reference_runs=2, utility_queries=0, seed=4)
+    s = AuditSettings(
+        task="classify",
+        mechanism="rnm",
+        epsilons=(2.0, math.inf),
+        canary="hex",
+        trials=12,
+        shots=2,
+        ensembles=3,
+        reference_runs=2,
+        utility_queries=0,
+        seed=4,
+    )
     path = tmp_path / "audit.jsonl"
     with _open_log(path, engine, s, classify_records()) as log:
         full = run_audit(engine, classify_records(), s, log)
@@ -432,11 +466,16 @@ def test_trial_log_resumes(engine, tmp_path):
         assert same(r2) == same(full.rows[0])
         assert rinf["epsilon_subsampled"] == math.inf
         # add/remove sensitivity with m fixed ensembles: one vote moves, sqrt(2) (as under replacement)
-        assert r2["accounting"] == {"queries": T, "sampling_rate": q, "sensitivity_add_remove": pytest.approx(SQRT2),
-                                    "accountant": "dp_accounting PLD"}
+        assert r2["accounting"] == {
+            "queries": T,
+            "sampling_rate": q,
+            "sensitivity_add_remove": pytest.approx(SQRT2),
+            "accountant": "dp_accounting PLD",
+        }
         if T == 1:  # one unsubsampled release: the analytic epsilon of the same sigma, i.e. the audited epsilon 2
-            assert r2["epsilon_subsampled"] == pytest.approx(analytic_gaussian_epsilon(r2["sigma"], s.delta, SQRT2),
-                                                             abs=2e-3)
+            assert r2["epsilon_subsampled"] == pytest.approx(
+                analytic_gaussian_epsilon(r2["sigma"], s.delta, SQRT2), abs=2e-3
+            )
             assert r2["epsilon_subsampled"] == pytest.approx(2.0, abs=2e-3)
         else:
             assert r2["epsilon_subsampled"] == subsampled_gaussian_epsilon(r2["sigma"], SQRT2, q, T, s.delta)
@@ -454,8 +493,17 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
     from ctxlite.audit.mechanisms import OTHER, Judge
 
     def play(mechanism, name):
-        s = AuditSettings(task="classify", mechanism=mechanism, attack="injection", trials=8, shots=3,
-                          queries_per_trial=2, max_new_tokens=8, utility_queries=0, seed=1)
+        s = AuditSettings(
+            task="classify",
+            mechanism=mechanism,
+            attack="injection",
+            trials=8,
+            shots=3,
+            queries_per_trial=2,
+            max_new_tokens=8,
+            utility_queries=0,
+            seed=1,
+        )
         engine.clear()  # the same decode history for every run: sampled texts are then identical
         with _open_log(tmp_path / f"{name}.jsonl", engine, s, classify_records()) as log:
             report = run_audit(engine, classify_records(), s, log)
@@ -481,9 +529,19 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
 def test_generation_esa_end_to_end(engine, tmp_path):
     from ctxlite.runtime.engine import Engine, EngineConfig
 
-    s = AuditSettings(task="generate", mechanism="esa", epsilons=(1.0, math.inf), trials=4, shots=1,
-                      ensembles=2, reference_runs=1, max_new_tokens=6, zero_shot_candidates=2,
-                      utility_queries=1, seed=2)
+    s = AuditSettings(
+        task="generate",
+        mechanism="esa",
+        epsilons=(1.0, math.inf),
+        trials=4,
+        shots=1,
+        ensembles=2,
+        reference_runs=1,
+        max_new_tokens=6,
+        zero_shot_candidates=2,
+        utility_queries=1,
+        seed=2,
+    )
     records = load_records(DIALOGUE, "generate")
     with Engine(None, EngineConfig(n_threads=1), embeddings=True) as emb:
         engine.clear()  # the same start for both runs: generation rows depend on the decode history
@@ -500,8 +558,16 @@ def test_generation_esa_end_to_end(engine, tmp_path):
 
 @pytest.mark.model
 def test_template_search_picks_the_best_held_out_template(engine):
-    s = AuditSettings(task="classify", mechanism="none", trials=40, shots=6, queries_per_trial=16,
-                      reference_runs=2, utility_queries=0, seed=3)
+    s = AuditSettings(
+        task="classify",
+        mechanism="none",
+        trials=40,
+        shots=6,
+        queries_per_trial=16,
+        reference_runs=2,
+        utility_queries=0,
+        seed=3,
+    )
     found = search_template(engine, classify_records(), s, trials=8)
     n = len(candidate_templates("classify", QueryKind.INPUT_OUTPUT))
     assert found.kind == "input-output" and len(found.accuracies) == n and found.trials == 8
@@ -518,12 +584,29 @@ def test_template_search_picks_the_best_held_out_template(engine):
 
 @pytest.mark.model
 def test_cli_search_template_audits_with_the_chosen_template():
-    res = _cli(["--data", CLASSIFY, "--search-template", "--trials", "8", "--shots", "4", "--queries-per-trial", "8",
-                "--reference-runs", "2", "--utility-queries", "0", "-t", "1"])
+    res = _cli(
+        [
+            "--data",
+            CLASSIFY,
+            "--search-template",
+            "--trials",
+            "8",
+            "--shots",
+            "4",
+            "--queries-per-trial",
+            "8",
+            "--reference-runs",
+            "2",
+            "--utility-queries",
+            "0",
+            "-t",
+            "1",
+        ]
+    )
     assert res.exit_code == 0, res.output
     m = re.search(r"template search \(input-output\): accuracies \[([^\]]*)\] -> template (\d+)", res.stderr)
     assert m, res.stderr
-    report = json.loads(res.stdout[res.stdout.index("{"):])
+    report = json.loads(res.stdout[res.stdout.index("{") :])
     assert report["settings"]["template_index"] == int(m.group(2))
     assert report["query"]["index"] == int(m.group(2))
 
@@ -531,11 +614,31 @@ def test_cli_search_template_audits_with_the_chosen_template():
 @pytest.mark.model
 def test_cli_audit_json_and_table(tmp_path):
     out = tmp_path / "log.jsonl"
-    args = ["--data", CLASSIFY, "--mechanism", "rnm", "--epsilon", "1,inf", "--trials", "8", "--shots", "1",
-            "--ensembles", "4", "--reference-runs", "2", "--utility-queries", "1", "--out", str(out), "-t", "1"]
+    args = [
+        "--data",
+        CLASSIFY,
+        "--mechanism",
+        "rnm",
+        "--epsilon",
+        "1,inf",
+        "--trials",
+        "8",
+        "--shots",
+        "1",
+        "--ensembles",
+        "4",
+        "--reference-runs",
+        "2",
+        "--utility-queries",
+        "1",
+        "--out",
+        str(out),
+        "-t",
+        "1",
+    ]
     res = _cli(args)
     assert res.exit_code == 0, res.output
-    report = json.loads(res.stdout[res.stdout.index("{"):])
+    report = json.loads(res.stdout[res.stdout.index("{") :])
     assert [r["epsilon"] for r in report["rows"]] == [1.0, "inf"]
     assert "acc*" in res.stderr
     lines = out.read_text().splitlines()
@@ -550,19 +653,23 @@ def test_cli_audit_json_and_table(tmp_path):
     res3 = _cli([*args, "--resume"])
     assert res3.exit_code == 0, res3.output
     assert out.read_text().splitlines() == lines  # the same records, in the same order, nothing duplicated
-    resumed = json.loads(res3.stdout[res3.stdout.index("{"):])
+    resumed = json.loads(res3.stdout[res3.stdout.index("{") :])
     assert resumed["rows"] == report["rows"]
 
     # the finished log, re-reported with the subsampled-over-T accounting: no new trial, same estimates
     res4 = _cli([*args, "--resume", "--accounting-queries", "50", "--sampling-rate", "0.2"])
     assert res4.exit_code == 0, res4.output
     assert out.read_text().splitlines() == lines
-    rows = json.loads(res4.stdout[res4.stdout.index("{"):])["rows"]
+    rows = json.loads(res4.stdout[res4.stdout.index("{") :])["rows"]
     for new, old in zip(rows, report["rows"]):
-        assert {k: v for k, v in new.items() if k not in ("epsilon_subsampled", "accounting")} == \
-            {k: v for k, v in old.items() if k not in ("epsilon_subsampled", "accounting")}
-    assert rows[0]["epsilon_subsampled"] == pytest.approx(
-        subsampled_gaussian_epsilon(rows[0]["sigma"], SQRT2, 0.2, 50, 1e-5)) and rows[1]["epsilon_subsampled"] == "inf"
+        assert {k: v for k, v in new.items() if k not in ("epsilon_subsampled", "accounting")} == {
+            k: v for k, v in old.items() if k not in ("epsilon_subsampled", "accounting")
+        }
+    assert (
+        rows[0]["epsilon_subsampled"]
+        == pytest.approx(subsampled_gaussian_epsilon(rows[0]["sigma"], SQRT2, 0.2, 50, 1e-5))
+        and rows[1]["epsilon_subsampled"] == "inf"
+    )
     assert "eps_T" in res4.stderr and "T = 50" in res4.stderr
 
     # a log of another audit is refused, naming what differs, and left alone

@@ -16,6 +16,7 @@
   the settings (accuracy, threshold, TPR/FPR, plug-in, Clopper-Pearson on the
   seeded split, GDP, σ, sensitivities, per-trial and subsampled ε, utility).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,12 +28,8 @@ import pytest
 
 import ctxlite.audit.game as game_mod
 from ctxlite.audit.dataset import load_records
-from ctxlite.audit.game import run_audit
-from ctxlite.audit.report import report_row
-from ctxlite.audit.settings import AuditSettings, audit_identity
-from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
 from ctxlite.audit.detectors import CountDetector, DirectionDetector, LeakDetector
-from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+from ctxlite.audit.game import run_audit
 from ctxlite.audit.mechanisms import (
     OTHER,
     EmbeddingSpaceAggregation,
@@ -44,6 +41,10 @@ from ctxlite.audit.mechanisms import (
     leak_fraction,
 )
 from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.report import report_row
+from ctxlite.audit.settings import AuditSettings, audit_identity
+from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
+from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
 from ctxlite.records import RecordLog
 from ctxlite.runtime.templates import audit_templates
 
@@ -75,7 +76,7 @@ def engine():
 class RecordingOracle(ModelOracle):
     """The real oracle, keeping (kind, prompt, answer) of every question it is asked."""
 
-    made: list["RecordingOracle"] = []
+    made: list[RecordingOracle] = []
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,7 +143,7 @@ def parse(prompt: str, tail: str) -> list[dict]:
     """The records of a classification prompt ``instruction + examples + tail``."""
     assert prompt.startswith(FMT.instruction), prompt[:80]
     assert prompt.endswith(tail), prompt[-200:]
-    body = prompt[len(FMT.instruction): len(prompt) - len(tail)]
+    body = prompt[len(FMT.instruction) : len(prompt) - len(tail)]
     recs = [{"text": t, "label": l} for t, l in RECORD.findall(body)]
     assert FMT.examples(recs) == body  # nothing else in between
     return recs
@@ -162,11 +163,28 @@ def canary_record(report) -> dict:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("seed, canary, query", [(0, "hex", "input-output"), (1, "semantic", "input-output"),
-                                                 (2, "hex", "if-then-blind"), (5, "semantic", "if-then")])
+@pytest.mark.parametrize(
+    "seed, canary, query",
+    [
+        (0, "hex", "input-output"),
+        (1, "semantic", "input-output"),
+        (2, "hex", "if-then-blind"),
+        (5, "semantic", "if-then"),
+    ],
+)
 def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
-    s = AuditSettings(task="classify", mechanism="none", canary=canary, query=query, trials=24, shots=6,
-                      queries_per_trial=4, reference_runs=3, utility_queries=0, seed=seed)
+    s = AuditSettings(
+        task="classify",
+        mechanism="none",
+        canary=canary,
+        query=query,
+        trials=24,
+        shots=6,
+        queries_per_trial=4,
+        reference_runs=3,
+        utility_queries=0,
+        seed=seed,
+    )
     report, log, _ = play(s)
     c = canary_record(report)
     datasets = {0: [], 1: []}
@@ -194,8 +212,18 @@ def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
 
 @pytest.mark.model
 def test_canary_sits_in_exactly_one_ensemble(play):
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(math.inf,), canary="hex", trials=10, shots=1,
-                      ensembles=4, reference_runs=2, utility_queries=0, seed=6)
+    s = AuditSettings(
+        task="classify",
+        mechanism="rnm",
+        epsilons=(math.inf,),
+        canary="hex",
+        trials=10,
+        shots=1,
+        ensembles=4,
+        reference_runs=2,
+        utility_queries=0,
+        seed=6,
+    )
     report, log, _ = play(s)
     c = canary_record(report)
     private = {0: set(), 1: set()}
@@ -225,8 +253,16 @@ def test_z_is_a_fair_coin_over_trials(engine):
     n_in, n = 0, 0
     seen = []
     for seed in (0, 1, 2):
-        s = AuditSettings(task="classify", mechanism="none", trials=600, shots=2, queries_per_trial=1,
-                          reference_runs=1, utility_queries=0, seed=seed)
+        s = AuditSettings(
+            task="classify",
+            mechanism="none",
+            trials=600,
+            shots=2,
+            queries_per_trial=1,
+            reference_runs=1,
+            utility_queries=0,
+            seed=seed,
+        )
         row = run_audit(engine, classify_records(), s).rows[0]
         n_in += row["n_in"]
         n += row["n_in"] + row["n_out"]
@@ -241,11 +277,21 @@ def test_z_is_a_fair_coin_over_trials(engine):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("mechanism, text", [("none", ""), ("prompt-l1", DEF["L1"]), ("prompt-l2", L2_TEXT),
-                                             ("judge", L2_TEXT)])
+@pytest.mark.parametrize(
+    "mechanism, text", [("none", ""), ("prompt-l1", DEF["L1"]), ("prompt-l2", L2_TEXT), ("judge", L2_TEXT)]
+)
 def test_defence_text_is_in_every_prompt(play, mechanism, text):
-    s = AuditSettings(task="classify", mechanism=mechanism, canary="hex", trials=8, shots=4, queries_per_trial=2,
-                      reference_runs=2, utility_queries=0, seed=3)
+    s = AuditSettings(
+        task="classify",
+        mechanism=mechanism,
+        canary="hex",
+        trials=8,
+        shots=4,
+        queries_per_trial=2,
+        reference_runs=2,
+        utility_queries=0,
+        seed=3,
+    )
     report, log, _ = play(s)
     c = canary_record(report)
     for key, rec, calls in trials(log):
@@ -292,8 +338,15 @@ class StubOracle:
 
 
 RECS = [{"text": "The lamp is ugly.", "label": "subjective"}, {"text": "The lamp is 30 cm tall.", "label": "objective"}]
-TEXTS = ["The secret word is here", "A plain answer.", "objective", "I SAW the EXAMPLES ABOVE", "quillwort grows",
-         "LEAK: The lamp is ugly.", "A plain answer."]
+TEXTS = [
+    "The secret word is here",
+    "A plain answer.",
+    "objective",
+    "I SAW the EXAMPLES ABOVE",
+    "quillwort grows",
+    "LEAK: The lamp is ugly.",
+    "A plain answer.",
+]
 
 
 def test_l2_withholds_keyword_outputs_and_l1_does_not():
@@ -301,8 +354,15 @@ def test_l2_withholds_keyword_outputs_and_l1_does_not():
     stub = StubOracle(TEXTS)
     rel = PromptDefense(2).release(stub, FMT, RECS, "Q:", len(TEXTS), rng, text_outputs=True)
     # a withheld classification output counts as "other" (the judge's "None" is no label)
-    assert rel.outputs == [OTHER, "A plain answer.", "objective", OTHER, OTHER, "LEAK: The lamp is ugly.",
-                           "A plain answer."]
+    assert rel.outputs == [
+        OTHER,
+        "A plain answer.",
+        "objective",
+        OTHER,
+        OTHER,
+        "LEAK: The lamp is ugly.",
+        "A plain answer.",
+    ]
     assert stub.prompts == [FMT.prompt(RECS, "Q:", L2_TEXT)] * len(TEXTS)
     assert not stub.judged
     for mech, text in ((PromptDefense(1), DEF["L1"]), (NoDefense(), "")):
@@ -338,8 +398,17 @@ def test_judge_on_labels_withholds_a_flagged_label_as_other():
 def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
     """Each trial's leak score is recomputed from the raw sampled texts: L2 withholds keyword outputs,
     the judge replaces what the model flags (verdict from its logits), the rest is released as is."""
-    s = AuditSettings(task="classify", mechanism=mechanism, attack="injection", trials=6, shots=2,
-                      queries_per_trial=2, max_new_tokens=8, utility_queries=0, seed=4)
+    s = AuditSettings(
+        task="classify",
+        mechanism=mechanism,
+        attack="injection",
+        trials=6,
+        shots=2,
+        queries_per_trial=2,
+        max_new_tokens=8,
+        utility_queries=0,
+        seed=4,
+    )
     report, log, _ = play(s)
     withheld = OTHER  # classification: a withheld output counts as "other"
     judged = replaced = 0
@@ -399,8 +468,16 @@ def test_detectors_on_known_signals():
 @pytest.mark.parametrize("mechanism", ["none", "rnm"])
 def test_count_detector_reads_the_canary_label(play, mechanism):
     kw = dict(epsilons=(math.inf,), ensembles=3, shots=1) if mechanism == "rnm" else dict(shots=4, queries_per_trial=8)
-    s = AuditSettings(task="classify", mechanism=mechanism, detector="count", canary="semantic", trials=10,
-                      utility_queries=0, seed=2, **kw)
+    s = AuditSettings(
+        task="classify",
+        mechanism=mechanism,
+        detector="count",
+        canary="semantic",
+        trials=10,
+        utility_queries=0,
+        seed=2,
+        **kw,
+    )
     report, log, _ = play(s)
     j = FMT.labels.index(report.canary["label"])
     differ = 0
@@ -413,8 +490,18 @@ def test_count_detector_reads_the_canary_label(play, mechanism):
 
 @pytest.mark.model
 def test_direction_detector_scores_are_refitted_from_the_logged_references(play):
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(2.0, math.inf), canary="hex", trials=10, shots=1,
-                      ensembles=3, reference_runs=3, utility_queries=0, seed=7)
+    s = AuditSettings(
+        task="classify",
+        mechanism="rnm",
+        epsilons=(2.0, math.inf),
+        canary="hex",
+        trials=10,
+        shots=1,
+        ensembles=3,
+        reference_runs=3,
+        utility_queries=0,
+        seed=7,
+    )
     report, log, _ = play(s)
     for ek in ("2", "inf"):
         ins = np.array([log.records[f"eps={ek}/ref=in/{j}"]["signal"] for j in range(3)])
@@ -439,10 +526,26 @@ def _expect_estimate(row, key, value, n_out, fpr):
 
 @pytest.mark.model
 def test_report_figures_are_recomputed_from_the_log(play):
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(1.0, 4.0, math.inf), canary="semantic",
-                      trials=40, shots=1, ensembles=3, queries_per_trial=3, reference_runs=4, temperature=1.0,
-                      delta=1e-4, fpr=0.2, confidence=0.9, split_fraction=0.4, accounting_queries=20,
-                      sampling_rate=0.3, utility_queries=0, seed=3)
+    s = AuditSettings(
+        task="classify",
+        mechanism="rnm",
+        epsilons=(1.0, 4.0, math.inf),
+        canary="semantic",
+        trials=40,
+        shots=1,
+        ensembles=3,
+        queries_per_trial=3,
+        reference_runs=4,
+        temperature=1.0,
+        delta=1e-4,
+        fpr=0.2,
+        confidence=0.9,
+        split_fraction=0.4,
+        accounting_queries=20,
+        sampling_rate=0.3,
+        utility_queries=0,
+        seed=3,
+    )
     report, log, _ = play(s)
     assert [r["epsilon"] for r in report.rows] == [1.0, 4.0, math.inf]
     for row in report.rows:
@@ -464,17 +567,23 @@ def test_report_figures_are_recomputed_from_the_log(play):
         assert row["epsilon_lower_bound"] == cp.epsilon and row["confidence"] == 0.9
         counts = row["lower_bound_counts"]
         assert (counts["tp"], counts["n_in"], counts["fp"], counts["n_out"]) == (
-            cp.true_positives, cp.n_in, cp.false_positives, cp.n_out)
+            cp.true_positives,
+            cp.n_in,
+            cp.false_positives,
+            cp.n_out,
+        )
         # theory: sigma for the replacement sensitivity sqrt(2); 3 queries per trial compose as sqrt(3) mu
         sigma = analytic_gaussian_sigma(eps, 1e-4, math.sqrt(2)) if math.isfinite(eps) else 0.0
         assert row["sigma"] == pytest.approx(sigma, rel=1e-12) and row["sensitivity"] == pytest.approx(math.sqrt(2))
         assert all(r["sigma"] == pytest.approx(sigma, rel=1e-12) for r in recs)
         if math.isfinite(eps):
-            assert row["epsilon_per_trial"] == pytest.approx(gdp_epsilon(math.sqrt(3) * math.sqrt(2) / sigma, 1e-4),
-                                                             rel=1e-9)
+            assert row["epsilon_per_trial"] == pytest.approx(
+                gdp_epsilon(math.sqrt(3) * math.sqrt(2) / sigma, 1e-4), rel=1e-9
+            )
             assert row["epsilon_per_trial"] > eps  # three releases cost more than one
             assert row["epsilon_subsampled"] == pytest.approx(
-                subsampled_gaussian_epsilon(sigma, math.sqrt(2), 0.3, 20, 1e-4), rel=1e-9)
+                subsampled_gaussian_epsilon(sigma, math.sqrt(2), 0.3, 20, 1e-4), rel=1e-9
+            )
         else:
             assert row["epsilon_per_trial"] == math.inf and row["epsilon_subsampled"] in (math.inf, None)
         assert row["accounting"]["queries"] == 20 and row["accounting"]["sampling_rate"] == 0.3
@@ -494,8 +603,17 @@ def test_mechanism_sensitivities():
 
 def test_esa_report_row_accounts_with_2c():
     """An ESA row's per-trial and subsampled epsilon, from synthetic scores (no model needed)."""
-    s = AuditSettings(task="generate", mechanism="esa", epsilons=(2.0,), trials=40, queries_per_trial=2,
-                      clip_norm=0.5, accounting_queries=10, sampling_rate=0.5, seed=1)
+    s = AuditSettings(
+        task="generate",
+        mechanism="esa",
+        epsilons=(2.0,),
+        trials=40,
+        queries_per_trial=2,
+        clip_norm=0.5,
+        accounting_queries=10,
+        sampling_rate=0.5,
+        seed=1,
+    )
     mech = game_mod.make_mechanism(s, 2.0)
     rng = np.random.default_rng(0)
     row = report_row(s, mech, 2.0, list(rng.normal(1, 1, 20)), list(rng.normal(0, 1, 20)), None)
@@ -511,8 +629,17 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
     """Greedy answers (T = 0) on held-out records, with the private set D in the prompt, no canary."""
     pool = classify_records()
     by_text = {r["text"]: r["label"] for r in pool}
-    s = AuditSettings(task="classify", mechanism="none", trials=8, shots=6, queries_per_trial=2, reference_runs=2,
-                      temperature=0.0, utility_queries=7, seed=1)
+    s = AuditSettings(
+        task="classify",
+        mechanism="none",
+        trials=8,
+        shots=6,
+        queries_per_trial=2,
+        reference_runs=2,
+        temperature=0.0,
+        utility_queries=7,
+        seed=1,
+    )
     report, log, oracle = play(s)
     calls = oracle.take()  # what ran after the last trial: the utility queries
     assert len(calls) == 7 and all(k == "label" for k, _, _ in calls)
@@ -520,7 +647,7 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
     answers = list(FMT.labels) + [OTHER]
     hits, items = [], []
     for _, prompt, p in calls:
-        query = prompt[len(FMT.instruction + FMT.examples(d0)):]
+        query = prompt[len(FMT.instruction + FMT.examples(d0)) :]
         assert prompt == FMT.prompt(d0, query)  # the private set without the canary
         m = re.fullmatch(r"Text: (.*)\nLabel:", query)
         assert m and m.group(1) in by_text

@@ -1,5 +1,6 @@
 """The backend seam on the real default model: a backend that declares fewer capabilities gets
 the same numbers where it can, and a clear refusal where it cannot."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,9 +17,15 @@ class Restricted:
     """The real engine behind a backend that offers only ``capabilities``; every method it does not
     offer raises, so a path that used one would fail the test."""
 
-    OPTIONAL = {"logits_rows": Capability.LOGIT_ROWS, "next_logits": Capability.LOGIT_ROWS,
-                "load_base": Capability.PREFIX_REUSE, "score_variant": Capability.PREFIX_REUSE,
-                "streams": Capability.STREAMS, "held_logits": Capability.STREAMS, "embed": Capability.EMBEDDINGS}
+    OPTIONAL = {
+        "logits_rows": Capability.LOGIT_ROWS,
+        "next_logits": Capability.LOGIT_ROWS,
+        "load_base": Capability.PREFIX_REUSE,
+        "score_variant": Capability.PREFIX_REUSE,
+        "streams": Capability.STREAMS,
+        "held_logits": Capability.STREAMS,
+        "embed": Capability.EMBEDDINGS,
+    }
 
     def __init__(self, engine, capabilities=frozenset()):
         self._engine, self.capabilities, self.calls = engine, frozenset(capabilities), []
@@ -34,8 +41,10 @@ class Restricted:
         return {"backend": "restricted test"}
 
 
-NOTE = ("Patient Marisol Quintero-Hale, born 3 May 1970, was seen by Dr. Okafor on 12 March. She was prescribed "
-        "20 mg of lisinopril daily for hypertension and asked to return in six weeks.")
+NOTE = (
+    "Patient Marisol Quintero-Hale, born 3 May 1970, was seen by Dr. Okafor on 12 March. She was prescribed "
+    "20 mg of lisinopril daily for hypertension and asked to return in six weeks."
+)
 
 
 def _example(with_response=None):

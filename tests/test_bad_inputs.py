@@ -6,6 +6,7 @@ line is printed and that no traceback escapes. Cases that need a path root
 cannot write run with the capability that lets root ignore permissions
 dropped (``setpriv``), so they test the same thing as root and as a user.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,7 @@ def ctxlite(args, env=None, unprivileged=False, input=None, timeout=600):
             pytest.skip("running as root without setpriv: cannot make a path unwritable for root")
         drop = "-dac_override,-dac_read_search"
         cmd = [SETPRIV, "--bounding-set", drop, "--inh-caps", drop, *cmd]
-    return subprocess.run(cmd, capture_output=True, env={**os.environ, **(env or {})}, input=input,
-                          timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, env={**os.environ, **(env or {})}, input=input, timeout=timeout)
 
 
 def check_error(r, code: int, message: str):
@@ -76,19 +76,22 @@ def _model_file() -> Path:
 def test_ctxlite_home_is_a_regular_file(tmp_path):
     home = tmp_path / "home"
     home.write_text("not a folder", encoding="utf-8")
-    check_error(ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(home)}), 7,
-                "cannot write the model cache folder")
+    check_error(ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(home)}), 7, "cannot write the model cache folder")
 
 
 def test_ctxlite_home_under_a_read_only_root(read_only_dir):
     home = read_only_dir / "missing" / "home"
-    check_error(ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(home)}, unprivileged=True), 7,
-                "cannot write the model cache folder")
+    check_error(
+        ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(home)}, unprivileged=True),
+        7,
+        "cannot write the model cache folder",
+    )
 
 
 def test_ctxlite_home_read_only_and_empty(read_only_dir):
-    check_error(ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(read_only_dir)}, unprivileged=True), 7,
-                "permission denied")
+    check_error(
+        ctxlite(["models", "pull"], env={"CTXLITE_HOME": str(read_only_dir)}, unprivileged=True), 7, "permission denied"
+    )
 
 
 def test_a_read_only_cache_with_a_valid_unstamped_model_still_works(tmp_path):
@@ -99,8 +102,7 @@ def test_a_read_only_cache_with_a_valid_unstamped_model_still_works(tmp_path):
     os.link(src, models / src.name)
     models.chmod(0o555)
     try:
-        r = ctxlite(["models", "path", "gemma-3-270m"], env={"CTXLITE_HOME": str(tmp_path / "home")},
-                    unprivileged=True)
+        r = ctxlite(["models", "path", "gemma-3-270m"], env={"CTXLITE_HOME": str(tmp_path / "home")}, unprivileged=True)
         assert r.returncode == 0, r.stderr
         assert r.stdout.decode().strip() == str(models / src.name)
         assert "sha256 matches the registry" in r.stderr.decode()
@@ -118,8 +120,10 @@ def test_score_out_that_cannot_be_written(tmp_path, note, kind):
     else:
         (tmp_path / "plain").write_text("x", encoding="utf-8")
         out = tmp_path / "plain" / "log.jsonl"
-    r = ctxlite(["score", "--context", str(note), "-q", "What?", "-r", "Lisinopril.", "--out", str(out)],
-                unprivileged=kind == "read_only_file")
+    r = ctxlite(
+        ["score", "--context", str(note), "-q", "What?", "-r", "Lisinopril.", "--out", str(out)],
+        unprivileged=kind == "read_only_file",
+    )
     check_error(r, 7, "cannot write the result log")
 
 
@@ -131,8 +135,21 @@ def test_score_out_that_is_a_directory(tmp_path, note):
 @pytest.mark.model
 def test_a_finished_read_only_audit_log_is_re_reported(tmp_path):
     out = tmp_path / "audit.jsonl"
-    args = ["audit", "--data", CLASSIFY, "--trials", "6", "--queries-per-trial", "2", "--reference-runs", "1",
-            "--utility-queries", "0", "--out", str(out)]
+    args = [
+        "audit",
+        "--data",
+        CLASSIFY,
+        "--trials",
+        "6",
+        "--queries-per-trial",
+        "2",
+        "--reference-runs",
+        "1",
+        "--utility-queries",
+        "0",
+        "--out",
+        str(out),
+    ]
     first = ctxlite(args)
     assert first.returncode == 0, first.stderr
     out.chmod(0o444)
@@ -158,8 +175,11 @@ def test_lone_surrogate_in_audit_data_is_refused_at_load(tmp_path):
     lines[-1] = json.dumps({**rec, "text": rec["text"] + " \ud83d"})  # json.dumps escapes it as \ud83d
     p = tmp_path / "d.jsonl"
     p.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    check_error(ctxlite(["audit", "--data", str(p), "--trials", "4"]), 4,
-                f"d.jsonl:{len(lines)}: field 'text' holds an unpaired surrogate")
+    check_error(
+        ctxlite(["audit", "--data", str(p), "--trials", "4"]),
+        4,
+        f"d.jsonl:{len(lines)}: field 'text' holds an unpaired surrogate",
+    )
 
 
 @pytest.mark.parametrize("flag", ["-q", "-r"])
@@ -193,17 +213,39 @@ except KeyboardInterrupt:
 print("not interrupted")
 sys.exit(1)
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert r.returncode == 0 and r.stdout.split() == ["interrupted", "True", "True"], (r.stdout, r.stderr)
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("delay", [0.3, 1.0, 2.0])
 def test_ctrl_c_at_any_moment_exits_130(note, delay):
-    proc = subprocess.Popen([sys.executable, "-m", "ctxlite", "score", "--context", str(note), "-q", "What?",
-                             "--ngram", "2", "--stride", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ctxlite",
+            "score",
+            "--context",
+            str(note),
+            "-q",
+            "What?",
+            "--ngram",
+            "2",
+            "--stride",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -223,8 +265,8 @@ def test_context_window_beyond_the_trained_one(note, n_ctx):
 
 @pytest.mark.model
 def test_a_kv_cache_larger_than_free_memory_is_refused(monkeypatch):
-    from ctxlite.runtime import engine as E
     from ctxlite.errors import InvalidParameter
+    from ctxlite.runtime import engine as E
 
     monkeypatch.setattr(E, "_available_memory", lambda: 64 * 2**20)
     with pytest.raises(InvalidParameter, match=r"needs a .* GiB KV cache .* only 0\.1 GiB"):
@@ -239,34 +281,53 @@ def test_a_kv_cache_larger_than_free_memory_is_refused(monkeypatch):
 # options that would have no effect, settings never mislabelled
 
 
-@pytest.mark.parametrize("args, message", [
-    (["-r", "Lisinopril.", "--epsilon", "1"], "--epsilon: no effect, every example has a response"),
-    (["-r", "Lisinopril.", "--seed", "3", "--top-k", "5"], "--top-k, --seed: no effect"),
-    (["-r", "Lisinopril.", "--doc", "--ngram", "4"], "--ngram: no effect with --doc"),
-    (["-r", "Lisinopril.", "--limit", "2"], "--limit: no effect without --data"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-r", "Lisinopril.", "--epsilon", "1"], "--epsilon: no effect, every example has a response"),
+        (["-r", "Lisinopril.", "--seed", "3", "--top-k", "5"], "--top-k, --seed: no effect"),
+        (["-r", "Lisinopril.", "--doc", "--ngram", "4"], "--ngram: no effect with --doc"),
+        (["-r", "Lisinopril.", "--limit", "2"], "--limit: no effect without --data"),
+    ],
+)
 def test_score_options_without_effect(note, args, message):
     check_error(ctxlite(["score", "--context", str(note), "-q", "What?", *args]), 2, message)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--embed-model", "gemma-3-270m"], "--embed-model has no effect here"),
-    (["--clip-norm", "2"], "--clip-norm has no effect here: only esa"),
-    (["--max-new-tokens", "8"], "--max-new-tokens has no effect here"),
-    (["--attack", "injection", "--detector", "count"], "--detector has no effect here"),
-    (["--attack", "injection", "--query-kind", "if-then"], "--query-kind has no effect here"),
-    (["--detector", "count", "--reference-runs", "4"], "--reference-runs has no effect here"),
-    (["--search-template", "--template-index", "1"], "--template-index has no effect here"),
-    (["--query", "if-then", "--query-kind", "if-then"], "give --query-kind only"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--embed-model", "gemma-3-270m"], "--embed-model has no effect here"),
+        (["--clip-norm", "2"], "--clip-norm has no effect here: only esa"),
+        (["--max-new-tokens", "8"], "--max-new-tokens has no effect here"),
+        (["--attack", "injection", "--detector", "count"], "--detector has no effect here"),
+        (["--attack", "injection", "--query-kind", "if-then"], "--query-kind has no effect here"),
+        (["--detector", "count", "--reference-runs", "4"], "--reference-runs has no effect here"),
+        (["--search-template", "--template-index", "1"], "--template-index has no effect here"),
+        (["--query", "if-then", "--query-kind", "if-then"], "give --query-kind only"),
+    ],
+)
 def test_audit_options_without_effect(args, message):
     check_error(ctxlite(["audit", "--data", CLASSIFY, "--trials", "4", *args]), 2, message)
 
 
 @pytest.mark.model
 def test_context_sizes_beyond_the_context_are_refused(note):
-    r = ctxlite(["score", "--context", str(note), "-q", "What?", "-r", "Lisinopril.", "--ngram", "4",
-                 "--context-sizes", "8,500"])
+    r = ctxlite(
+        [
+            "score",
+            "--context",
+            str(note),
+            "-q",
+            "What?",
+            "-r",
+            "Lisinopril.",
+            "--ngram",
+            "4",
+            "--context-sizes",
+            "8,500",
+        ]
+    )
     check_error(r, 4, "fewer than the context size(s) 500")
 
 
@@ -284,8 +345,9 @@ def test_whitespace_only_response_is_refused(tmp_path, note, where):
 @pytest.mark.model
 def test_a_data_file_with_a_utf8_bom_is_accepted(tmp_path):
     p = tmp_path / "d.jsonl"
-    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({"context": NOTE, "query": "What?", "response": "Lisinopril."})
-                  .encode() + b"\n")
+    p.write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"context": NOTE, "query": "What?", "response": "Lisinopril."}).encode() + b"\n"
+    )
     r = ctxlite(["score", "--data", str(p), "--doc"])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["examples"] == 1
@@ -296,8 +358,21 @@ def test_utility_without_held_out_records_says_why(tmp_path):
     rows = Path(CLASSIFY).read_text(encoding="utf-8").splitlines()[:24]
     p = tmp_path / "d.jsonl"
     p.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    r = ctxlite(["audit", "--data", str(p), "--shots", "24", "--trials", "4", "--queries-per-trial", "2",
-                 "--reference-runs", "1"])
+    r = ctxlite(
+        [
+            "audit",
+            "--data",
+            str(p),
+            "--shots",
+            "24",
+            "--trials",
+            "4",
+            "--queries-per-trial",
+            "2",
+            "--reference-runs",
+            "1",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["rows"][0]["utility"] is None
@@ -378,6 +453,10 @@ def _commands():
 def test_every_option_has_help_text():
     import click
 
-    missing = [f"{name} {p.opts[0]}" for name, cmd in _commands() for p in cmd.params
-               if isinstance(p, click.Option) and not p.hidden and not p.help and p.name not in ("help", "version")]
+    missing = [
+        f"{name} {p.opts[0]}"
+        for name, cmd in _commands()
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.hidden and not p.help and p.name not in ("help", "version")
+    ]
     assert missing == []

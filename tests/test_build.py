@@ -6,6 +6,7 @@ that part would compile but be missing from ``lib``. These tests pin the
 extraction, the per-compiler flags and ``ctxlite_strerror``'s coverage of the
 status codes, without compiling anything (the built module is only read).
 """
+
 import re
 import sys
 from pathlib import Path
@@ -52,8 +53,12 @@ def _status_codes() -> dict[str, int]:
 
 def test_header_prototypes_are_found():
     """The regex the other tests rely on sees the kernels (guards against a regex that matches nothing)."""
-    assert {"ctxlite_logprob_gather", "ctxlite_nearest_cosine", "ctxlite_kernels_version",
-            "ctxlite_strerror"} <= _header_functions()
+    assert {
+        "ctxlite_logprob_gather",
+        "ctxlite_nearest_cosine",
+        "ctxlite_kernels_version",
+        "ctxlite_strerror",
+    } <= _header_functions()
 
 
 def test_cdef_text_parses_in_a_fresh_ffi():
@@ -68,8 +73,7 @@ def test_cdef_declares_every_function_the_header_exports(tmp_path):
 
 def test_cdef_check_sees_a_prototype_outside_the_markers(tmp_path):
     """A prototype moved below CDEF END is missing from cdef: the comparison above would fail."""
-    text = HEADER.read_text(encoding="utf-8").replace(
-        "const char *ctxlite_strerror(int status);\n", "")
+    text = HEADER.read_text(encoding="utf-8").replace("const char *ctxlite_strerror(int status);\n", "")
     text = text.replace("/* CDEF END */", "/* CDEF END */\nconst char *ctxlite_strerror(int status);")
     moved = tmp_path / "moved.h"
     moved.write_text(text, encoding="utf-8")

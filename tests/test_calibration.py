@@ -5,11 +5,13 @@ accountant (dp-accounting) against the analytic per-query Gaussian."""
 
 import math
 
+import dp_accounting  # noqa: E402,F401  (a hard dependency: a broken install must fail here, never skip)
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from reference import estimators_reference as ref
+
+from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_epsilon,
@@ -20,10 +22,6 @@ from ctxlite.privacy.calibration import (
     rnm_l2_sensitivity,
     subsampled_gaussian_epsilon,
 )
-from ctxlite.errors import InvalidParameter
-
-import dp_accounting  # noqa: E402,F401  (a hard dependency: a broken install must fail here, never skip)
-
 
 # ---------------------------------------------------------------------------
 # Analytic Gaussian sigma for sensitivity 1 (Balle & Wang 2018): the smallest sigma with
@@ -54,7 +52,9 @@ def test_analytic_sigma_spec_table(epsilon, delta, sigma):
 def test_analytic_sigma_scales_with_sensitivity():
     base = analytic_gaussian_sigma(3.0, 1e-5)
     assert analytic_gaussian_sigma(3.0, 1e-5, sensitivity=math.sqrt(2)) == pytest.approx(math.sqrt(2) * base, rel=1e-12)
-    assert analytic_gaussian_sigma(3.0, 1e-5, sensitivity=esa_l2_sensitivity(0.5, Neighbouring.REPLACE)) == pytest.approx(base, rel=1e-12)
+    assert analytic_gaussian_sigma(
+        3.0, 1e-5, sensitivity=esa_l2_sensitivity(0.5, Neighbouring.REPLACE)
+    ) == pytest.approx(base, rel=1e-12)
 
 
 def test_analytic_sigma_infinite_epsilon_is_zero():
@@ -192,8 +192,9 @@ def test_subsampled_epsilon_uses_the_true_add_remove_sensitivity(epsilon, q, T, 
     assert accounted == pytest.approx(new, abs=5e-3)
     assert subsampled_gaussian_epsilon(sigma, 1.0, q, T, delta) == pytest.approx(old, abs=5e-3)
     esa_sigma = analytic_gaussian_sigma(epsilon, delta, esa_l2_sensitivity(0.5, Neighbouring.REPLACE))
-    assert subsampled_gaussian_epsilon(esa_sigma, esa_l2_sensitivity(0.5, Neighbouring.ADD_REMOVE), q, T,
-                                       delta) == pytest.approx(new, abs=5e-3)
+    assert subsampled_gaussian_epsilon(
+        esa_sigma, esa_l2_sensitivity(0.5, Neighbouring.ADD_REMOVE), q, T, delta
+    ) == pytest.approx(new, abs=5e-3)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
 """`ctxlite score` end to end on the default model, bad inputs and resumption."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,10 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 
-NOTE = ("Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971, MRN 5521-8830, 42 Alder Row, Ketterby. "
-        "Prescribed lisinopril 10 mg daily for hypertension; follow up in four weeks.")
+NOTE = (
+    "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971, MRN 5521-8830, 42 Alder Row, Ketterby. "
+    "Prescribed lisinopril 10 mg daily for hypertension; follow up in four weeks."
+)
 
 
 def _run(args, input=None):
@@ -37,23 +40,51 @@ def data(tmp_path, score_examples):
 
 @pytest.mark.model
 def test_score_one_example(note):
-    r = _run(["score", "--context", str(note), "-q", "What was prescribed?", "-r", "Lisinopril 10 mg daily.",
-              "--ngram", "8", "--lam", "0.5,1"])
+    r = _run(
+        [
+            "score",
+            "--context",
+            str(note),
+            "-q",
+            "What was prescribed?",
+            "-r",
+            "Lisinopril 10 mg daily.",
+            "--ngram",
+            "8",
+            "--lam",
+            "0.5,1",
+        ]
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     res = out["result"]["results"]
     assert [x["lam"] for x in res] == [0.5, 1.0]
     assert res[1]["document_influence"] > res[0]["document_influence"] > 0
     top = res[1]["top_spans"][0]
-    assert top["text"] == NOTE[top["char_start"]:top["char_end"]]
+    assert top["text"] == NOTE[top["char_start"] : top["char_end"]]
     assert out["run"]["engine"]["sha256"].startswith("a5fd3b62")
     assert {"noise_floor", "regurgitation", "token_pmi", "ngrams"} <= set(res[0])
 
 
 @pytest.mark.model
 def test_score_generates_with_cid_from_stdin():
-    r = _run(["score", "--context", "-", "-q", "What was prescribed?", "--doc", "--max-new-tokens", "8",
-              "--min-new-tokens", "2", "--seed", "7"], input=NOTE)
+    r = _run(
+        [
+            "score",
+            "--context",
+            "-",
+            "-q",
+            "What was prescribed?",
+            "--doc",
+            "--max-new-tokens",
+            "8",
+            "--min-new-tokens",
+            "2",
+            "--seed",
+            "7",
+        ],
+        input=NOTE,
+    )
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)["result"]["results"][0]
     assert res["generated"] and 2 <= len(res["response_ids"]) <= 8 and res["generation"]["seed"] == 7
@@ -66,8 +97,13 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     cmd = [sys.executable, "-m", "ctxlite", "score", "--data", str(data), "--out", str(out), "--ngram", "32"]
     # a shell that runs the suite in the background starts it with SIGINT ignored, and the child
     # would inherit that: restore the default so Python installs its KeyboardInterrupt handler
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 2):
         time.sleep(0.2)
@@ -83,18 +119,21 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     assert len(scored_again) == 3 - len(kept)
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert lines[0]["type"] == "score-run" and len({l["key"] for l in lines[1:]}) == 3 == len(lines) - 1
-    assert [l["result"] for l in lines[1:len(kept) + 1]] == [k["result"] for k in kept]
+    assert [l["result"] for l in lines[1 : len(kept) + 1]] == [k["result"] for k in kept]
     summary = json.loads(r.stdout)["summary"]["1.0"]
     assert summary["examples"] == 3 and summary["document_influence"]["ci"][0] <= summary["document_influence"]["mean"]
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--lam", "-0.5"], 2, "must be >= 0"),
-    (["--epsilon", "0"], 2, "epsilon"),
-    (["--temperature", "0"], 2, "temperature"),
-    (["--stride", "9", "--ngram", "8"], 2, "stride"),
-    (["--context-sizes", "32.5"], 2, "whole number"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--lam", "-0.5"], 2, "must be >= 0"),
+        (["--epsilon", "0"], 2, "epsilon"),
+        (["--temperature", "0"], 2, "temperature"),
+        (["--stride", "9", "--ngram", "8"], 2, "stride"),
+        (["--context-sizes", "32.5"], 2, "whole number"),
+    ],
+)
 def test_bad_parameters_exit_2(note, args, code, message):
     r = _run(["score", "--context", str(note), "-q", "x"] + args)
     assert r.exit_code == code and message in r.output.lower() + r.stderr.lower()
@@ -104,13 +143,16 @@ def _err(r):
     return r.stderr if hasattr(r, "stderr") else r.output
 
 
-@pytest.mark.parametrize("content, code, message", [
-    (b"", 4, "no records"),
-    (b'{"context": "fine", "query": "q"}\n{"context": oops}\n', 4, ":2: malformed json"),
-    (b'{"query": "no context"}\n', 4, ":1: field 'context' is missing"),
-    (b'{"context": "caf\xe9"}\n', 4, "not utf-8"),
-    (b'{"context": "   ", "query": "q"}\n', 4, "missing or empty"),
-])
+@pytest.mark.parametrize(
+    "content, code, message",
+    [
+        (b"", 4, "no records"),
+        (b'{"context": "fine", "query": "q"}\n{"context": oops}\n', 4, ":2: malformed json"),
+        (b'{"query": "no context"}\n', 4, ":1: field 'context' is missing"),
+        (b'{"context": "caf\xe9"}\n', 4, "not utf-8"),
+        (b'{"context": "   ", "query": "q"}\n', 4, "missing or empty"),
+    ],
+)
 def test_bad_data_exit_4_with_line_numbers(tmp_path, content, code, message):
     p = tmp_path / "bad.jsonl"
     p.write_bytes(content)

@@ -1,5 +1,6 @@
 """ContinuationTree on the real default model: draws fit the model's own probabilities
 (chi-square, tail draws included), nodes are decoded once, runs are deterministic."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_two_token_paths_match_the_model_and_nodes_are_decoded_once(engine):
     probs = {}
     for path, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:6]:
         p1 = _softmax(engine.next_logits(toks + [path[0]]))
-        second = (p1[list(eog)].sum() if len(path) == 1 else p1[path[1]])
+        second = p1[list(eog)].sum() if len(path) == 1 else p1[path[1]]
         probs[path] = float(p0[path[0]] * second)
     assert _fit(counts, probs, n) > 1e-3
 

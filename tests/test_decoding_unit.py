@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from ctxlite.errors import InvalidParameter
 from ctxlite.influence.cid import bounded_lambda, check_epsilon, check_lambda, cid_logprobs, mixed_logits
 from ctxlite.runtime.sampling import SamplingSettings, sample_token
-from ctxlite.errors import InvalidParameter
 
 FAST = settings(max_examples=80, deadline=None)
 
@@ -70,7 +70,7 @@ def used_distribution(logp, s):
     """The exact {token: probability} sample_token draws from (via RecordingRng)."""
     rec = RecordingRng(0)
     sample_token(logp, s, rec)
-    (n, p), = rec.calls
+    ((n, p),) = rec.calls
     tokens = [sample_token(logp, s, RecordingRng(i)) for i in range(n)]
     assert len(set(tokens)) == n
     out = {}
@@ -313,10 +313,17 @@ def test_sampling_is_reproducible_with_the_seed():
 @pytest.mark.parametrize(
     "kw",
     [
-        {"temperature": 0.0}, {"temperature": -1.0}, {"temperature": float("nan")},
+        {"temperature": 0.0},
+        {"temperature": -1.0},
+        {"temperature": float("nan")},
         {"top_k": -1},
-        {"top_p": 0.0}, {"top_p": -0.2}, {"top_p": 1.01}, {"top_p": float("nan")},
-        {"min_new_tokens": 20, "max_new_tokens": 10}, {"min_new_tokens": -1}, {"min_new_tokens": 0, "max_new_tokens": 0},
+        {"top_p": 0.0},
+        {"top_p": -0.2},
+        {"top_p": 1.01},
+        {"top_p": float("nan")},
+        {"min_new_tokens": 20, "max_new_tokens": 10},
+        {"min_new_tokens": -1},
+        {"min_new_tokens": 0, "max_new_tokens": 0},
     ],
 )
 def test_sampling_settings_reject_bad_values(kw):

@@ -6,6 +6,7 @@ files (``note.txt``, ``private.jsonl``, ...) become real files, and sizes are
 cut (fewer trials, queries and examples) so the suite stays fast. A broken
 documented command therefore fails here, whatever its size.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ pytestmark = pytest.mark.model
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
 DATA = REPO / "ctxlite" / "data"
-NOTE = ("Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily for "
-        "hypertension; follow up in four weeks.")
+NOTE = (
+    "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily for "
+    "hypertension; follow up in four weeks."
+)
 PLACEHOLDERS = {
     "examples.jsonl": DATA / "score_sample.jsonl",
     "private.jsonl": DATA / "classify_sample.jsonl",

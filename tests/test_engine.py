@@ -1,12 +1,13 @@
 """Engine on the real default model: teacher forcing, prefix reuse vs exact, streams, errors."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ctxlite.runtime import kernels
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
+from ctxlite.runtime import kernels
 
 pytestmark = pytest.mark.model
 

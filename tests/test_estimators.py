@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import estimators_reference as ref
 from scipy import stats
 
-from reference import estimators_reference as ref
-from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.errors import InvalidParameter
+from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.privacy.estimators import (
     Bonferroni,
     CanaryScoreAuditor,
@@ -271,18 +271,20 @@ def test_bound_monotone_in_counts(c, alpha, delta):
 @given(counts, alphas, deltas)
 def test_bound_below_point_estimate(c, alpha, delta):
     tp, n_in, fp, n_out = c
-    assert clopper_pearson_epsilon(tp, n_in, fp, n_out, alpha, delta) <= point_epsilon(
-        tp / n_in, fp / n_out, delta
-    ) + 1e-12
+    assert (
+        clopper_pearson_epsilon(tp, n_in, fp, n_out, alpha, delta)
+        <= point_epsilon(tp / n_in, fp / n_out, delta) + 1e-12
+    )
 
 
 @FAST
 @given(counts, alphas)
 def test_bound_shrinks_with_confidence(c, alpha):
     tp, n_in, fp, n_out = c
-    assert clopper_pearson_epsilon(tp, n_in, fp, n_out, alpha / 10) <= clopper_pearson_epsilon(
-        tp, n_in, fp, n_out, alpha
-    ) + 1e-12
+    assert (
+        clopper_pearson_epsilon(tp, n_in, fp, n_out, alpha / 10)
+        <= clopper_pearson_epsilon(tp, n_in, fp, n_out, alpha) + 1e-12
+    )
 
 
 @FAST
@@ -322,7 +324,9 @@ def test_all_selections_nonnegative_and_below_point(ins, outs, alpha, delta, fra
         assert res.epsilon >= 0.0
         assert res.selection == sel
         # the bound never exceeds the plug-in estimate of its own counts
-        assert res.epsilon <= point_epsilon(res.true_positives / res.n_in, res.false_positives / res.n_out, delta) + 1e-12
+        assert (
+            res.epsilon <= point_epsilon(res.true_positives / res.n_in, res.false_positives / res.n_out, delta) + 1e-12
+        )
     split = auditor.epsilon_clopper_pearson(alpha=alpha, delta=delta, selection=Split(fraction, seed))
     assert split.n_in < len(ins) and split.n_out < len(outs)
     assert auditor.epsilon_gdp(0.01) >= 0.0

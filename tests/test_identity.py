@@ -1,5 +1,6 @@
 """Run identity: a logged result is reused only for the exact input, model and settings
 that produced it (real model, through the CLI as a user runs it)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ PEOPLE = ["Dana Whitcombe", "Ravi Okafor", "Lena Marsh", "Tomas Quill", "Ines Du
 
 def _rows(k, start=0):
     """Short examples (a few dozen tokens each) so that every run below costs seconds."""
-    return [{"id": f"p{i}", "context": f"{PEOPLE[i]} takes lisinopril {10 + i} mg daily; review in {i + 2} weeks.",
-             "query": "What is prescribed?", "response": f"Lisinopril {10 + i} mg."} for i in range(start, start + k)]
+    return [
+        {
+            "id": f"p{i}",
+            "context": f"{PEOPLE[i]} takes lisinopril {10 + i} mg daily; review in {i + 2} weeks.",
+            "query": "What is prescribed?",
+            "response": f"Lisinopril {10 + i} mg.",
+        }
+        for i in range(start, start + k)
+    ]
 
 
 def _write(path, rows):
@@ -83,7 +91,7 @@ def test_editing_one_character_recomputes_exactly_that_example(tmp_path):
     key = rows[1]["id"]
     ctx = rows[1]["context"]
     i = ctx.index(" ") + 1
-    rows[1]["context"] = ctx[:i] + ("X" if ctx[i] != "X" else "Y") + ctx[i + 1:]
+    rows[1]["context"] = ctx[:i] + ("X" if ctx[i] != "X" else "Y") + ctx[i + 1 :]
     _write(data, rows)
     edited = _run(SCORE + ["--data", str(data), "--out", str(log)])
     assert edited.exit_code == 0, edited.output
@@ -102,16 +110,38 @@ def test_score_log_with_other_settings_or_model_settings_is_refused(tmp_path):
     assert ident["model"]["sha256"].startswith("a5fd3b62") and ident["software"]["ctxlite"]
     assert ident["software"]["llama_cpp_python"] and "{context}" in ident["template"]
     assert ident["engine"]["n_batch"] == 512 and "n_threads" not in ident["engine"]
-    for extra, named in [(["--lam", "0.5"], "settings.lambdas"), (["-b", "256"], "engine.n_batch"),
-                         (["--template", "notes"], "template"), (["-c", "1024"], "engine.n_ctx")]:
+    for extra, named in [
+        (["--lam", "0.5"], "settings.lambdas"),
+        (["-b", "256"], "engine.n_batch"),
+        (["--template", "notes"], "template"),
+        (["-c", "1024"], "engine.n_ctx"),
+    ]:
         r = _run(SCORE + ["--data", str(data), "--out", str(log)] + extra)
         assert r.exit_code == 4, (extra, r.output)
         assert named in r.stderr and "different run" in r.stderr
 
 
 def _audit(data, out, *extra):
-    return _run(["audit", "--data", str(data), "--mechanism", "none", "--trials", "8", "--queries-per-trial", "4",
-                 "--reference-runs", "2", "--utility-queries", "0", "--out", str(out), *extra])
+    return _run(
+        [
+            "audit",
+            "--data",
+            str(data),
+            "--mechanism",
+            "none",
+            "--trials",
+            "8",
+            "--queries-per-trial",
+            "4",
+            "--reference-runs",
+            "2",
+            "--utility-queries",
+            "0",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def test_audit_resume_on_another_data_file_is_refused(tmp_path):
@@ -130,7 +160,9 @@ def test_audit_resume_on_another_data_file_is_refused(tmp_path):
     r = _audit(a, log, "--resume", "--canary", "semantic")
     assert r.exit_code == 4 and "settings.canary" in r.stderr
     ok = _audit(a, log, "--resume")  # the same audit resumes (and re-reports without running a trial)
-    assert ok.exit_code == 0 and json.loads(ok.stdout)["rows"][0]["n_in"] + json.loads(ok.stdout)["rows"][0]["n_out"] == 8
+    assert (
+        ok.exit_code == 0 and json.loads(ok.stdout)["rows"][0]["n_in"] + json.loads(ok.stdout)["rows"][0]["n_out"] == 8
+    )
 
 
 def test_audit_trial_of_another_canary_is_refused(tmp_path, engine):

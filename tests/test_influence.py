@@ -1,13 +1,14 @@
 """Context influence on the real default model: the exact PMI identities (the closed form of
 Flemings et al.'s Theorem 3.1, derived in docs/design.md#the-estimator), regressions for the
 reference code's defects, and the trends the paper reports."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.runtime.sampling import SamplingSettings
 
 pytestmark = pytest.mark.model
 
@@ -37,7 +38,9 @@ def logits(engine, with_response):
         "D": engine.logits_rows(enc.with_context + y, len(enc.with_context)).astype(np.float64),
         "empty": engine.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64),
         "Di": engine.logits_rows(ablated + y, len(ablated)).astype(np.float64),
-        "scorer": scorer, "example": _example(with_response[0]), "p": p,
+        "scorer": scorer,
+        "example": _example(with_response[0]),
+        "p": p,
     }
 
 
@@ -101,14 +104,22 @@ def test_scorer_matches_the_identities(engine, logits):
 
 
 def test_lambda_zero_gives_zero_influence(engine, with_response):
-    r = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.0,), ngram=16)).score(_example(with_response[1])).results[0]
+    r = (
+        InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.0,), ngram=16))
+        .score(_example(with_response[1]))
+        .results[0]
+    )
     assert all(g.influence == 0.0 for g in r.ngrams)
     assert max(r.token_influence) < 1e-6 and r.document_influence < 1e-5
     assert all(s == 0.0 for s in r.noise_floor.sums)
 
 
 def test_lambda_one_document_level_is_abs_pmi(engine, with_response):
-    r = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(1.0,), ngram=None)).score(_example(with_response[1])).results[0]
+    r = (
+        InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(1.0,), ngram=None))
+        .score(_example(with_response[1]))
+        .results[0]
+    )
     np.testing.assert_allclose(r.token_influence, np.abs(r.token_pmi), atol=1e-12)
     assert r.document_influence > 1.0
 
@@ -118,8 +129,9 @@ def test_banned_eos_scores_y_t_itself(engine, score_examples):
     masking EOS before min_new_tokens must not shift the scored index (its
     post_calc_influence scored y_t + 1 after nonzero())."""
     d = score_examples[0]
-    settings = InfluenceSettings(lambdas=(1.0,), ngram=None,
-                                 sampling=SamplingSettings(min_new_tokens=12, max_new_tokens=16, seed=3))
+    settings = InfluenceSettings(
+        lambdas=(1.0,), ngram=None, sampling=SamplingSettings(min_new_tokens=12, max_new_tokens=16, seed=3)
+    )
     scorer = InfluenceScorer(engine, "qa", settings)
     ex = Example(d["context"], d["query"], id=d["id"])
     r = scorer.score(ex).results[0]
@@ -139,8 +151,9 @@ def test_banned_eos_scores_y_t_itself(engine, score_examples):
 def test_epsilon_bounded_generation_respects_epsilon(engine, score_examples):
     d = score_examples[2]
     eps = 2.0
-    settings = InfluenceSettings(lambdas=(1.5,), ngram=None, epsilon=eps,
-                                 sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1))
+    settings = InfluenceSettings(
+        lambdas=(1.5,), ngram=None, epsilon=eps, sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1)
+    )
     r = InfluenceScorer(engine, "qa", settings).score(_example({**d, "response": None})).results[0]
     assert max(r.generation["realised_epsilon"]) <= eps + 1e-9
     assert max(r.token_influence) <= eps + 1e-3  # per-token document-level bound (after Flemings et al., Theorem B.1)
@@ -179,8 +192,14 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
     d = score_examples[4]
     context = d["context"][: d["context"].index(". ", 150) + 1]  # the first sentences: ~40 tokens, 5-6 n-grams
     lam, n, min_new = 1.5, 8, 6
-    settings = InfluenceSettings(lambdas=(lam,), ngram=n, epsilon=epsilon, exact=True, null_ablations=0,
-                                 sampling=SamplingSettings(min_new_tokens=min_new, max_new_tokens=12, seed=5))
+    settings = InfluenceSettings(
+        lambdas=(lam,),
+        ngram=n,
+        epsilon=epsilon,
+        exact=True,
+        null_ablations=0,
+        sampling=SamplingSettings(min_new_tokens=min_new, max_new_tokens=12, seed=5),
+    )
     scorer = InfluenceScorer(engine, "qa", settings)
     ex = Example(context, d["query"], id=d["id"])
     r = scorer.score(ex).results[0]
@@ -212,7 +231,7 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
     assert [g.start for g in r.ngrams] == list(range(0, len(ctx) - n + 1, n)) + ([len(ctx) - n] if len(ctx) % n else [])
     for g in r.ngrams:
         c = g.start
-        lDi = rows(enc.prefix + ctx[:c] + ctx[c + n:] + enc.suffix)
+        lDi = rows(enc.prefix + ctx[:c] + ctx[c + n :] + enc.suffix)
         want = np.abs(base - _mixed_rows(lDi, l0, lams, ban, eog)[t, y])
         np.testing.assert_allclose(g.per_token, want, atol=5e-4)
         assert g.influence == pytest.approx(float(np.sum(g.per_token)))

@@ -1,12 +1,13 @@
 """C kernels vs. their slow float64 references (tests/reference/kernels_reference.py), plus error paths."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-from ctxlite.runtime import kernels
 from reference import kernels_reference as ref
+
 from ctxlite.errors import InvalidParameter
+from ctxlite.runtime import kernels
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ATOL, RTOL = 1e-4, 1e-6  # float32 logits vs. a float64 reference
@@ -96,7 +97,9 @@ def test_logprob_gather_accepts_other_float_dtypes_and_views():
     x64 = rng.standard_normal((3, 100))
     want = ref.logprob_gather(x64, [0, 1, 2])
     assert_close(kernels.logprob_gather(x64, [0, 1, 2]), want)
-    assert_close(kernels.logprob_gather(x64.astype(np.float16), [0, 1, 2]), ref.logprob_gather(x64.astype(np.float16), [0, 1, 2]))
+    assert_close(
+        kernels.logprob_gather(x64.astype(np.float16), [0, 1, 2]), ref.logprob_gather(x64.astype(np.float16), [0, 1, 2])
+    )
     wide = np.zeros((3, 200), np.float32)
     wide[:, ::2] = x64
     assert_close(kernels.logprob_gather(wide[:, ::2], [0, 1, 2]), want)  # non-contiguous view
@@ -174,9 +177,7 @@ def test_logprob_gather_rejects_rows_with_no_allowed_finite_logit():
 @given(logits_case(two_sided=True), st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 3.0)), st.booleans())
 def test_mixed_logprob_matches_reference(case, lam, want_pmi):
     a, b, targets, T, banned, ban_rows = case
-    z_rows_ok = all(
-        np.isfinite(ref._mix(a[r].astype(float), b[r].astype(float), lam)).any() for r in range(a.shape[0])
-    )
+    z_rows_ok = all(np.isfinite(ref._mix(a[r].astype(float), b[r].astype(float), lam)).any() for r in range(a.shape[0]))
     assume(z_rows_ok)
     if banned is not None:  # every row must keep a finite mixed logit among allowed tokens
         mask = ref._ban_mask(a.shape[1], a.shape[0], banned, ban_rows)
@@ -220,8 +221,8 @@ def test_pmi_identities_of_spec_1_5(case, eps):
         lam = min(3.0, eps / (2 * r.max_abs_pmi[row])) if r.max_abs_pmi[row] > 0 else 3.0
         ys = np.arange(a.shape[1])
         n = len(ys)
-        mixed = kernels.mixed_logprob(np.repeat(a[row:row + 1], n, 0), np.repeat(b[row:row + 1], n, 0), ys, lam, T)
-        plain = kernels.logprob_gather(np.repeat(b[row:row + 1], n, 0), ys, T)
+        mixed = kernels.mixed_logprob(np.repeat(a[row : row + 1], n, 0), np.repeat(b[row : row + 1], n, 0), ys, lam, T)
+        plain = kernels.logprob_gather(np.repeat(b[row : row + 1], n, 0), ys, T)
         assert np.max(np.abs(mixed.logprob - plain)) <= eps + 1e-5
 
 
@@ -259,8 +260,13 @@ def test_mixed_logprob_full_gemma_width_row():
     ],
 )
 def test_mixed_logprob_rejects_bad_parameters(change, match):
-    args = dict(with_context=np.zeros((2, 5), np.float32), without_context=np.zeros((2, 5), np.float32),
-                targets=[0, 1], lam=0.5, temperature=1.0)
+    args = dict(
+        with_context=np.zeros((2, 5), np.float32),
+        without_context=np.zeros((2, 5), np.float32),
+        targets=[0, 1],
+        lam=0.5,
+        temperature=1.0,
+    )
     args.update(change)
     with pytest.raises(InvalidParameter, match=match):
         kernels.mixed_logprob(**args)
@@ -372,8 +378,12 @@ def test_block_size_matches_the_c_source():
 @st.composite
 def multiblock_case(draw, two_sided=False):
     n_blocks = draw(st.integers(2, 6))
-    V = draw(st.one_of(st.sampled_from([n_blocks * BLOCK, n_blocks * BLOCK - 1, (n_blocks - 1) * BLOCK + 1]),
-                       st.integers((n_blocks - 1) * BLOCK + 1, n_blocks * BLOCK)))
+    V = draw(
+        st.one_of(
+            st.sampled_from([n_blocks * BLOCK, n_blocks * BLOCK - 1, (n_blocks - 1) * BLOCK + 1]),
+            st.integers((n_blocks - 1) * BLOCK + 1, n_blocks * BLOCK),
+        )
+    )
     n_rows = draw(st.integers(1, 3))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     flat = draw(st.booleans())  # comparable mass in every piece (the sampler walks past several)
@@ -386,10 +396,10 @@ def multiblock_case(draw, two_sided=False):
         for r in range(n_rows):
             offsets = rng.permutation(n_blocks) * step  # the largest piece may come first, last or between
             for k in range(n_blocks):
-                x[r, k * BLOCK:(k + 1) * BLOCK] += offsets[k]
+                x[r, k * BLOCK : (k + 1) * BLOCK] += offsets[k]
             if dead_blocks:
                 k = rng.integers(n_blocks)
-                x[r, k * BLOCK:(k + 1) * BLOCK] = -np.inf
+                x[r, k * BLOCK : (k + 1) * BLOCK] = -np.inf
         return x.astype(np.float32)
 
     a = rows()
@@ -397,8 +407,9 @@ def multiblock_case(draw, two_sided=False):
     banned = None
     if draw(st.booleans()):
         near = [k * BLOCK + d for k in range(1, n_blocks) for d in (-1, 0, 1)]
-        banned = np.unique(np.concatenate([rng.choice(near, size=min(len(near), 4), replace=False),
-                                           rng.integers(0, V, size=3)]))
+        banned = np.unique(
+            np.concatenate([rng.choice(near, size=min(len(near), 4), replace=False), rng.integers(0, V, size=3)])
+        )
         banned = banned[banned < V]
     ban_rows = None if banned is None or draw(st.booleans()) else rng.random(n_rows) < 0.5
     for r in range(n_rows):  # a finite allowed logit on each side of every row
@@ -422,8 +433,9 @@ MULTI = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCh
 def test_logprob_gather_matches_reference_across_blocks(case):
     a, _, targets, T, banned, ban_rows = case
     assert a.shape[1] > BLOCK
-    assert_close(kernels.logprob_gather(a, targets, T, banned, ban_rows),
-                 ref.logprob_gather(a, targets, T, banned, ban_rows))
+    assert_close(
+        kernels.logprob_gather(a, targets, T, banned, ban_rows), ref.logprob_gather(a, targets, T, banned, ban_rows)
+    )
 
 
 @MULTI
@@ -466,20 +478,27 @@ def test_logsumexp_rescales_when_a_later_piece_is_larger():
     """Piece 0 at 0, piece 2 at +40, piece 3 at -40: exact log-probs in closed form."""
     V = 4 * BLOCK
     x = np.zeros(V, np.float32)
-    x[2 * BLOCK:3 * BLOCK] = 40.0
-    x[3 * BLOCK:] = -40.0
+    x[2 * BLOCK : 3 * BLOCK] = 40.0
+    x[3 * BLOCK :] = -40.0
     big = np.log(BLOCK) + np.log1p(2 * np.exp(-40.0) + np.exp(-80.0))  # log Z - 40
     want = np.array([0.0 - 40.0, 40.0 - 40.0, -40.0 - 40.0]) - big
     got = kernels.logprob_gather(np.repeat(x[None], 3, 0), [5, 2 * BLOCK + 7, V - 1])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
-    mixed = kernels.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1],
-                                  1.0, 1.0)
+    mixed = kernels.mixed_logprob(
+        np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1], 1.0, 1.0
+    )
     np.testing.assert_allclose(mixed.logprob, want, rtol=1e-9, atol=1e-6)
-    half = kernels.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1],
-                                 0.5, 1.0)
-    np.testing.assert_allclose(half.logprob, ref.mixed_logprob(np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32),
-                                                              [5, 2 * BLOCK + 7, V - 1], 0.5, 1.0).logprob,
-                               rtol=1e-9, atol=1e-6)
+    half = kernels.mixed_logprob(
+        np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1], 0.5, 1.0
+    )
+    np.testing.assert_allclose(
+        half.logprob,
+        ref.mixed_logprob(
+            np.repeat(x[None], 3, 0), np.zeros((3, V), np.float32), [5, 2 * BLOCK + 7, V - 1], 0.5, 1.0
+        ).logprob,
+        rtol=1e-9,
+        atol=1e-6,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -597,34 +616,78 @@ _Z = np.zeros((2, 5), np.float32)
 @pytest.mark.parametrize(
     "call, function, code, bad_value",
     [
-        (lambda: kernels.logprob_gather(np.where(np.eye(2, 5, 3) > 0, np.nan, 0).astype(np.float32), [0, 0]),
-         "logprob_gather", "NONFINITE", "logits[0, 3] = nan"),
+        (
+            lambda: kernels.logprob_gather(np.where(np.eye(2, 5, 3) > 0, np.nan, 0).astype(np.float32), [0, 0]),
+            "logprob_gather",
+            "NONFINITE",
+            "logits[0, 3] = nan",
+        ),
         (lambda: kernels.logprob_gather(_Z, [0, 5]), "logprob_gather", "BAD_INDEX", "targets[1] = 5, not in [0, 5)"),
         (lambda: kernels.logprob_gather(_Z, [0, 1], 0.0), "logprob_gather", "BAD_TEMPERATURE", "temperature = 0.0"),
-        (lambda: kernels.logprob_gather(_Z, [0, 1], banned_ids=[7]), "logprob_gather", "BAD_BANNED",
-         "banned_ids contains 7 (V = 5)"),
-        (lambda: kernels.logprob_gather(np.array([[0.0], [-np.inf]], np.float32), [0, 0]), "logprob_gather",
-         "EMPTY_ROW", "row 1"),
+        (
+            lambda: kernels.logprob_gather(_Z, [0, 1], banned_ids=[7]),
+            "logprob_gather",
+            "BAD_BANNED",
+            "banned_ids contains 7 (V = 5)",
+        ),
+        (
+            lambda: kernels.logprob_gather(np.array([[0.0], [-np.inf]], np.float32), [0, 0]),
+            "logprob_gather",
+            "EMPTY_ROW",
+            "row 1",
+        ),
         (lambda: kernels.mixed_logprob(_Z, _Z, [0, 1], float("nan")), "mixed_logprob", "BAD_LAMBDA", "lam = nan"),
-        (lambda: kernels.mixed_logprob(_Z, np.where(np.eye(2, 5, 1) > 0, np.inf, 0).astype(np.float32), [0, 1], 0.5),
-         "mixed_logprob", "NONFINITE", "without_context[0, 1] = inf"),
+        (
+            lambda: kernels.mixed_logprob(_Z, np.where(np.eye(2, 5, 1) > 0, np.inf, 0).astype(np.float32), [0, 1], 0.5),
+            "mixed_logprob",
+            "NONFINITE",
+            "without_context[0, 1] = inf",
+        ),
         (lambda: kernels.sample_rows(_Z, [0.5, 1.5], 1.0, 30.0), "sample_rows", "BAD_UNIFORM", "uniforms[1] = 1.5"),
         (lambda: kernels.sample_rows(_Z, [0.5, 0.5], 1.0, float("nan")), "sample_rows", "BAD_WINDOW", "window = nan"),
-        (lambda: kernels.sample_rows(_Z, [0.5, 0.5], float("inf"), 30.0), "sample_rows", "BAD_TEMPERATURE",
-         "temperature = inf"),
-        (lambda: kernels.noisy_histogram([1, 4], 3, [0.0] * 3), "noisy_histogram", "BAD_INDEX",
-         "votes[1] = 4, not in [0, 3)"),
-        (lambda: kernels.noisy_histogram([1], 3, [0.0, 0.0, -np.inf]), "noisy_histogram", "NONFINITE",
-         "noise[2] = -inf"),
-        (lambda: kernels.embed_aggregate([[1.0, 2.0], [3.0, np.nan]], 1.0, [0.0, 0.0]), "embed_aggregate",
-         "NONFINITE", "embeddings[1, 1] = nan"),
-        (lambda: kernels.embed_aggregate([[1.0, 2.0]], 1.0, [0.0, -np.inf]), "embed_aggregate", "NONFINITE",
-         "noise[1] = -inf"),
-        (lambda: kernels.embed_aggregate([[1.0, 2.0]], np.inf, [0.0, 0.0]), "embed_aggregate", "BAD_CLIP",
-         "clip_norm = inf"),
+        (
+            lambda: kernels.sample_rows(_Z, [0.5, 0.5], float("inf"), 30.0),
+            "sample_rows",
+            "BAD_TEMPERATURE",
+            "temperature = inf",
+        ),
+        (
+            lambda: kernels.noisy_histogram([1, 4], 3, [0.0] * 3),
+            "noisy_histogram",
+            "BAD_INDEX",
+            "votes[1] = 4, not in [0, 3)",
+        ),
+        (
+            lambda: kernels.noisy_histogram([1], 3, [0.0, 0.0, -np.inf]),
+            "noisy_histogram",
+            "NONFINITE",
+            "noise[2] = -inf",
+        ),
+        (
+            lambda: kernels.embed_aggregate([[1.0, 2.0], [3.0, np.nan]], 1.0, [0.0, 0.0]),
+            "embed_aggregate",
+            "NONFINITE",
+            "embeddings[1, 1] = nan",
+        ),
+        (
+            lambda: kernels.embed_aggregate([[1.0, 2.0]], 1.0, [0.0, -np.inf]),
+            "embed_aggregate",
+            "NONFINITE",
+            "noise[1] = -inf",
+        ),
+        (
+            lambda: kernels.embed_aggregate([[1.0, 2.0]], np.inf, [0.0, 0.0]),
+            "embed_aggregate",
+            "BAD_CLIP",
+            "clip_norm = inf",
+        ),
         (lambda: kernels.nearest_cosine([np.inf, 0.0], [[1.0, 0.0]]), "nearest_cosine", "NONFINITE", "query[0] = inf"),
-        (lambda: kernels.nearest_cosine([1.0, 0.0], [[1.0, 0.0], [0.0, -np.inf]]), "nearest_cosine", "NONFINITE",
-         "candidates[1, 1] = -inf"),
+        (
+            lambda: kernels.nearest_cosine([1.0, 0.0], [[1.0, 0.0], [0.0, -np.inf]]),
+            "nearest_cosine",
+            "NONFINITE",
+            "candidates[1, 1] = -inf",
+        ),
     ],
 )
 def test_error_message_is_function_bad_value_and_the_c_reason(call, function, code, bad_value):

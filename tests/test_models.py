@@ -1,4 +1,5 @@
 """Model registry, offline provisioning and the checks that keep llama.cpp from aborting."""
+
 from __future__ import annotations
 
 import shutil
@@ -6,9 +7,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from ctxlite.runtime import models
 from ctxlite.cli import main
 from ctxlite.errors import ModelError
+from ctxlite.runtime import models
 
 
 def test_registry_has_the_default_model():

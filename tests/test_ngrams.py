@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.influence.scorer import Example, InfluenceSettings, ngram_starts
+from ctxlite.runtime.sampling import SamplingSettings
 
 FAST = settings(max_examples=200, deadline=None)
 
@@ -125,8 +125,9 @@ def test_influence_settings_reject_bad_values(kw):
 
 
 def test_influence_settings_accept_edge_values():
-    s = InfluenceSettings(lambdas=(0.0,), epsilon=1e-6, ngram=1, stride=1, null_ablations=0,
-                          sampling=SamplingSettings(top_p=0.5))
+    s = InfluenceSettings(
+        lambdas=(0.0,), epsilon=1e-6, ngram=1, stride=1, null_ablations=0, sampling=SamplingSettings(top_p=0.5)
+    )
     assert s.epsilon == 1e-6 and s.window_stride == 1
 
 
@@ -190,7 +191,7 @@ def test_ngram_spans_are_the_removed_tokens(engine, with_response, which, n, str
         if "\ufffd" in before + upto:  # a character split across the boundary: no clean prefix to measure
             continue
         assert (g.char_start, g.char_end) == (len(before), len(upto)), g.start
-        assert g.text == engine.detokenize(ctx[g.start: g.start + n]) == d["context"][len(before): len(upto)]
+        assert g.text == engine.detokenize(ctx[g.start : g.start + n]) == d["context"][len(before) : len(upto)]
         checked += 1
     assert checked >= 0.9 * len(grams)
     # the windows together cover D's text, first character to last

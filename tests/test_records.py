@@ -115,7 +115,9 @@ def test_read_text_errors_are_ctxlite_errors_with_exit_code_4(tmp_path):
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
 def test_unicode_line_separators_inside_json_strings_are_data_not_line_breaks(tmp_path, sep):
     p = tmp_path / "d.jsonl"
-    p.write_text(json.dumps({"context": f"a{sep}b"}, ensure_ascii=False) + "\n" + obj(context="c") + "\n", encoding="utf-8")
+    p.write_text(
+        json.dumps({"context": f"a{sep}b"}, ensure_ascii=False) + "\n" + obj(context="c") + "\n", encoding="utf-8"
+    )
     lines = read_jsonl(p, ["context"])
     assert [(l.number, l.data["context"]) for l in lines] == [(1, f"a{sep}b"), (2, "c")]
 
@@ -131,7 +133,9 @@ def test_new_log_writes_the_header_first(tmp_path):
     with RecordLog(p, PARAMS, kind="score-run") as log:
         assert len(log) == 0 and not log.done("x")
     lines = p.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(l) for l in lines] == [{"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}]
+    assert [json.loads(l) for l in lines] == [
+        {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
+    ]
     assert p.stat().st_mode & 0o777 == 0o600  # the log holds private text: owner-only
 
 
@@ -165,7 +169,12 @@ def test_tuple_and_list_params_are_the_same_params(tmp_path):
 
 @pytest.mark.parametrize(
     "changed, key",
-    [({"ngram": 4}, "ngram"), ({"template": "notes"}, "template"), ({"extra": 1}, "extra"), ({"lambdas": (1.0,)}, "lambdas")],
+    [
+        ({"ngram": 4}, "ngram"),
+        ({"template": "notes"}, "template"),
+        ({"extra": 1}, "extra"),
+        ({"lambdas": (1.0,)}, "lambdas"),
+    ],
 )
 def test_reopen_with_different_params_is_refused_naming_the_key(tmp_path, changed, key):
     p = tmp_path / "run.jsonl"
@@ -227,8 +236,13 @@ def test_corrupt_record_in_the_middle_names_the_line(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["just some notes\n", '{"type": "other", "identity": {}}\n', '{"not": "a header"}\n', "\n",
-     '{"type": "run", "params": {}}\n'],
+    [
+        "just some notes\n",
+        '{"type": "other", "identity": {}}\n',
+        '{"not": "a header"}\n',
+        "\n",
+        '{"type": "run", "params": {}}\n',
+    ],
 )
 def test_a_file_that_is_not_a_log_is_refused(tmp_path, content):
     p = tmp_path / "notes.txt"
@@ -322,11 +336,13 @@ def test_check_existing_ignores_only_the_named_paths(tmp_path):
     p = tmp_path / "run.jsonl"
     ident = {"settings": {"template_index": 0, "trials": 10}}
     RecordLog(p, ident, kind="audit").close()
-    RecordLog.check_existing(p, {"settings": {"template_index": 3, "trials": 10}}, kind="audit",
-                             ignore=("settings.template_index",))
+    RecordLog.check_existing(
+        p, {"settings": {"template_index": 3, "trials": 10}}, kind="audit", ignore=("settings.template_index",)
+    )
     with pytest.raises(DataError, match=r"settings\.trials differ"):
-        RecordLog.check_existing(p, {"settings": {"template_index": 3, "trials": 11}}, kind="audit",
-                                 ignore=("settings.template_index",))
+        RecordLog.check_existing(
+            p, {"settings": {"template_index": 3, "trials": 11}}, kind="audit", ignore=("settings.template_index",)
+        )
     RecordLog.check_existing(tmp_path / "absent.jsonl", ident, kind="audit")  # nothing to check
 
 

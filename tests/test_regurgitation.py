@@ -4,7 +4,7 @@ definition-level reference, ROUGE-L against a slow LCS reference with rouge-scor
 tokenizer mirrored, the > thresholds at their boundaries, and ROUGE in every script."""
 
 import re
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -59,7 +59,7 @@ def ref_rouge_tokens(text):
 def ref_lcs(a, b):
     a, b = tuple(a), tuple(b)
 
-    @lru_cache(maxsize=None)
+    @cache
     def lcs(i, j):
         if i == len(a) or j == len(b):
             return 0
@@ -125,7 +125,9 @@ def words(n, prefix="w"):
     return " ".join(f"{prefix}{i}" for i in range(n))
 
 
-@pytest.mark.parametrize("shared, expected", [(0, False), (REPEAT_THRESHOLD, False), (REPEAT_THRESHOLD + 1, True), (40, True)])
+@pytest.mark.parametrize(
+    "shared, expected", [(0, False), (REPEAT_THRESHOLD, False), (REPEAT_THRESHOLD + 1, True), (40, True)]
+)
 def test_repeat_threshold_is_strictly_more_than_25(shared, expected):
     assert REPEAT_THRESHOLD == 25
     # repeated words and non-shared words do not count
@@ -167,10 +169,10 @@ def test_rouge_ignores_case_and_punctuation_unlike_repeat():
 @pytest.mark.parametrize(
     "prediction, source, precision, recall, flag",
     [
-        ("a b", "a c", 0.5, 0.5, False),           # both exactly at the threshold: not flagged
+        ("a b", "a c", 0.5, 0.5, False),  # both exactly at the threshold: not flagged
         ("a b x y", "a b c d", 0.5, 0.5, False),
         ("a b c", "a b d e f g", 2 / 3, 2 / 6, True),  # precision just above
-        ("a x y z", "a", 0.25, 1.0, True),          # recall above
+        ("a x y z", "a", 0.25, 1.0, True),  # recall above
         ("a b c d e f", "a b c x y z", 0.5, 0.5, False),
         ("a b c d e f g", "a b c d x y z", 4 / 7, 4 / 7, True),
         ("", "a b", 0.0, 0.0, False),
@@ -187,7 +189,13 @@ def test_rouge_flag_is_strictly_more_than_half(prediction, source, precision, re
 
 def test_regurgitation_to_dict():
     r = Regurgitation(shared_words=30, rouge_l_precision=0.2, rouge_l_recall=0.7)
-    assert r.to_dict() == {"shared_words": 30, "rouge_l_precision": 0.2, "rouge_l_recall": 0.7, "repeat": True, "rouge": True}
+    assert r.to_dict() == {
+        "shared_words": 30,
+        "rouge_l_precision": 0.2,
+        "rouge_l_recall": 0.7,
+        "repeat": True,
+        "rouge": True,
+    }
     r = Regurgitation(shared_words=25, rouge_l_precision=0.5, rouge_l_recall=0.5)
     assert (r.repeat, r.rouge) == (False, False)
 
@@ -196,13 +204,16 @@ def test_regurgitation_to_dict():
 # ROUGE counts every script
 
 
-@pytest.mark.parametrize("context", [
-    "患者王芳每天服用二甲双胍五百毫克，下次复诊在四周后。",
-    "Пациентка Анна Петрова принимает метформин 500 мг ежедневно.",
-    "Meet Dana at the café 🎉 on Friday 🍰 — bring the 🔑!",
-    "สมชายทานยาเมตฟอร์มินทุกวัน",
-    "नमस्ते, रोगी प्रतिदिन दवा लेता है।",
-])
+@pytest.mark.parametrize(
+    "context",
+    [
+        "患者王芳每天服用二甲双胍五百毫克，下次复诊在四周后。",
+        "Пациентка Анна Петрова принимает метформин 500 мг ежедневно.",
+        "Meet Dana at the café 🎉 on Friday 🍰 — bring the 🔑!",
+        "สมชายทานยาเมตฟอร์มินทุกวัน",
+        "नमस्ते, रोगी प्रतिदिन दवा लेता है।",
+    ],
+)
 def test_a_verbatim_copy_in_any_script_has_rouge_l_one(context):
     r = regurgitation(context, context)
     assert r.rouge_l_precision == 1.0 and r.rouge_l_recall == 1.0 and r.rouge

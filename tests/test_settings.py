@@ -1,5 +1,6 @@
 """One source of truth: the library's settings own every default, and ``ctxlite audit``
 resolves exactly the audit that ``AuditSettings`` gives for the same choices."""
+
 from __future__ import annotations
 
 import math
@@ -54,10 +55,10 @@ def test_dp_defaults_are_the_ensemble_defaults():
 
 
 def test_explicit_values_override_the_defaults(monkeypatch):
-    resolved = cli_settings(monkeypatch, ["--mechanism", "rnm", "--shots", "3", "--ensembles", "4",
-                                          "--epsilon", "2,inf"])
-    assert resolved.params() == AuditSettings(mechanism="rnm", shots=3, ensembles=4,
-                                              epsilons=(2.0, math.inf)).params()
+    resolved = cli_settings(
+        monkeypatch, ["--mechanism", "rnm", "--shots", "3", "--ensembles", "4", "--epsilon", "2,inf"]
+    )
+    assert resolved.params() == AuditSettings(mechanism="rnm", shots=3, ensembles=4, epsilons=(2.0, math.inf)).params()
 
 
 def _options(command) -> dict:
@@ -71,8 +72,15 @@ def test_every_choice_list_is_an_enum_of_the_library():
     from ctxlite.audit.settings import Attack, DetectorKind
     from ctxlite.cli.audit import audit
 
-    kinds = {"task": Task, "mechanism": MechanismKind, "canary": CanaryKind, "query": QueryKind,
-             "query_alias": QueryKind, "attack": Attack, "detector": DetectorKind}
+    kinds = {
+        "task": Task,
+        "mechanism": MechanismKind,
+        "canary": CanaryKind,
+        "query": QueryKind,
+        "query_alias": QueryKind,
+        "attack": Attack,
+        "detector": DetectorKind,
+    }
     params = _options(audit)
     for name, kind in kinds.items():
         assert list(params[name].type.choices) == [m.value for m in kind], name

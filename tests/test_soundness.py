@@ -23,6 +23,7 @@ import pytest
 from scipy import stats
 
 from ctxlite.audit import mechanisms
+from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat
 from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_sigma,
@@ -30,7 +31,6 @@ from ctxlite.privacy.calibration import (
     rnm_l2_sensitivity,
 )
 from ctxlite.privacy.estimators import CanaryScoreAuditor, ClopperPearsonBound, Split, clopper_pearson_epsilon_array
-from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat
 
 # ---------------------------------------------------------------------------
 # the leaky selection (test fixture: what the checks below must catch)
@@ -52,8 +52,18 @@ class LeakySplitAuditor(CanaryScoreAuditor):
         fp_s = self._count_at_least(out_eval, cands)
         eps_s = clopper_pearson_epsilon_array(tp_s, in_eval.size, fp_s, out_eval.size, alpha, delta)
         best = int(np.argmax(eps_s))
-        return ClopperPearsonBound(float(eps_s[best]), float(cands[best]), int(tp_s[best]), int(in_eval.size),
-                                   int(fp_s[best]), int(out_eval.size), 1.0 - alpha, alpha, delta, selection)
+        return ClopperPearsonBound(
+            float(eps_s[best]),
+            float(cands[best]),
+            int(tp_s[best]),
+            int(in_eval.size),
+            int(fp_s[best]),
+            int(out_eval.size),
+            1.0 - alpha,
+            alpha,
+            delta,
+            selection,
+        )
 
 
 AUDITORS = [CanaryScoreAuditor, LeakySplitAuditor]
@@ -159,7 +169,7 @@ def _tight_audits(eps: float, seed: int):
         yield np.repeat(values, ci), np.repeat(values, co)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _overclaims(auditor_cls, eps: float, seed: int = 0) -> int:
     """How many of N_AUDITS audits give a (1 - ALPHA) lower bound above the true eps."""
     count = 0
@@ -230,8 +240,9 @@ def _pre_noise(mech, task, marks, seed, groups, monkeypatch) -> np.ndarray:
     """The mechanism's aggregate before noise (sigma = 0): RNM histogram, ESA sum of clipped embeddings."""
     if groups is not None:  # pin the ensemble partition (the coupling of an add/remove pair)
         monkeypatch.setattr(mechanisms, "partition", lambda *a, **k: groups)
-    rel = mech.release(FakeOracle(), TaskFormat.for_task(task), _records(task, marks), "Query:", 1,
-                       np.random.default_rng(seed))
+    rel = mech.release(
+        FakeOracle(), TaskFormat.for_task(task), _records(task, marks), "Query:", 1, np.random.default_rng(seed)
+    )
     monkeypatch.undo()
     return rel.signal * (M if task == "generate" else 1)  # ESA releases the (noisy) sum / m
 
@@ -252,13 +263,16 @@ def _neighbour_changes(mech, task, monkeypatch) -> dict:
             base = _pre_noise(mech, task, marks, seed, None, monkeypatch)
             for i, other in itertools.product(range(N_RECORDS), UNIVERSE):
                 if other != marks[i]:
-                    swapped = marks[:i] + (other,) + marks[i + 1:]
+                    swapped = marks[:i] + (other,) + marks[i + 1 :]
                     change = np.linalg.norm(_pre_noise(mech, task, swapped, seed, None, monkeypatch) - base)
                     worst[Neighbouring.REPLACE] = max(worst[Neighbouring.REPLACE], change)
             big_groups = partition(N_RECORDS + 1, M, SHOTS, np.random.default_rng(seed))
             unused = sorted(set(range(N_RECORDS)) - set(big_groups.ravel().tolist()))
-            small = [big_groups] if N_RECORDS not in big_groups else \
-                [np.sort(np.where(big_groups == N_RECORDS, y, big_groups), axis=1) for y in unused]
+            small = (
+                [big_groups]
+                if N_RECORDS not in big_groups
+                else [np.sort(np.where(big_groups == N_RECORDS, y, big_groups), axis=1) for y in unused]
+            )
             for x in UNIVERSE:
                 bigger = _pre_noise(mech, task, marks + (x,), seed, big_groups, monkeypatch)
                 for groups in small:
@@ -325,8 +339,15 @@ def test_row_with_fewer_out_trials_than_one_over_fpr_is_strict_json():
     # the non-private setting: only its theoretical epsilons are infinite, written as "inf"
     s_inf, row_inf = _audit_row(math.inf, ins, outs)
     assert row_inf["epsilon"] == row_inf["epsilon_per_trial"] == math.inf
-    report = AuditReport(settings=s.params(), canary={}, query={}, rows=[row, row_inf], epsilon_kind="per-query",
-                         utility_metric="accuracy", private_size=4)
+    report = AuditReport(
+        settings=s.params(),
+        canary={},
+        query={},
+        rows=[row, row_inf],
+        epsilon_kind="per-query",
+        utility_metric="accuracy",
+        private_size=4,
+    )
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert data["rows"][0]["epsilon_point"] is None and data["rows"][1]["epsilon"] == "inf"
     table = report.table()

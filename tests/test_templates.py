@@ -118,7 +118,9 @@ def test_error_names_the_template():
         PromptTemplate("no slot", name="mine")
 
 
-@pytest.mark.parametrize("text", ["{context} }", "Data: {context} {", "{context!r}", "{context:>5}", "{{context}} {context}"])
+@pytest.mark.parametrize(
+    "text", ["{context} }", "Data: {context} {", "{context!r}", "{context:>5}", "{{context}} {context}"]
+)
 def test_malformed_templates_raise_invalid_parameter_at_construction(text):
     with pytest.raises(InvalidParameter):
         t = PromptTemplate(text)

@@ -22,6 +22,7 @@ mutation must break a test) and that every selection passes unmutated.
     python tools/mutants.py --list        # what would run
     python tools/mutants.py --only A1,K2  # some of them
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,11 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    path: str             # file inside the repository
-    old: str              # exact snippet (must occur exactly once)
+    path: str  # file inside the repository
+    old: str  # exact snippet (must occur exactly once)
     new: str
     tests: tuple[str, ...]
-    k: str | None         # pytest -k expression, None for whole files
+    k: str | None  # pytest -k expression, None for whole files
     what: str
 
     @property
@@ -72,158 +73,501 @@ MULTI = "across_blocks or rescales or walks_past"
 
 MUTANTS: list[Mutant] = [
     # ---- the seven the review found the suite missed ---------------------------------------------
-    Mutant("A1", "ctxlite/audit/game.py", "        if z:\n            recs[slot] = self.canary.record(",
-           "        if not z:\n            recs[slot] = self.canary.record(", (GAME,), "z1_prompts",
-           "the canary is inserted into the Z = 0 trials"),
-    Mutant("M1", "ctxlite/audit/mechanisms.py", "return bool(p_yes > p_no)", "return bool(p_yes < p_no)", (GAME,),
-           "judge and not defence", "the judge's verdict is inverted"),
-    Mutant("M2", "ctxlite/audit/mechanisms.py", 'self.keywords = tuple(l2["filter_keywords"])', "self.keywords = ()",
-           (GAME,), "withholds_keyword or injection", "the L2 keyword filter is disabled"),
-    Mutant("A2", "ctxlite/audit/game.py", "return CountDetector(fmt.labels.index(canary.label))",
-           "return CountDetector(1 - fmt.labels.index(canary.label))", (GAME,), "count_detector",
-           "the count detector reads the other label"),
-    Mutant("A3", "ctxlite/audit/report.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma",
-           "gdp_epsilon(math.sqrt(s.queries_per_trial) / mech.sigma", (GAME,), "report_figures or esa_report",
-           "epsilon_per_trial ignores the sensitivity"),
-    Mutant("C1", "ctxlite/privacy/calibration.py", "    _check_relation(relation)\n    return 2.0 * clip_norm\n",
-           "    relation = _check_relation(relation)\n"
-           "    return 2.0 * clip_norm if relation is Neighbouring.REPLACE else clip_norm\n",
-           (GAME, CAL), "sensitivit or esa_report", "ESA's add/remove sensitivity is C instead of 2C"),
-    Mutant("I1", "ctxlite/influence/scorer.py", "spans[c + st.ngram - 1][1]", "spans[c + st.ngram - 2][1]",
-           (NGRAM,), "spans", "every n-gram's span is one token short"),
+    Mutant(
+        "A1",
+        "ctxlite/audit/game.py",
+        "        if z:\n            recs[slot] = self.canary.record(",
+        "        if not z:\n            recs[slot] = self.canary.record(",
+        (GAME,),
+        "z1_prompts",
+        "the canary is inserted into the Z = 0 trials",
+    ),
+    Mutant(
+        "M1",
+        "ctxlite/audit/mechanisms.py",
+        "return bool(p_yes > p_no)",
+        "return bool(p_yes < p_no)",
+        (GAME,),
+        "judge and not defence",
+        "the judge's verdict is inverted",
+    ),
+    Mutant(
+        "M2",
+        "ctxlite/audit/mechanisms.py",
+        'self.keywords = tuple(l2["filter_keywords"])',
+        "self.keywords = ()",
+        (GAME,),
+        "withholds_keyword or injection",
+        "the L2 keyword filter is disabled",
+    ),
+    Mutant(
+        "A2",
+        "ctxlite/audit/game.py",
+        "return CountDetector(fmt.labels.index(canary.label))",
+        "return CountDetector(1 - fmt.labels.index(canary.label))",
+        (GAME,),
+        "count_detector",
+        "the count detector reads the other label",
+    ),
+    Mutant(
+        "A3",
+        "ctxlite/audit/report.py",
+        "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma",
+        "gdp_epsilon(math.sqrt(s.queries_per_trial) / mech.sigma",
+        (GAME,),
+        "report_figures or esa_report",
+        "epsilon_per_trial ignores the sensitivity",
+    ),
+    Mutant(
+        "C1",
+        "ctxlite/privacy/calibration.py",
+        "    _check_relation(relation)\n    return 2.0 * clip_norm\n",
+        "    relation = _check_relation(relation)\n"
+        "    return 2.0 * clip_norm if relation is Neighbouring.REPLACE else clip_norm\n",
+        (GAME, CAL),
+        "sensitivit or esa_report",
+        "ESA's add/remove sensitivity is C instead of 2C",
+    ),
+    Mutant(
+        "I1",
+        "ctxlite/influence/scorer.py",
+        "spans[c + st.ngram - 1][1]",
+        "spans[c + st.ngram - 2][1]",
+        (NGRAM,),
+        "spans",
+        "every n-gram's span is one token short",
+    ),
     # ---- audit game and report -----------------------------------------------------------------
-    Mutant("A4", "ctxlite/audit/report.py", "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity",
-           "gdp_epsilon(s.queries_per_trial * mech.sensitivity", (GAME,), "report_figures",
-           "a trial's queries compose linearly in mu instead of as sqrt(n)"),
-    Mutant("A5", "ctxlite/audit/game.py", "if r[out] != canary.label]", "if r[out] == canary.label]", (GAME,),
-           "z1_prompts", "the canary replaces a record with its own label"),
-    Mutant("A6", "ctxlite/audit/game.py", "self.run(mech, z, seeded_rng(s.seed, 3, j)",
-           "self.run(mech, True, seeded_rng(s.seed, 3, j)", (GAME,), "z1_prompts",
-           "the OUT reference runs also hold the canary"),
-    Mutant("A7", "ctxlite/audit/report.py", "selection=Split(s.split_fraction, s.seed)",
-           "selection=Split(s.split_fraction, 0)", (GAME,), "report_figures",
-           "the Clopper-Pearson split ignores the audit seed"),
-    Mutant("A8", "ctxlite/audit/report.py", '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
-           '"epsilon_gdp": auditor.epsilon_gdp(s.delta)', (GAME,), "report_figures",
-           "the GDP estimate ignores the FPR target"),
-    Mutant("A9", "ctxlite/audit/game.py", 'scores.append(float(out == item["label"]))',
-           'scores.append(float(out != item["label"]))', (GAME,), "utility", "utility counts the misses"),
-    Mutant("A10", "ctxlite/audit/game.py", "z = bool(rng.random() < 0.5)", "z = bool(rng.random() < 0.6)", (GAME,),
-           "fair_coin", "Z is a biased coin (P(Z = 1) = 0.6)"),
-    Mutant("A11", "ctxlite/audit/game.py", '(in_scores if rec["z"] else out_scores)',
-           '(out_scores if rec["z"] else in_scores)', (GAME,), "report_figures",
-           "IN and OUT scores are swapped in the estimates"),
+    Mutant(
+        "A4",
+        "ctxlite/audit/report.py",
+        "gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity",
+        "gdp_epsilon(s.queries_per_trial * mech.sensitivity",
+        (GAME,),
+        "report_figures",
+        "a trial's queries compose linearly in mu instead of as sqrt(n)",
+    ),
+    Mutant(
+        "A5",
+        "ctxlite/audit/game.py",
+        "if r[out] != canary.label]",
+        "if r[out] == canary.label]",
+        (GAME,),
+        "z1_prompts",
+        "the canary replaces a record with its own label",
+    ),
+    Mutant(
+        "A6",
+        "ctxlite/audit/game.py",
+        "mech, z, seeded_rng(s.seed, 3, j)",
+        "mech, True, seeded_rng(s.seed, 3, j)",
+        (GAME,),
+        "z1_prompts",
+        "the OUT reference runs also hold the canary",
+    ),
+    Mutant(
+        "A7",
+        "ctxlite/audit/report.py",
+        "selection=Split(s.split_fraction, s.seed)",
+        "selection=Split(s.split_fraction, 0)",
+        (GAME,),
+        "report_figures",
+        "the Clopper-Pearson split ignores the audit seed",
+    ),
+    Mutant(
+        "A8",
+        "ctxlite/audit/report.py",
+        '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
+        '"epsilon_gdp": auditor.epsilon_gdp(s.delta)',
+        (GAME,),
+        "report_figures",
+        "the GDP estimate ignores the FPR target",
+    ),
+    Mutant(
+        "A9",
+        "ctxlite/audit/game.py",
+        'scores.append(float(out == item["label"]))',
+        'scores.append(float(out != item["label"]))',
+        (GAME,),
+        "utility",
+        "utility counts the misses",
+    ),
+    Mutant(
+        "A10",
+        "ctxlite/audit/game.py",
+        "z = bool(rng.random() < 0.5)",
+        "z = bool(rng.random() < 0.6)",
+        (GAME,),
+        "fair_coin",
+        "Z is a biased coin (P(Z = 1) = 0.6)",
+    ),
+    Mutant(
+        "A11",
+        "ctxlite/audit/game.py",
+        '(in_scores if rec["z"] else out_scores)',
+        '(out_scores if rec["z"] else in_scores)',
+        (GAME,),
+        "report_figures",
+        "IN and OUT scores are swapped in the estimates",
+    ),
     # ---- mechanisms ----------------------------------------------------------------------------
-    Mutant("M3", "ctxlite/audit/mechanisms.py", "prompt = fmt.prompt(records, query, self.defense_text)",
-           "prompt = fmt.prompt(records, query)", (GAME,), "defence_text", "the defence text is left out of the prompt"),
-    Mutant("M4", "ctxlite/audit/mechanisms.py", "fmt.prompt([records[i] for i in group], query)",
-           "fmt.prompt([records[i] for i in groups[0]], query)", (GAME,), "one_ensemble",
-           "every RNM ensemble votes on the first ensemble's records"),
-    Mutant("M5", "ctxlite/audit/mechanisms.py",
-           "out = [OTHER if (o == replacement and o not in fmt.labels) else o for o in out]", "out = list(out)",
-           (GAME,), "judge_on_labels", "a withheld label is not counted as 'other'"),
-    Mutant("M6", "ctxlite/audit/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
-           "noise = rng.standard_normal(k) * self.sigma * 0.25", (AUDIT,), "calibrated_gaussian",
-           "RNM adds a quarter of the calibrated noise"),
-    Mutant("M7", "ctxlite/audit/mechanisms.py", "noise = rng.standard_normal(k) * self.sigma",
-           "noise = rng.standard_normal(k) * self.sigma * 0.1", (AUDIT,), "epsilon_1",
-           "RNM adds a tenth of the calibrated noise (the epsilon = 1 audit must see it)"),
+    Mutant(
+        "M3",
+        "ctxlite/audit/mechanisms.py",
+        "prompt = fmt.prompt(records, query, self.defense_text)",
+        "prompt = fmt.prompt(records, query)",
+        (GAME,),
+        "defence_text",
+        "the defence text is left out of the prompt",
+    ),
+    Mutant(
+        "M4",
+        "ctxlite/audit/mechanisms.py",
+        "fmt.prompt([records[i] for i in group], query)",
+        "fmt.prompt([records[i] for i in groups[0]], query)",
+        (GAME,),
+        "one_ensemble",
+        "every RNM ensemble votes on the first ensemble's records",
+    ),
+    Mutant(
+        "M5",
+        "ctxlite/audit/mechanisms.py",
+        "out = [OTHER if (o == replacement and o not in fmt.labels) else o for o in out]",
+        "out = list(out)",
+        (GAME,),
+        "judge_on_labels",
+        "a withheld label is not counted as 'other'",
+    ),
+    Mutant(
+        "M6",
+        "ctxlite/audit/mechanisms.py",
+        "noise = rng.standard_normal(k) * self.sigma",
+        "noise = rng.standard_normal(k) * self.sigma * 0.25",
+        (AUDIT,),
+        "calibrated_gaussian",
+        "RNM adds a quarter of the calibrated noise",
+    ),
+    Mutant(
+        "M7",
+        "ctxlite/audit/mechanisms.py",
+        "noise = rng.standard_normal(k) * self.sigma",
+        "noise = rng.standard_normal(k) * self.sigma * 0.1",
+        (AUDIT,),
+        "epsilon_1",
+        "RNM adds a tenth of the calibrated noise (the epsilon = 1 audit must see it)",
+    ),
     # ---- detectors -----------------------------------------------------------------------------
-    Mutant("D1", "ctxlite/audit/detectors.py", "self.direction = (w - wo).sum(axis=0)",
-           "self.direction = (wo - w).sum(axis=0)", (GAME,), "detectors_on_known or refitted",
-           "the reference direction points away from the canary"),
-    Mutant("D2", "ctxlite/audit/detectors.py", "self.offset = float((wo @ self.direction).mean())",
-           "self.offset = float((w @ self.direction).mean())", (GAME,), "detectors_on_known or refitted",
-           "the direction score is centred on the IN references"),
+    Mutant(
+        "D1",
+        "ctxlite/audit/detectors.py",
+        "self.direction = (w - wo).sum(axis=0)",
+        "self.direction = (wo - w).sum(axis=0)",
+        (GAME,),
+        "detectors_on_known or refitted",
+        "the reference direction points away from the canary",
+    ),
+    Mutant(
+        "D2",
+        "ctxlite/audit/detectors.py",
+        "self.offset = float((wo @ self.direction).mean())",
+        "self.offset = float((w @ self.direction).mean())",
+        (GAME,),
+        "detectors_on_known or refitted",
+        "the direction score is centred on the IN references",
+    ),
     # ---- calibration -----------------------------------------------------------------------------
-    Mutant("C2", "ctxlite/privacy/calibration.py", "    _check_relation(relation)\n    return math.sqrt(2.0)\n",
-           "    _check_relation(relation)\n    return 1.0\n", (CAL, GAME), "sensitivit or report_figures",
-           "RNM's sensitivity is 1 instead of sqrt(2)"),
-    Mutant("C3", "ctxlite/privacy/calibration.py", "    return ratio * sensitivity\n", "    return ratio\n", (CAL,), None,
-           "the analytic sigma ignores the sensitivity"),
+    Mutant(
+        "C2",
+        "ctxlite/privacy/calibration.py",
+        "    _check_relation(relation)\n    return math.sqrt(2.0)\n",
+        "    _check_relation(relation)\n    return 1.0\n",
+        (CAL, GAME),
+        "sensitivit or report_figures",
+        "RNM's sensitivity is 1 instead of sqrt(2)",
+    ),
+    Mutant(
+        "C3",
+        "ctxlite/privacy/calibration.py",
+        "    return ratio * sensitivity\n",
+        "    return ratio\n",
+        (CAL,),
+        None,
+        "the analytic sigma ignores the sensitivity",
+    ),
     # ---- estimators ------------------------------------------------------------------------------
-    Mutant("E1", "ctxlite/privacy/estimators.py", "half = alpha / 2.0", "half = alpha", (EST,), None,
-           "Clopper-Pearson spends alpha on each of the two rates"),
-    Mutant("E2", "ctxlite/privacy/estimators.py", "tp = int(self._count_at_least(in_eval, t))",
-           "tp = int(self._count_at_least(in_sel, t))", (EST,), None,
-           "the split bound counts true positives on the selection half"),
-    Mutant("E3", "ctxlite/privacy/estimators.py", "ok = fp / self.n_out <= fpr + 1e-12", "ok = fp / self.n_out < fpr",
-           (EST,), None, "the FPR target is treated as strict"),
-    Mutant("E4", "ctxlite/privacy/estimators.py", "return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))",
-           "return float(stats.norm.isf(fpr) - stats.norm.ppf(tpr))", (EST,), None, "GDP mu has the wrong sign"),
+    Mutant(
+        "E1",
+        "ctxlite/privacy/estimators.py",
+        "half = alpha / 2.0",
+        "half = alpha",
+        (EST,),
+        None,
+        "Clopper-Pearson spends alpha on each of the two rates",
+    ),
+    Mutant(
+        "E2",
+        "ctxlite/privacy/estimators.py",
+        "tp = int(self._count_at_least(in_eval, t))",
+        "tp = int(self._count_at_least(in_sel, t))",
+        (EST,),
+        None,
+        "the split bound counts true positives on the selection half",
+    ),
+    Mutant(
+        "E3",
+        "ctxlite/privacy/estimators.py",
+        "ok = fp / self.n_out <= fpr + 1e-12",
+        "ok = fp / self.n_out < fpr",
+        (EST,),
+        None,
+        "the FPR target is treated as strict",
+    ),
+    Mutant(
+        "E4",
+        "ctxlite/privacy/estimators.py",
+        "return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))",
+        "return float(stats.norm.isf(fpr) - stats.norm.ppf(tpr))",
+        (EST,),
+        None,
+        "GDP mu has the wrong sign",
+    ),
     # ---- C kernels -------------------------------------------------------------------------------
-    Mutant("K1", "csrc/logits.c", "s->sum += block_sumexp_f32(x, n, (float)s->max, (float)(1.0 / t));",
-           "s->sum += block_sumexp_f32(x, n, bm, (float)(1.0 / t));", (KERN,), MULTI,
-           "log-sum-exp sums a later piece against its own max"),
-    Mutant("K2", "csrc/logits.c", "s->sum *= exp((s->max - new_max) / t);", "s->sum *= 1.0;", (KERN,),
-           MULTI, "log-sum-exp does not rescale when a later piece is larger"),
-    Mutant("K3", "csrc/logits.c", "sz.sum += block_sumexp_f64(z, n, sz.max, 1.0 / t);",
-           "sz.sum += block_sumexp_f64(z, n, zm, 1.0 / t);", (KERN,), MULTI,
-           "mixed log-sum-exp sums a later piece against its own max"),
-    Mutant("K4", "csrc/logits.c", "            acc += block;\n            continue;",
-           "            continue;", (KERN,), MULTI, "the sampler forgets the mass of the pieces it skips"),
-    Mutant("K5", "csrc/mechanisms.c", "if (out_noisy[j] > out_noisy[best])", "if (out_noisy[j] >= out_noisy[best])",
-           (KERN,), "noisy_histogram", "report-noisy-max breaks ties towards the highest class"),
-    Mutant("K6", "csrc/mechanisms.c", "? clip_norm / (s * u) : 1.0;", "? clip_norm / s : 1.0;", (KERN,),
-           "embed_aggregate", "ESA clips by the largest entry instead of the L2 norm"),
-    Mutant("K7", "ctxlite/runtime/kernels.py", "rows = np.ascontiguousarray(flags != 0, dtype=np.uint8)",
-           "rows = np.ascontiguousarray(flags == 0, dtype=np.uint8)", (KERN,), "logprob_gather",
-           "per-row bans apply to the unflagged rows"),
+    Mutant(
+        "K1",
+        "csrc/logits.c",
+        "s->sum += block_sumexp_f32(x, n, (float)s->max, (float)(1.0 / t));",
+        "s->sum += block_sumexp_f32(x, n, bm, (float)(1.0 / t));",
+        (KERN,),
+        MULTI,
+        "log-sum-exp sums a later piece against its own max",
+    ),
+    Mutant(
+        "K2",
+        "csrc/logits.c",
+        "s->sum *= exp((s->max - new_max) / t);",
+        "s->sum *= 1.0;",
+        (KERN,),
+        MULTI,
+        "log-sum-exp does not rescale when a later piece is larger",
+    ),
+    Mutant(
+        "K3",
+        "csrc/logits.c",
+        "sz.sum += block_sumexp_f64(z, n, sz.max, 1.0 / t);",
+        "sz.sum += block_sumexp_f64(z, n, zm, 1.0 / t);",
+        (KERN,),
+        MULTI,
+        "mixed log-sum-exp sums a later piece against its own max",
+    ),
+    Mutant(
+        "K4",
+        "csrc/logits.c",
+        "            acc += block;\n            continue;",
+        "            continue;",
+        (KERN,),
+        MULTI,
+        "the sampler forgets the mass of the pieces it skips",
+    ),
+    Mutant(
+        "K5",
+        "csrc/mechanisms.c",
+        "if (out_noisy[j] > out_noisy[best])",
+        "if (out_noisy[j] >= out_noisy[best])",
+        (KERN,),
+        "noisy_histogram",
+        "report-noisy-max breaks ties towards the highest class",
+    ),
+    Mutant(
+        "K6",
+        "csrc/mechanisms.c",
+        "? clip_norm / (s * u) : 1.0;",
+        "? clip_norm / s : 1.0;",
+        (KERN,),
+        "embed_aggregate",
+        "ESA clips by the largest entry instead of the L2 norm",
+    ),
+    Mutant(
+        "K7",
+        "ctxlite/runtime/kernels.py",
+        "rows = np.ascontiguousarray(flags != 0, dtype=np.uint8)",
+        "rows = np.ascontiguousarray(flags == 0, dtype=np.uint8)",
+        (KERN,),
+        "logprob_gather",
+        "per-row bans apply to the unflagged rows",
+    ),
     # ---- engine ----------------------------------------------------------------------------------
-    Mutant("G1", "ctxlite/runtime/engine.py",
-           "        self.clear()\n        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)\n"
-           "\n    def logprobs(",
-           "        self.clear()\n        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from, on_rows, len(tokens))\n"
-           "\n    def logprobs(", (ENG,), "teacher_forcing", "teacher forcing hands over the rows one token late"),
-    Mutant("G2", "ctxlite/runtime/engine.py", "n_chars += len(decoder.decode(self.token_bytes(t)))",
-           "n_chars += len(self.token_bytes(t))", (ENG, NGRAM), "spans", "character spans count bytes"),
-    Mutant("G3", "ctxlite/runtime/engine.py", "start = min(shared, self.kv.valid)", "start = min(shared, self.kv.valid) + 1",
-           (ENG,), "out_of_order", "a variant keeps one stale base token in the cache"),
+    Mutant(
+        "G1",
+        "ctxlite/runtime/engine.py",
+        "        self.clear()\n"
+        "        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)\n"
+        "\n    def logprobs(",
+        "        self.clear()\n        self.decode_sequence(tokens, BASE_SEQ, 0, targets_from, on_rows, len(tokens))\n"
+        "\n    def logprobs(",
+        (ENG,),
+        "teacher_forcing",
+        "teacher forcing hands over the rows one token late",
+    ),
+    Mutant(
+        "G2",
+        "ctxlite/runtime/engine.py",
+        "n_chars += len(decoder.decode(self.token_bytes(t)))",
+        "n_chars += len(self.token_bytes(t))",
+        (ENG, NGRAM),
+        "spans",
+        "character spans count bytes",
+    ),
+    Mutant(
+        "G3",
+        "ctxlite/runtime/engine.py",
+        "start = min(shared, self.kv.valid)",
+        "start = min(shared, self.kv.valid) + 1",
+        (ENG,),
+        "out_of_order",
+        "a variant keeps one stale base token in the cache",
+    ),
     # ---- influence -------------------------------------------------------------------------------
-    Mutant("I2", "ctxlite/influence/scorer.py",
-           "out = passes.run(full[:shared] + full[shared + n:] + y, len(full) - n, shared,",
-           "out = passes.run(full[:shared] + full[shared + n - 1:] + y, len(full) - n + 1, shared,", (INFL,), "scorer_matches",
-           "an ablation removes n - 1 tokens"),
-    Mutant("I3", "ctxlite/influence/scorer.py", 'for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):',
-           'for key, lam in (("steps", self.step_lambdas[0]), (1.0, 1.0)):', (INFL,), "generated_response",
-           "epsilon-bounded CID scores every token (and every ablation) with the first step's lambda"),
-    Mutant("I4", "ctxlite/influence/scorer.py", "doc_tau = np.abs(lp - passes.logp_without)", "doc_tau = np.abs(lp - base[1.0])",
-           (INFL,), "lambda_one or generated_response", "document influence is measured against lambda = 1"),
-    Mutant("I5", "ctxlite/influence/scorer.py", "ban_rows=ban, generation=gen, step_lambdas=lams)",
-           "ban_rows=None, generation=gen, step_lambdas=lams)", (INFL,), "generated_response or banned_eos",
-           "a generated response is scored without the EOS ban"),
-    Mutant("I6", "ctxlite/influence/scorer.py", "if starts[-1] + n < n_tokens:", "if starts[-1] + n < n_tokens - 1:",
-           (NGRAM,), "not spans", "the tail window is dropped when one token is left over"),
+    Mutant(
+        "I2",
+        "ctxlite/influence/scorer.py",
+        "full[:shared] + full[shared + n :] + y, len(full) - n, shared,",
+        "full[:shared] + full[shared + n - 1 :] + y, len(full) - n + 1, shared,",
+        (INFL,),
+        "scorer_matches",
+        "an ablation removes n - 1 tokens",
+    ),
+    Mutant(
+        "I3",
+        "ctxlite/influence/scorer.py",
+        'for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):',
+        'for key, lam in (("steps", self.step_lambdas[0]), (1.0, 1.0)):',
+        (INFL,),
+        "generated_response",
+        "epsilon-bounded CID scores every token (and every ablation) with the first step's lambda",
+    ),
+    Mutant(
+        "I4",
+        "ctxlite/influence/scorer.py",
+        "doc_tau = np.abs(lp - passes.logp_without)",
+        "doc_tau = np.abs(lp - base[1.0])",
+        (INFL,),
+        "lambda_one or generated_response",
+        "document influence is measured against lambda = 1",
+    ),
+    Mutant(
+        "I5",
+        "ctxlite/influence/scorer.py",
+        "ban_rows=ban, generation=gen, step_lambdas=lams",
+        "ban_rows=None, generation=gen, step_lambdas=lams",
+        (INFL,),
+        "generated_response or banned_eos",
+        "a generated response is scored without the EOS ban",
+    ),
+    Mutant(
+        "I6",
+        "ctxlite/influence/scorer.py",
+        "if starts[-1] + n < n_tokens:",
+        "if starts[-1] + n < n_tokens - 1:",
+        (NGRAM,),
+        "not spans",
+        "the tail window is dropped when one token is left over",
+    ),
     # ---- run identity and clean failures -----------------------------------------------------------
-    Mutant("R1", "ctxlite/records.py", 'if rec is None or (input_hash is not None and rec.get("input") != input_hash):',
-           "if rec is None:", (REC, IDENT), "reused_only or one_character", "a logged result is reused for another input"),
-    Mutant("R2", "ctxlite/cli/score.py", "    if len(log) and not reused:", "    if False:", (IDENT,),
-           "another_data_file or single_example", "a log of another input is not refused"),
-    Mutant("R3", "ctxlite/audit/settings.py", '"data": content_hash(list(records)),', '"data": None,', (IDENT,),
-           "audit_resume", "the audit identity leaves out the record set"),
-    Mutant("R4", "ctxlite/records.py", "        return raw.decode(\"utf-8\").removeprefix(\"\\ufeff\")",
-           "        return raw.decode(\"utf-8\")", (REC,), "byte_order_mark", "a UTF-8 BOM is read as content"),
-    Mutant("R5", "ctxlite/runtime/engine.py", "    return not _InterruptDuringLoad.pending", "    return True", (BAD,),
-           "during_model_load", "Ctrl-C during the model load does not abort it"),
-    Mutant("R6", "ctxlite/runtime/engine.py", "        if self.config.n_ctx > self.n_ctx_train:", "        if False:", (BAD,),
-           "trained", "a context window beyond the trained one is accepted"),
-    Mutant("R7", "ctxlite/influence/regurgitation.py", "            if category[0] == \"S\" and not ch.isascii():",
-           "            if False:", (REG,), "any_script or emoji", "emoji are dropped from ROUGE tokens"),
-    Mutant("R8", "ctxlite/cli/options.py", "        if unencodable(value):", "        if False:", (BAD,),
-           "non_utf8", "non-UTF-8 arguments are accepted"),
+    Mutant(
+        "R1",
+        "ctxlite/records.py",
+        'if rec is None or (input_hash is not None and rec.get("input") != input_hash):',
+        "if rec is None:",
+        (REC, IDENT),
+        "reused_only or one_character",
+        "a logged result is reused for another input",
+    ),
+    Mutant(
+        "R2",
+        "ctxlite/cli/score.py",
+        "    if len(log) and not reused:",
+        "    if False:",
+        (IDENT,),
+        "another_data_file or single_example",
+        "a log of another input is not refused",
+    ),
+    Mutant(
+        "R3",
+        "ctxlite/audit/settings.py",
+        '"data": content_hash(list(records)),',
+        '"data": None,',
+        (IDENT,),
+        "audit_resume",
+        "the audit identity leaves out the record set",
+    ),
+    Mutant(
+        "R4",
+        "ctxlite/records.py",
+        '        return raw.decode("utf-8").removeprefix("\\ufeff")',
+        '        return raw.decode("utf-8")',
+        (REC,),
+        "byte_order_mark",
+        "a UTF-8 BOM is read as content",
+    ),
+    Mutant(
+        "R5",
+        "ctxlite/runtime/engine.py",
+        "    return not _InterruptDuringLoad.pending",
+        "    return True",
+        (BAD,),
+        "during_model_load",
+        "Ctrl-C during the model load does not abort it",
+    ),
+    Mutant(
+        "R6",
+        "ctxlite/runtime/engine.py",
+        "        if self.config.n_ctx > self.n_ctx_train:",
+        "        if False:",
+        (BAD,),
+        "trained",
+        "a context window beyond the trained one is accepted",
+    ),
+    Mutant(
+        "R7",
+        "ctxlite/influence/regurgitation.py",
+        '            if category[0] == "S" and not ch.isascii():',
+        "            if False:",
+        (REG,),
+        "any_script or emoji",
+        "emoji are dropped from ROUGE tokens",
+    ),
+    Mutant(
+        "R8",
+        "ctxlite/cli/options.py",
+        "        if unencodable(value):",
+        "        if False:",
+        (BAD,),
+        "non_utf8",
+        "non-UTF-8 arguments are accepted",
+    ),
 ]
 
-PROBE = Mutant("P0", "ctxlite/influence/scorer.py", "    starts = list(range(0, n_tokens - n + 1, stride))\n",
-               "    starts = list(range(0, n_tokens - n + 1, stride))[:1]\n", (NGRAM,), "hand_examples",
-               "probe: the copy, not the shared tree, is what the tests import")
+PROBE = Mutant(
+    "P0",
+    "ctxlite/influence/scorer.py",
+    "    starts = list(range(0, n_tokens - n + 1, stride))\n",
+    "    starts = list(range(0, n_tokens - n + 1, stride))[:1]\n",
+    (NGRAM,),
+    "hand_examples",
+    "probe: the copy, not the shared tree, is what the tests import",
+)
 
 
 # --------------------------------------------------------------------------
 
 
 def copy_tree(dest: Path) -> None:
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                         check=True, capture_output=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     for rel in filter(None, out.split("\0")):
         src = ROOT / rel
         if src.is_file():  # (a file deleted in the working tree is still in the index)
@@ -265,15 +609,25 @@ def run_selection(copy: Path, m: Mutant, timeout: float) -> tuple[str, float, st
 def build_kernels(copy: Path) -> tuple[bool, str]:
     for so in (copy / "ctxlite").glob("_kernels*.so"):
         so.unlink()
-    res = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=copy, env=env_for(copy),
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=copy,
+        env=env_for(copy),
+        capture_output=True,
+        text=True,
+    )
     ok = res.returncode == 0 and any((copy / "ctxlite").glob("_kernels*.so"))
     return ok, (res.stdout + res.stderr)[-2000:]
 
 
 def check_import(copy: Path) -> None:
-    res = subprocess.run([sys.executable, "-c", "import ctxlite, ctxlite.runtime.kernels; print(ctxlite.__file__)"],
-                         cwd=copy, env=env_for(copy), capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", "import ctxlite, ctxlite.runtime.kernels; print(ctxlite.__file__)"],
+        cwd=copy,
+        env=env_for(copy),
+        capture_output=True,
+        text=True,
+    )
     where = Path(res.stdout.strip()).resolve() if res.returncode == 0 else None
     if where is None or copy.resolve() not in where.parents:
         sys.exit(f"the copy's ctxlite is not the one imported ({res.stdout.strip() or res.stderr[-500:]})")
@@ -342,8 +696,11 @@ def main(argv=None) -> int:
                 verdict, dt, tail = run_selection(copy, probe, args.timeout)
                 baseline[sel] = verdict
                 flag = "ok" if verdict == "pass" else f"BASELINE {verdict.upper()}"
-                print(f"baseline {flag:>16} {dt:7.1f}s  {' '.join(sel[0])}{' -k ' + repr(sel[1]) if sel[1] else ''}"
-                      + ("" if verdict == "pass" else f"\n{tail}"), flush=True)
+                print(
+                    f"baseline {flag:>16} {dt:7.1f}s  {' '.join(sel[0])}{' -k ' + repr(sel[1]) if sel[1] else ''}"
+                    + ("" if verdict == "pass" else f"\n{tail}"),
+                    flush=True,
+                )
 
         counts = {"killed": 0, "survived": 0, "not_applicable": 0}
         for m in mutants:
@@ -373,8 +730,11 @@ def main(argv=None) -> int:
             key = {"KILLED": "killed", "SURVIVED": "survived"}.get(verdict, "not_applicable")
             counts[key] += 1
             sel = f"{' '.join(Path(t).name for t in m.tests)}{' -k ' + repr(m.k) if m.k else ''}"
-            print(f"{verdict:8} {m.id:4} {m.path:24} {m.what} [{sel}] {time.monotonic() - t0:.0f}s"
-                  + (f"  ({note})" if note else ""), flush=True)
+            print(
+                f"{verdict:8} {m.id:4} {m.path:24} {m.what} [{sel}] {time.monotonic() - t0:.0f}s"
+                + (f"  ({note})" if note else ""),
+                flush=True,
+            )
         total = time.monotonic() - start
         print(f"killed={counts['killed']} survived={counts['survived']} not_applicable={counts['not_applicable']}")
         print(f"total time {total / 60:.1f} min")

@@ -21,13 +21,14 @@ Label rule: for classification ``y_c`` is the rarest class of the private set
 >>> len(hex_text(np.random.default_rng(0)))
 64
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -142,7 +143,9 @@ def rare_unigram_text(engine, texts: Sequence[str], rng: np.random.Generator, n_
     return "".join(pieces).strip()
 
 
-def canary_label(task: str, text: str, labels: Sequence[str], record_labels: Sequence[str], rng: np.random.Generator) -> str:
+def canary_label(
+    task: str, text: str, labels: Sequence[str], record_labels: Sequence[str], rng: np.random.Generator
+) -> str:
     """y_c: the rarest class among ``record_labels`` (seeded tie-break) or x_c for generation."""
     if task != "classify":
         return text

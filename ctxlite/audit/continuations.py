@@ -30,15 +30,16 @@ a boundary. The tail's re-decoded row only splits the memoised tail mass.
 EOG tokens end a walk (they are banned below ``min_new_tokens``); so does a
 text (leading whitespace ignored) that contains one of ``stop``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from ctxlite.runtime.sampling import TOP_P_WINDOW_NATS
 from ctxlite.errors import InvalidParameter
+from ctxlite.runtime.sampling import TOP_P_WINDOW_NATS
 
 
 @dataclass
@@ -67,13 +68,25 @@ class ContinuationTree:
 
     KEEP_MASS = 1.0 - 1e-3
 
-    def __init__(self, engine, temperature: float, max_new_tokens: int, *, min_new_tokens: int = 1,
-                 stop: Sequence[str] = ("\n",), top_k: int = 1024, max_nodes: int = 20_000,
-                 max_tail_entries: int = 4_000_000, window: float = TOP_P_WINDOW_NATS):
+    def __init__(
+        self,
+        engine,
+        temperature: float,
+        max_new_tokens: int,
+        *,
+        min_new_tokens: int = 1,
+        stop: Sequence[str] = ("\n",),
+        top_k: int = 1024,
+        max_nodes: int = 20_000,
+        max_tail_entries: int = 4_000_000,
+        window: float = TOP_P_WINDOW_NATS,
+    ):
         if not temperature >= 0:
             raise InvalidParameter(f"temperature must be >= 0, got {temperature}")
         if max_new_tokens < 1 or not 0 <= min_new_tokens <= max_new_tokens:
-            raise InvalidParameter(f"need 0 <= min_new_tokens <= max_new_tokens >= 1, got {min_new_tokens}, {max_new_tokens}")
+            raise InvalidParameter(
+                f"need 0 <= min_new_tokens <= max_new_tokens >= 1, got {min_new_tokens}, {max_new_tokens}"
+            )
         if top_k < 1 or max_nodes < 0 or max_tail_entries < 0 or not window > 0:
             raise InvalidParameter("need top_k >= 1, max_nodes >= 0, max_tail_entries >= 0 and window > 0")
         self.engine = engine

@@ -1,8 +1,9 @@
 """The private record set of an audit: read from JSONL and validated for the task."""
+
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from ctxlite.audit.mechanisms import TaskFormat
 from ctxlite.audit.settings import Task
@@ -34,6 +35,5 @@ def load_records(path: str | os.PathLike, task) -> list[dict]:
     """Read and validate a private set (JSONL) for ``task``; errors name file and line."""
     task = Task.parse(task)
     fmt = TaskFormat.for_task(task.value)
-    lines = read_jsonl(path, required=(fmt.input_field, fmt.output_field),
-                       strings=(fmt.input_field, fmt.output_field))
+    lines = read_jsonl(path, required=(fmt.input_field, fmt.output_field), strings=(fmt.input_field, fmt.output_field))
     return check_records([l.data for l in lines], task, [f"{path}:{l.number}" for l in lines])

@@ -18,10 +18,11 @@ Higher score = "the canary was present". Thresholding the scores is done by
 * :class:`LeakDetector` (prompt injection): the fraction of the canary the
   outputs reproduce (longest common substring), no fitting.
 """
+
 from __future__ import annotations
 
 import abc
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class Detector(abc.ABC):
     name = "detector"
     needs_reference = False
 
-    def fit(self, with_canary: Sequence[np.ndarray], without_canary: Sequence[np.ndarray]) -> "Detector":
+    def fit(self, with_canary: Sequence[np.ndarray], without_canary: Sequence[np.ndarray]) -> Detector:
         return self
 
     @abc.abstractmethod

@@ -33,11 +33,12 @@ reference run is appended to the :class:`ctxlite.records.RecordLog` as it
 finishes under a key like ``eps=8/trial=17``; a re-run with the same
 parameters skips finished keys.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -84,8 +85,9 @@ def make_mechanism(settings: AuditSettings, epsilon: float) -> Mechanism:
         return Judge()
     if kind is MechanismKind.RNM:
         return ReportNoisyMax(settings.ensembles, settings.shots, epsilon, settings.delta)
-    return EmbeddingSpaceAggregation(settings.ensembles, settings.shots, epsilon, settings.delta,
-                                     settings.clip_norm, settings.zero_shot_candidates)
+    return EmbeddingSpaceAggregation(
+        settings.ensembles, settings.shots, epsilon, settings.delta, settings.clip_norm, settings.zero_shot_candidates
+    )
 
 
 def _draw_private(pool_size: int, settings: AuditSettings, rng: np.random.Generator) -> np.ndarray:
@@ -123,14 +125,16 @@ class AuditGame:
 
     def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> np.ndarray:
         recs = self.dataset(z, data_rng)
-        rel = mech.release(self.oracle, self.fmt, recs, self.query.text, self.s.queries_per_trial, rng,
-                           text_outputs=self.text_outputs)
+        rel = mech.release(
+            self.oracle, self.fmt, recs, self.query.text, self.s.queries_per_trial, rng, text_outputs=self.text_outputs
+        )
         if self.text_outputs:
             return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))])
         return np.asarray(rel.signal, dtype=np.float64)
 
-    def play(self, mech: Mechanism, eps: float, detector: Detector, log: RecordLog | None,
-             say: Callable[[str], None]) -> tuple[list[float], list[float]]:
+    def play(
+        self, mech: Mechanism, eps: float, detector: Detector, log: RecordLog | None, say: Callable[[str], None]
+    ) -> tuple[list[float], list[float]]:
         """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first);
         every run is read from ``log`` when it holds it, else played and appended."""
         s, ek = self.s, _eps_key(eps)
@@ -138,18 +142,28 @@ class AuditGame:
             refs = {True: [], False: []}
             for j in range(s.reference_runs):
                 for z in (True, False):
-                    rec = self._logged(log, f"eps={ek}/ref={'in' if z else 'out'}/{j}", lambda: {
-                        "type": "reference", "epsilon": ek, "z": int(z),
-                        "signal": self.run(mech, z, seeded_rng(s.seed, 3, j),
-                                           seeded_rng(s.seed, 5, j) if s.resample_data else None).tolist()})
+                    rec = self._logged(
+                        log,
+                        f"eps={ek}/ref={'in' if z else 'out'}/{j}",
+                        lambda: {
+                            "type": "reference",
+                            "epsilon": ek,
+                            "z": int(z),
+                            "signal": self.run(
+                                mech, z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None
+                            ).tolist(),
+                        },
+                    )
                     refs[z].append(np.asarray(rec["signal"]))
             detector.fit(refs[True], refs[False])
         in_scores, out_scores = [], []
         for i in range(s.trials):
             rec = self._logged(log, f"eps={ek}/trial={i}", lambda: self._trial(mech, ek, i, detector))
             if rec.get("canary") != self.canary.id:
-                raise DataError(f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
-                                f"canary is {self.canary.id!r}: choose another --out")
+                raise DataError(
+                    f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
+                    f"canary is {self.canary.id!r}: choose another --out"
+                )
             (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
             if (i + 1) % max(1, s.trials // 10) == 0:
                 say(f"eps={ek}: {i + 1}/{s.trials} trials ({self.oracle.forward_passes} forward passes so far)")
@@ -161,9 +175,18 @@ class AuditGame:
         rng = seeded_rng(s.seed, 2, i)
         z = bool(rng.random() < 0.5)
         sig = self.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
-        return {"type": "trial", "epsilon": ek, "trial": i, "z": int(z), "canary": self.canary.id,
-                "mechanism": mech.name, "seed": s.seed, "sigma": mech.sigma, "signal": sig.tolist(),
-                "score": detector.score(sig)}
+        return {
+            "type": "trial",
+            "epsilon": ek,
+            "trial": i,
+            "z": int(z),
+            "canary": self.canary.id,
+            "mechanism": mech.name,
+            "seed": s.seed,
+            "sigma": mech.sigma,
+            "signal": sig.tolist(),
+            "score": detector.score(sig),
+        }
 
     @staticmethod
     def _logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
@@ -216,8 +239,11 @@ def run_audit(
     fmt = TaskFormat.for_task(s.task.value)
     oracle = ModelOracle(engine, fmt.labels, s.temperature, embedder, s.max_new_tokens)
     canary = make_canary(s.canary, s.task.value, records, s.seed, engine=engine, labels=fmt.labels)
-    query = injection_query(s.task.value) if s.attack is Attack.INJECTION else \
-        build_query(s.task.value, s.query, canary, fmt.labels, s.template_index)
+    query = (
+        injection_query(s.task.value)
+        if s.attack is Attack.INJECTION
+        else build_query(s.task.value, s.query, canary, fmt.labels, s.template_index)
+    )
     game = AuditGame(oracle, records, s, canary, query)
     rows = []
     for eps in s.epsilons:
@@ -241,8 +267,10 @@ def _check_inputs(engine, records, s: AuditSettings, log: RecordLog | None, embe
     """The validated records; refuses a pool too small, a missing capability or another audit's log."""
     records = check_records(records, s.task)
     if len(records) < s.private_size:
-        raise DataError(f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
-                        f"shot(s) need {s.private_size}")
+        raise DataError(
+            f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
+            f"shot(s) need {s.private_size}"
+        )
     text_out = s.task is Task.GENERATE or s.attack is Attack.INJECTION or s.mechanism is MechanismKind.JUDGE
     require(engine, [Capability.LOGIT_ROWS] + ([Capability.STREAMS] if text_out else []), f"a {s.task.value} audit")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY:
@@ -253,8 +281,10 @@ def _check_inputs(engine, records, s: AuditSettings, log: RecordLog | None, embe
         expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
         diff = differences(log.identity, expected)
         if diff:
-            raise DataError(f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
-                            "this audit's identity (audit_identity) or choose another log")
+            raise DataError(
+                f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
+                "this audit's identity (audit_identity) or choose another log"
+            )
     return records
 
 
@@ -262,21 +292,29 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
     """What a reader of the report must know to read its numbers."""
     notes = []
     if s.mechanism.is_dp:
-        notes.append("epsilon is per query with the canary always present (analytic Gaussian, replacement "
-                     "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)")
+        notes.append(
+            "epsilon is per query with the canary always present (analytic Gaussian, replacement "
+            "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)"
+        )
     if s.accounting_queries is not None:
-        notes.append(f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
-                     f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
-                     "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
-                     "not what the audit measures, which is one release per query")
+        notes.append(
+            f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
+            f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
+            "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
+            "not what the audit measures, which is one release per query"
+        )
     if s.utility_queries == 0:
         notes.append("utility: not measured (utility_queries = 0)")
     elif not has_held_out:
-        notes.append(f"utility: not measured, no held-out records (the private set uses all {n_records} records "
-                     "of the data: add records to measure it)")
+        notes.append(
+            f"utility: not measured, no held-out records (the private set uses all {n_records} records "
+            "of the data: add records to measure it)"
+        )
     if s.detector is DetectorKind.DIRECTION and s.attack is Attack.CANARY:
-        notes.append(f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
-                     "disjoint from the evaluated trials")
+        notes.append(
+            f"detector direction fitted on {s.reference_runs} paired reference runs per epsilon, "
+            "disjoint from the evaluated trials"
+        )
     return notes
 
 

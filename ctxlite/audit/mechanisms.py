@@ -34,23 +34,24 @@ Ensembles come from :func:`partition`: a seeded random split of record
 *positions* into m groups, so the partition never looks at record contents and
 replacing one record changes exactly one ensemble's prompt.
 """
+
 from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from ctxlite.runtime import kernels
+from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_sigma,
     esa_l2_sensitivity,
     rnm_l2_sensitivity,
 )
-from ctxlite.errors import InvalidParameter
+from ctxlite.runtime import kernels
 from ctxlite.runtime.templates import audit_templates
 
 OTHER = "other"
@@ -67,7 +68,7 @@ class TaskFormat:
     labels: tuple[str, ...] = ()
 
     @classmethod
-    def for_task(cls, task: str) -> "TaskFormat":
+    def for_task(cls, task: str) -> TaskFormat:
         if task not in ("classify", "generate"):
             raise InvalidParameter(f"task must be 'classify' or 'generate', got {task!r}")
         data = audit_templates()[task]
@@ -118,7 +119,9 @@ def partition(n_records: int, ensembles: int, shots: int, rng: np.random.Generat
     if ensembles < 1 or shots < 1:
         raise InvalidParameter(f"need ensembles >= 1 and shots >= 1, got {ensembles}, {shots}")
     if n_records < ensembles * shots:
-        raise InvalidParameter(f"{ensembles} ensembles x {shots} shots need {ensembles * shots} records, got {n_records}")
+        raise InvalidParameter(
+            f"{ensembles} ensembles x {shots} shots need {ensembles * shots} records, got {n_records}"
+        )
     perm = rng.permutation(n_records)[: ensembles * shots]
     return np.sort(perm.reshape(ensembles, shots), axis=1)
 
@@ -143,8 +146,17 @@ class Mechanism(abc.ABC):
     add_remove_sensitivity: float | None = None  # L2, add/remove (subsampled accounting)
 
     @abc.abstractmethod
-    def release(self, oracle, fmt: TaskFormat, records: Sequence[dict], query: str, n_queries: int,
-                rng: np.random.Generator, *, text_outputs: bool = False) -> Release:
+    def release(
+        self,
+        oracle,
+        fmt: TaskFormat,
+        records: Sequence[dict],
+        query: str,
+        n_queries: int,
+        rng: np.random.Generator,
+        *,
+        text_outputs: bool = False,
+    ) -> Release:
         """Answer ``query`` ``n_queries`` times; ``signal`` summarises them for the auditor."""
 
     def describe(self) -> dict:
@@ -251,8 +263,9 @@ class ReportNoisyMax(Mechanism):
 
     name = "rnm"
 
-    def __init__(self, ensembles: int, shots: int, epsilon: float, delta: float,
-                 relation: Neighbouring = Neighbouring.REPLACE):
+    def __init__(
+        self, ensembles: int, shots: int, epsilon: float, delta: float, relation: Neighbouring = Neighbouring.REPLACE
+    ):
         self.ensembles, self.shots = int(ensembles), int(shots)
         self.epsilon, self.delta = float(epsilon), float(delta)
         self.sensitivity = rnm_l2_sensitivity(relation)
@@ -288,8 +301,16 @@ class EmbeddingSpaceAggregation(Mechanism):
 
     name = "esa"
 
-    def __init__(self, ensembles: int, shots: int, epsilon: float, delta: float, clip_norm: float = 1.0,
-                 candidates: int = 8, relation: Neighbouring = Neighbouring.REPLACE):
+    def __init__(
+        self,
+        ensembles: int,
+        shots: int,
+        epsilon: float,
+        delta: float,
+        clip_norm: float = 1.0,
+        candidates: int = 8,
+        relation: Neighbouring = Neighbouring.REPLACE,
+    ):
         self.ensembles, self.shots = int(ensembles), int(shots)
         self.epsilon, self.delta = float(epsilon), float(delta)
         self.clip_norm = float(clip_norm)

@@ -20,9 +20,10 @@ Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
 is decoded once, and the walks are exact i.i.d. samples.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,8 +34,9 @@ from ctxlite.errors import InvalidParameter
 class ModelOracle:
     """The audited model (and optionally an embedding model) behind caches."""
 
-    def __init__(self, engine, labels: Sequence[str] = (), temperature: float = 1.0, embedder=None,
-                 max_new_tokens: int = 24):
+    def __init__(
+        self, engine, labels: Sequence[str] = (), temperature: float = 1.0, embedder=None, max_new_tokens: int = 24
+    ):
         if not temperature >= 0:
             raise InvalidParameter(f"temperature must be >= 0, got {temperature}")
         self.engine = engine
@@ -44,7 +46,9 @@ class ModelOracle:
         self.max_new_tokens = int(max_new_tokens)
         self.first_ids = np.array([self._first_token(l) for l in self.labels], dtype=np.int64)
         if len(set(self.first_ids.tolist())) != len(self.first_ids):
-            raise InvalidParameter(f"labels {self.labels} must start with distinct tokens for the exact-distribution path")
+            raise InvalidParameter(
+                f"labels {self.labels} must start with distinct tokens for the exact-distribution path"
+            )
         self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._embed_cache: dict[str, np.ndarray] = {}
@@ -119,8 +123,9 @@ class ModelOracle:
         """
         tree = self._trees.get(stop)
         if tree is None:
-            tree = ContinuationTree(self.engine, self.temperature, self.max_new_tokens, min_new_tokens=1,
-                                    stop=(stop,) if stop else ())
+            tree = ContinuationTree(
+                self.engine, self.temperature, self.max_new_tokens, min_new_tokens=1, stop=(stop,) if stop else ()
+            )
             self._trees[stop] = tree
         walk_rng = np.random.default_rng(int(rng.integers(2**63)))
         texts = []

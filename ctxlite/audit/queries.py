@@ -13,12 +13,13 @@ Slots: ``{canary}``, ``{canary_label}``, ``{other}``, ``{canary_kind}``.
 generation. The prompt-injection baseline (an instruction asking the model to
 print the examples) lives in ``injection_templates.json``.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Sequence
 
 from ctxlite.audit.canaries import Canary
 from ctxlite.choices import Choice
@@ -67,13 +68,15 @@ def build_query(task: str, kind, canary: Canary, labels: Sequence[str] = (), ind
     if not 0 <= index < len(cands):
         raise InvalidParameter(f"query template index must be in [0, {len(cands)}), got {index}")
     descr = audit_templates()["canary_kinds"][canary.kind.template_key]
-    text = cands[index].format(canary=canary.text, canary_label=canary.label,
-                               other=other_answer(task, canary, labels), canary_kind=descr)
+    text = cands[index].format(
+        canary=canary.text, canary_label=canary.label, other=other_answer(task, canary, labels), canary_kind=descr
+    )
     return AuditQuery(kind=kind.value, index=index, template=cands[index], text=text)
 
 
 def injection_query(task: str) -> AuditQuery:
     """The prompt-injection baseline: ask the model to print the examples."""
-    data = json.loads(resources.files("ctxlite").joinpath("data", "templates", "injection_templates.json")
-                      .read_text(encoding="utf-8"))
+    data = json.loads(
+        resources.files("ctxlite").joinpath("data", "templates", "injection_templates.json").read_text(encoding="utf-8")
+    )
     return AuditQuery(kind="injection", index=0, template=data[task], text=data[task])

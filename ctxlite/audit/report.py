@@ -1,5 +1,6 @@
 """An audit's result: one row of estimates per theoretical ε (:class:`AuditReport`), built from the
 IN and OUT trial scores by :func:`report_row`."""
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,10 @@ class AuditReport:
     def table(self) -> str:
         """A readable table of the rows; an estimate that could not be formed prints n/a, with its reason below."""
         sub = self.settings.get("accounting_queries") is not None
-        head = f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} {'eps_lb':>7} {'gdp_est':>8} {'utility':>8}"
+        head = (
+            f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
+            f"{'eps_lb':>7} {'gdp_est':>8} {'utility':>8}"
+        )
         head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
         missing = []
@@ -84,17 +88,35 @@ class AuditReport:
             return f(r[key], w)
 
         for r in self.rows:
-            lines.append(" ".join([f(r["epsilon"], 6, 2), f(r["epsilon_per_trial"], 9, 2), f(r["sigma"], 7),
-                                   f(r["audit_accuracy"], 6), f(r["tpr"], 6), f(r["fpr"], 6),
-                                   est(r, "epsilon_point", 7), f(r["epsilon_lower_bound"], 7),
-                                   est(r, "epsilon_gdp", 8), f(r["utility"], 8)]
-                                  + ([f(r["epsilon_subsampled"], 7)] if sub else [])))
-        lines.append(f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
-                     f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold; "
-                     f"the guarantee); gdp_est = GDP estimate (model-based, not a bound); "
-                     f"theoretical eps: {self.epsilon_kind}"
-                     + (f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
-                        f"at q = {self.settings['sampling_rate']:g}" if sub else ""))
+            lines.append(
+                " ".join(
+                    [
+                        f(r["epsilon"], 6, 2),
+                        f(r["epsilon_per_trial"], 9, 2),
+                        f(r["sigma"], 7),
+                        f(r["audit_accuracy"], 6),
+                        f(r["tpr"], 6),
+                        f(r["fpr"], 6),
+                        est(r, "epsilon_point", 7),
+                        f(r["epsilon_lower_bound"], 7),
+                        est(r, "epsilon_gdp", 8),
+                        f(r["utility"], 8),
+                    ]
+                    + ([f(r["epsilon_subsampled"], 7)] if sub else [])
+                )
+            )
+        lines.append(
+            f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
+            f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold; "
+            f"the guarantee); gdp_est = GDP estimate (model-based, not a bound); "
+            f"theoretical eps: {self.epsilon_kind}"
+            + (
+                f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
+                f"at q = {self.settings['sampling_rate']:g}"
+                if sub
+                else ""
+            )
+        )
         names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est"}
         for eps, key, why in missing:
             at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
@@ -110,8 +132,10 @@ def _finite(x: float | None) -> float | None:
 def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> str:
     """Why the plug-in / GDP estimate at the FPR target cannot be formed."""
     if n_out * s.fpr < 1:
-        return (f"fewer than 1/FPR = {1 / s.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
-                f"empirical FPR in (0, {s.fpr:g}], so the estimate at that FPR is undefined; raise --trials")
+        return (
+            f"fewer than 1/FPR = {1 / s.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
+            f"empirical FPR in (0, {s.fpr:g}], so the estimate at that FPR is undefined; raise --trials"
+        )
     if fpr == 0:
         return "no OUT trial scored at or above the threshold (empirical FPR 0): log(TPR/FPR) is unbounded"
     if tpr == 1:
@@ -134,12 +158,15 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
         per_trial = math.inf if dp else None
     subsampled = None
     if s.accounting_queries is not None:
-        subsampled = subsampled_gaussian_epsilon(mech.sigma, mech.add_remove_sensitivity, s.sampling_rate,
-                                                 s.accounting_queries, s.delta)
+        subsampled = subsampled_gaussian_epsilon(
+            mech.sigma, mech.add_remove_sensitivity, s.sampling_rate, s.accounting_queries, s.delta
+        )
     # estimates that cannot be formed are null with a reason (never inf/NaN in the JSON)
     reasons = {}
-    estimates = {"epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
-                 "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)}
+    estimates = {
+        "epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
+        "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr),
+    }
     for key, value in estimates.items():
         if n_out * s.fpr < 1 or not math.isfinite(value):
             estimates[key] = None
@@ -148,8 +175,9 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
     if not math.isfinite(t):
         reasons["threshold"] = no_call.format(s.fpr)
     if not math.isfinite(cp.threshold):
-        reasons["lower_bound_threshold"] = ("the selection half preferred +inf (no trial called present); "
-                                            "the bound at it is 0")
+        reasons["lower_bound_threshold"] = (
+            "the selection half preferred +inf (no trial called present); the bound at it is 0"
+        )
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -163,16 +191,25 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
         "fpr": fpr,
         "epsilon_point": estimates["epsilon_point"],
         "epsilon_lower_bound": cp.epsilon,
-        "lower_bound_counts": {"tp": cp.true_positives, "n_in": cp.n_in, "fp": cp.false_positives,
-                               "n_out": cp.n_out, "threshold": _finite(cp.threshold)},
+        "lower_bound_counts": {
+            "tp": cp.true_positives,
+            "n_in": cp.n_in,
+            "fp": cp.false_positives,
+            "n_out": cp.n_out,
+            "threshold": _finite(cp.threshold),
+        },
         "confidence": s.confidence,
         "epsilon_gdp": estimates["epsilon_gdp"],
         "epsilon_gdp_kind": "model-based estimate, not a bound",
         "reasons": reasons,
         "epsilon_subsampled": subsampled,
-        "accounting": None if subsampled is None else {"queries": s.accounting_queries,
-                                                       "sampling_rate": s.sampling_rate,
-                                                       "sensitivity_add_remove": mech.add_remove_sensitivity,
-                                                       "accountant": "dp_accounting PLD"},
+        "accounting": None
+        if subsampled is None
+        else {
+            "queries": s.accounting_queries,
+            "sampling_rate": s.sampling_rate,
+            "sensitivity_add_remove": mech.add_remove_sensitivity,
+            "accountant": "dp_accounting PLD",
+        },
         "utility": utility,
     }

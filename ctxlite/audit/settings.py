@@ -1,12 +1,13 @@
 """What defines a ContextLeak audit: the task, the mechanism, the canary and query, the trial counts,
 and the estimator settings (:class:`AuditSettings` owns every default), plus the identity a trial
 log must match to be resumed."""
+
 from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Sequence
 
 from ctxlite.audit.canaries import CanaryKind
 from ctxlite.audit.queries import QueryKind
@@ -34,8 +35,8 @@ class MechanismKind(Choice):
 
 
 class Attack(Choice):
-    CANARY = "canary"          # ContextLeak: canary + targeted query
-    INJECTION = "injection"    # baseline: ask the model to print the examples
+    CANARY = "canary"  # ContextLeak: canary + targeted query
+    INJECTION = "injection"  # baseline: ask the model to print the examples
 
 
 class DetectorKind(Choice):
@@ -123,7 +124,9 @@ class AuditSettings:
         if self.shots < 1:
             raise InvalidParameter(f"shots must be >= 1, got {self.shots}")
         if self.ensembles < 1 or (self.ensembles > 1 and not self.mechanism.is_dp):
-            raise InvalidParameter(f"ensembles must be 1 for {self.mechanism.value} (>= 1 for rnm/esa), got {self.ensembles}")
+            raise InvalidParameter(
+                f"ensembles must be 1 for {self.mechanism.value} (>= 1 for rnm/esa), got {self.ensembles}"
+            )
         if self.queries_per_trial is None:
             s("queries_per_trial", self.QUERIES_PER_TRIAL["dp" if self.mechanism.is_dp else self.task.value])
         if self.queries_per_trial < 1:
@@ -179,10 +182,16 @@ BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json",
 """Package data that shapes an audit: the canary pool, the query, defence and judge templates."""
 
 
-def audit_identity(engine_identity: dict, settings: AuditSettings, records: Sequence[dict],
-                   embedder_identity: dict | None = None) -> dict:
+def audit_identity(
+    engine_identity: dict, settings: AuditSettings, records: Sequence[dict], embedder_identity: dict | None = None
+) -> dict:
     """What a trial log must match to be resumed: the model runtime (``Engine.identity()``), the
     settings that change trials, the private pool's content, the bundled canaries and templates,
     and the embedding model (generation audits)."""
-    return {**engine_identity, "settings": settings.log_params(), "data": content_hash(list(records)),
-            "bundled_data": bundled_data_hash(*BUNDLED_AUDIT_DATA), "embed_model": embedder_identity}
+    return {
+        **engine_identity,
+        "settings": settings.log_params(),
+        "data": content_hash(list(records)),
+        "bundled_data": bundled_data_hash(*BUNDLED_AUDIT_DATA),
+        "embed_model": embedder_identity,
+    }

@@ -4,6 +4,7 @@
 a small audit per candidate template on trials held out from the real audit (another seed) and
 keeps the template with the best audit accuracy.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -24,7 +25,9 @@ class TemplateSearch:
     seed: int
 
 
-def search_template(engine, records, settings, *, trials: int = 24, embedder=None, seed_offset: int = 7919) -> TemplateSearch:
+def search_template(
+    engine, records, settings, *, trials: int = 24, embedder=None, seed_offset: int = 7919
+) -> TemplateSearch:
     """Pick the query template of ``settings.query`` with the best held-out audit accuracy.
 
     Each candidate runs a small audit (``trials`` trials, the largest ε of
@@ -39,10 +42,17 @@ def search_template(engine, records, settings, *, trials: int = 24, embedder=Non
     n = len(candidate_templates(settings.task.value, kind))
     accs = []
     for i in range(n):
-        small = replace(settings, template_index=i, trials=trials, seed=settings.seed + seed_offset,
-                        epsilons=(max(settings.epsilons),), utility_queries=0)
+        small = replace(
+            settings,
+            template_index=i,
+            trials=trials,
+            seed=settings.seed + seed_offset,
+            epsilons=(max(settings.epsilons),),
+            utility_queries=0,
+        )
         report = run_audit(engine, records, small, None, embedder=embedder)
         accs.append(float(report.rows[0]["audit_accuracy"]))
     best = max(range(n), key=lambda i: (accs[i], -i))
-    return TemplateSearch(kind=kind.value, best_index=best, accuracies=tuple(accs), trials=trials,
-                          seed=settings.seed + seed_offset)
+    return TemplateSearch(
+        kind=kind.value, best_index=best, accuracies=tuple(accs), trials=trials, seed=settings.seed + seed_offset
+    )

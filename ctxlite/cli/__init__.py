@@ -4,6 +4,7 @@ The library raises ``CtxliteError`` subclasses; only here are they turned into
 one-line messages and the exit codes documented in ``ctxlite.errors`` and the
 README. Ctrl-C exits with 130 after the commands have kept what finished.
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,6 @@ import click
 
 from ctxlite._version import __version__
 from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
-
 
 INTERRUPTED = "ctxlite: interrupted; finished records are kept, re-run the same command to resume"
 

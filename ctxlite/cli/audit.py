@@ -1,4 +1,5 @@
 """``ctxlite audit``: ContextLeak canary audits of private in-context learning."""
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,6 @@ from ctxlite.cli.options import (
     given_explicitly,
     progress,
 )
-
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
 
@@ -46,65 +46,222 @@ def _jsonable(obj):
 
 
 @click.command()
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False),
-              help="Private set (JSONL): text/label for classify, dialogue/summary for generate.")
-@click.option("--task", type=choice(Task), default=_d("task"), show_default=True,
-              help="classify: the model answers a label; generate: it writes text (dialogue summaries).")
-@click.option("--mechanism", type=choice(MechanismKind),
-              default=_d("mechanism"), show_default=True, help="Private ICL method under audit.")
-@click.option("--epsilon", "epsilons", type=NumberList(minimum=0, strict=True, allow_inf=True), default=None,
-              help=f"Theoretical per-query epsilons for rnm/esa, e.g. 1,8,inf [default: {_list(_DP['epsilons'])}].")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=_d("delta"), show_default=True,
-              help="δ of the theoretical ε and of the empirical ε estimates.")
-@click.option("--canary", type=choice(CanaryKind), default=_d("canary"), show_default=True,
-              help="Canary kind: random hex string, rare tokens of the model's vocabulary, or a curated sentence.")
-@click.option("--query-kind", "query", type=choice(QueryKind),
-              default=_d("query"), show_default=True, help="The audit query asked about the canary.")
-@click.option("--query", "query_alias", type=choice(QueryKind),
-              default=None, hidden=True, help="Old name of --query-kind.")
-@click.option("--template-index", type=click.IntRange(0), default=_d("template_index"), show_default=True,
-              help="Which candidate query template of that kind to use.")
+@click.option(
+    "--data",
+    "data_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Private set (JSONL): text/label for classify, dialogue/summary for generate.",
+)
+@click.option(
+    "--task",
+    type=choice(Task),
+    default=_d("task"),
+    show_default=True,
+    help="classify: the model answers a label; generate: it writes text (dialogue summaries).",
+)
+@click.option(
+    "--mechanism",
+    type=choice(MechanismKind),
+    default=_d("mechanism"),
+    show_default=True,
+    help="Private ICL method under audit.",
+)
+@click.option(
+    "--epsilon",
+    "epsilons",
+    type=NumberList(minimum=0, strict=True, allow_inf=True),
+    default=None,
+    help=f"Theoretical per-query epsilons for rnm/esa, e.g. 1,8,inf [default: {_list(_DP['epsilons'])}].",
+)
+@click.option(
+    "--delta",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=_d("delta"),
+    show_default=True,
+    help="δ of the theoretical ε and of the empirical ε estimates.",
+)
+@click.option(
+    "--canary",
+    type=choice(CanaryKind),
+    default=_d("canary"),
+    show_default=True,
+    help="Canary kind: random hex string, rare tokens of the model's vocabulary, or a curated sentence.",
+)
+@click.option(
+    "--query-kind",
+    "query",
+    type=choice(QueryKind),
+    default=_d("query"),
+    show_default=True,
+    help="The audit query asked about the canary.",
+)
+@click.option(
+    "--query", "query_alias", type=choice(QueryKind), default=None, hidden=True, help="Old name of --query-kind."
+)
+@click.option(
+    "--template-index",
+    type=click.IntRange(0),
+    default=_d("template_index"),
+    show_default=True,
+    help="Which candidate query template of that kind to use.",
+)
 @click.option("--search-template", is_flag=True, help="Pick the query template by held-out audit accuracy first.")
-@click.option("--attack", type=choice(Attack), default=_d("attack"), show_default=True,
-              help="injection = the prompt-injection baseline (asks the model to print the examples).")
-@click.option("--detector", type=choice(DetectorKind), default=_d("detector"), show_default=True,
-              help="direction: project onto the IN-minus-OUT direction of reference runs; count: frequency of "
-                   "the canary's label (classify).")
-@click.option("--trials", type=click.IntRange(4), default=_d("trials"), show_default=True,
-              help="Trials of the membership game per epsilon (Z drawn with probability 1/2 each).")
-@click.option("--queries-per-trial", type=click.IntRange(1), default=None,
-              help=f"Queries per trial [default: {_QPT['dp']} for rnm/esa, {_QPT['classify']} classify, {_QPT['generate']} generate].")
-@click.option("--shots", type=click.IntRange(1), default=None,
-              help=f"Records per prompt (per ensemble for rnm/esa) [default: {_PLAIN['shots']}, or {_DP['shots']} for rnm/esa].")
-@click.option("--ensembles", type=click.IntRange(1), default=None, help=f"Ensembles m for rnm/esa [default: {_DP['ensembles']}].")
-@click.option("--reference-runs", type=click.IntRange(1), default=_d("reference_runs"), show_default=True,
-              help="Paired reference runs per epsilon for the direction detector.")
-@click.option("--temperature", type=click.FloatRange(0), default=_d("temperature"), show_default=True,
-              help="Sampling temperature of the audited model (0 = greedy).")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=_d("max_new_tokens"), show_default=True,
-              help="Longest sampled answer, in tokens (text outputs: generate, injection).")
-@click.option("--clip-norm", type=click.FloatRange(0, min_open=True), default=_d("clip_norm"), show_default=True,
-              help="ESA clip norm C of the unit-normalised embeddings.")
-@click.option("--utility-queries", type=click.IntRange(0), default=_d("utility_queries"), show_default=True,
-              help="Held-out records queried to measure utility (0 = none).")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=_d("confidence"),
-              show_default=True, help="Confidence 1 - α of the epsilon lower bound.")
-@click.option("--accounting-queries", type=click.IntRange(1), default=None, metavar="T",
-              help="Also report each sigma's epsilon subsampled over T queries (rnm/esa; PLD accountant).")
-@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=_d("sampling_rate"), show_default=True,
-              help="Poisson rate q at which each of those T queries samples a record.")
-@click.option("--resample-data", is_flag=True, default=_d("resample_data"), help="Re-draw the private set every trial (average-case audit).")
-@click.option("--embed-model", type=TEXT, default=None, metavar="NAME|PATH", help="GGUF for embeddings [default: the audited model].")
-@click.option("--seed", type=click.IntRange(0), default=_d("seed"), show_default=True,
-              help="Seed of the whole game: private set, canary, trials, noise.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
-              help="Append every trial to this JSONL log (resumable).")
+@click.option(
+    "--attack",
+    type=choice(Attack),
+    default=_d("attack"),
+    show_default=True,
+    help="injection = the prompt-injection baseline (asks the model to print the examples).",
+)
+@click.option(
+    "--detector",
+    type=choice(DetectorKind),
+    default=_d("detector"),
+    show_default=True,
+    help="direction: project onto the IN-minus-OUT direction of reference runs; count: frequency of "
+    "the canary's label (classify).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(4),
+    default=_d("trials"),
+    show_default=True,
+    help="Trials of the membership game per epsilon (Z drawn with probability 1/2 each).",
+)
+@click.option(
+    "--queries-per-trial",
+    type=click.IntRange(1),
+    default=None,
+    help=f"Queries per trial [default: {_QPT['dp']} for rnm/esa, {_QPT['classify']} classify, "
+    f"{_QPT['generate']} generate].",
+)
+@click.option(
+    "--shots",
+    type=click.IntRange(1),
+    default=None,
+    help=f"Records per prompt (per ensemble for rnm/esa) [default: {_PLAIN['shots']}, or {_DP['shots']} for rnm/esa].",
+)
+@click.option(
+    "--ensembles", type=click.IntRange(1), default=None, help=f"Ensembles m for rnm/esa [default: {_DP['ensembles']}]."
+)
+@click.option(
+    "--reference-runs",
+    type=click.IntRange(1),
+    default=_d("reference_runs"),
+    show_default=True,
+    help="Paired reference runs per epsilon for the direction detector.",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(0),
+    default=_d("temperature"),
+    show_default=True,
+    help="Sampling temperature of the audited model (0 = greedy).",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(1),
+    default=_d("max_new_tokens"),
+    show_default=True,
+    help="Longest sampled answer, in tokens (text outputs: generate, injection).",
+)
+@click.option(
+    "--clip-norm",
+    type=click.FloatRange(0, min_open=True),
+    default=_d("clip_norm"),
+    show_default=True,
+    help="ESA clip norm C of the unit-normalised embeddings.",
+)
+@click.option(
+    "--utility-queries",
+    type=click.IntRange(0),
+    default=_d("utility_queries"),
+    show_default=True,
+    help="Held-out records queried to measure utility (0 = none).",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=_d("confidence"),
+    show_default=True,
+    help="Confidence 1 - α of the epsilon lower bound.",
+)
+@click.option(
+    "--accounting-queries",
+    type=click.IntRange(1),
+    default=None,
+    metavar="T",
+    help="Also report each sigma's epsilon subsampled over T queries (rnm/esa; PLD accountant).",
+)
+@click.option(
+    "--sampling-rate",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=_d("sampling_rate"),
+    show_default=True,
+    help="Poisson rate q at which each of those T queries samples a record.",
+)
+@click.option(
+    "--resample-data",
+    is_flag=True,
+    default=_d("resample_data"),
+    help="Re-draw the private set every trial (average-case audit).",
+)
+@click.option(
+    "--embed-model",
+    type=TEXT,
+    default=None,
+    metavar="NAME|PATH",
+    help="GGUF for embeddings [default: the audited model].",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0),
+    default=_d("seed"),
+    show_default=True,
+    help="Seed of the whole game: private set, canary, trials, noise.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every trial to this JSONL log (resumable).",
+)
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
 @engine_options
-def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alias, template_index, search_template,
-          attack, detector, trials, queries_per_trial, shots, ensembles, reference_runs, temperature, max_new_tokens,
-          clip_norm, utility_queries, confidence, accounting_queries, sampling_rate, resample_data, embed_model, seed,
-          out_path, resume, **kwargs):
+def audit(
+    data_path,
+    task,
+    mechanism,
+    epsilons,
+    delta,
+    canary,
+    query,
+    query_alias,
+    template_index,
+    search_template,
+    attack,
+    detector,
+    trials,
+    queries_per_trial,
+    shots,
+    ensembles,
+    reference_runs,
+    temperature,
+    max_new_tokens,
+    clip_norm,
+    utility_queries,
+    confidence,
+    accounting_queries,
+    sampling_rate,
+    resample_data,
+    embed_model,
+    seed,
+    out_path,
+    resume,
+    **kwargs,
+):
     """Audit private in-context learning with canaries (ContextLeak).
 
     Each trial swaps a canary record into the private set with probability
@@ -125,10 +282,10 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
     from ctxlite.audit import settings as audit_settings
     from ctxlite.audit.dataset import load_records
     from ctxlite.audit.game import run_audit
-    from ctxlite.identity import engine_part
-    from ctxlite.runtime.models import model_identity, resolve_model
     from ctxlite.audit.template_search import search_template as search
+    from ctxlite.identity import engine_part
     from ctxlite.records import RecordLog
+    from ctxlite.runtime.models import model_identity, resolve_model
 
     if query_alias is not None:
         if given_explicitly("query"):
@@ -144,33 +301,56 @@ def audit(data_path, task, mechanism, epsilons, delta, canary, query, query_alia
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
     _check_combination(task, mechanism, attack, detector, search_template, query_alias is not None)
     settings = audit_settings.AuditSettings(  # None = the library's default for this mechanism (one source of truth)
-        task=task, mechanism=mechanism, epsilons=epsilons,
-        delta=delta, canary=canary, query=query, template_index=template_index, attack=attack, detector=detector,
-        trials=trials, queries_per_trial=queries_per_trial, shots=shots,
-        ensembles=ensembles, reference_runs=reference_runs, temperature=temperature,
-        max_new_tokens=max_new_tokens, clip_norm=clip_norm, utility_queries=utility_queries,
-        confidence=confidence, resample_data=resample_data, accounting_queries=accounting_queries,
-        sampling_rate=sampling_rate, seed=seed,
+        task=task,
+        mechanism=mechanism,
+        epsilons=epsilons,
+        delta=delta,
+        canary=canary,
+        query=query,
+        template_index=template_index,
+        attack=attack,
+        detector=detector,
+        trials=trials,
+        queries_per_trial=queries_per_trial,
+        shots=shots,
+        ensembles=ensembles,
+        reference_runs=reference_runs,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        clip_norm=clip_norm,
+        utility_queries=utility_queries,
+        confidence=confidence,
+        resample_data=resample_data,
+        accounting_queries=accounting_queries,
+        sampling_rate=sampling_rate,
+        seed=seed,
     )
     records = load_records(data_path, task)
     if out_path and not resume and _nonempty(out_path):
-        raise click.BadParameter(f"{out_path} exists: pass --resume to continue it or choose another file",
-                                 param_hint="--out")
+        raise click.BadParameter(
+            f"{out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
+        )
     ekw = engine_kwargs(kwargs)
     needs_embedder = task is Task.GENERATE and attack is Attack.CANARY
     embed_identity = model_identity(resolve_model(embed_model or ekw["model"])) if needs_embedder else None
-    model_identity_part = engine_part(resolve_model(ekw["model"]),
-                                      engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4))
+    model_identity_part = engine_part(
+        resolve_model(ekw["model"]), engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
+    )
     identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
     if out_path and resume:  # refuse a mismatched log before any model work (the search may change the template)
-        RecordLog.check_existing(out_path, identity, kind="audit",
-                                 ignore=("settings.template_index",) if search_template else ())
+        RecordLog.check_existing(
+            out_path, identity, kind="audit", ignore=("settings.template_index",) if search_template else ()
+        )
     engine = build_engine(**ekw, kv_slots=4)
-    embedder = build_engine(**{**ekw, "model": embed_model or ekw["model"]}, embeddings=True) if needs_embedder else None
+    embedder = (
+        build_engine(**{**ekw, "model": embed_model or ekw["model"]}, embeddings=True) if needs_embedder else None
+    )
     if search_template:
         found = search(engine, records, settings, embedder=embedder)
-        progress(f"template search ({found.kind}): accuracies {[round(a, 3) for a in found.accuracies]} "
-                 f"-> template {found.best_index}")
+        progress(
+            f"template search ({found.kind}): accuracies {[round(a, 3) for a in found.accuracies]} "
+            f"-> template {found.best_index}"
+        )
         settings = replace(settings, template_index=found.best_index)
         identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
     log = RecordLog(out_path, identity, kind="audit") if out_path else None
@@ -195,16 +375,27 @@ def _check_combination(task, mechanism, attack, detector, search_template, old_q
     injection = attack is Attack.INJECTION
     text_outputs = task is Task.GENERATE or injection
     unused = {
-        "embed_model": None if task is Task.GENERATE and not injection else
-        "embeddings are used by generation audits with --attack canary only",
+        "embed_model": None
+        if task is Task.GENERATE and not injection
+        else "embeddings are used by generation audits with --attack canary only",
         "max_new_tokens": None if text_outputs else "classification answers are read from one forward pass",
         "clip_norm": None if mechanism is MechanismKind.ESA else "only esa clips embeddings",
-        "reference_runs": ("the injection baseline needs no reference runs" if injection else
-                           "the count detector needs no reference runs" if detector is DetectorKind.COUNT else None),
+        "reference_runs": (
+            "the injection baseline needs no reference runs"
+            if injection
+            else "the count detector needs no reference runs"
+            if detector is DetectorKind.COUNT
+            else None
+        ),
         "detector": "the injection baseline scores the leaked text itself" if injection else None,
         "query": "the injection baseline asks its own question" if injection else None,
-        "template_index": ("the injection baseline asks its own question" if injection else
-                           "--search-template chooses the template" if search_template else None),
+        "template_index": (
+            "the injection baseline asks its own question"
+            if injection
+            else "--search-template chooses the template"
+            if search_template
+            else None
+        ),
         "search_template": "the injection baseline asks its own question" if injection else None,
     }
     for name, why in unused.items():

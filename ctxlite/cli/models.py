@@ -1,10 +1,11 @@
 """``ctxlite models``: the registry and the local model cache."""
+
 from __future__ import annotations
 
 import click
 
-from ctxlite.runtime import models as registry
 from ctxlite.cli.options import emit_json
+from ctxlite.runtime import models as registry
 
 
 @click.group()
@@ -19,12 +20,20 @@ def list_models(as_json):
     rows = []
     for entry in registry.registry().values():
         state, check = registry.cache_status(entry)
-        rows.append({
-            "name": entry.name, "file": entry.file, "quantization": entry.quantization,
-            "source_package": entry.source_package, "licence": entry.licence,
-            "state": state, "check": check, "provisioned": state == "ready", "path": str(entry.cached_path),
-            "default": entry.name == registry.default_model_name(),
-        })
+        rows.append(
+            {
+                "name": entry.name,
+                "file": entry.file,
+                "quantization": entry.quantization,
+                "source_package": entry.source_package,
+                "licence": entry.licence,
+                "state": state,
+                "check": check,
+                "provisioned": state == "ready",
+                "path": str(entry.cached_path),
+                "default": entry.name == registry.default_model_name(),
+            }
+        )
     if as_json:
         emit_json(rows)
         return

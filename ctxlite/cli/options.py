@@ -1,4 +1,5 @@
 """Options and helpers shared by every ctxlite command (engine flags mirror llama.cpp's)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,9 @@ class NumberList(click.ParamType):
 
     name = "LIST"
 
-    def __init__(self, minimum: float = -math.inf, strict: bool = False, allow_inf: bool = False, integer: bool = False):
+    def __init__(
+        self, minimum: float = -math.inf, strict: bool = False, allow_inf: bool = False, integer: bool = False
+    ):
         self.minimum, self.strict, self.allow_inf, self.integer = minimum, strict, allow_inf, integer
 
     def convert(self, value, param, ctx):
@@ -78,17 +81,46 @@ def given_explicitly(name: str) -> bool:
 def engine_options(f):
     """-m/--model, -c/--n-ctx, -b/--n-batch, -t/--threads, -ngl/--n-gpu-layers, --flash-attn."""
     decorators = [
-        click.option("-m", "--model", envvar="CTXLITE_MODEL", default=None, metavar="NAME|PATH", type=TEXT,
-                     help="Registry name or GGUF path (env CTXLITE_MODEL) [default: gemma-3-270m]."),
-        click.option("-c", "--n-ctx", type=click.IntRange(16), default=2048, show_default=True,
-                     help="Context window per sequence, in tokens."),
-        click.option("-b", "--n-batch", type=click.IntRange(1), default=512, show_default=True,
-                     help="Tokens per llama_decode call."),
+        click.option(
+            "-m",
+            "--model",
+            envvar="CTXLITE_MODEL",
+            default=None,
+            metavar="NAME|PATH",
+            type=TEXT,
+            help="Registry name or GGUF path (env CTXLITE_MODEL) [default: gemma-3-270m].",
+        ),
+        click.option(
+            "-c",
+            "--n-ctx",
+            type=click.IntRange(16),
+            default=2048,
+            show_default=True,
+            help="Context window per sequence, in tokens.",
+        ),
+        click.option(
+            "-b",
+            "--n-batch",
+            type=click.IntRange(1),
+            default=512,
+            show_default=True,
+            help="Tokens per llama_decode call.",
+        ),
         click.option("-t", "--threads", type=click.IntRange(1), default=None, help="CPU threads [default: all cores]."),
-        click.option("-ngl", "--n-gpu-layers", type=int, default=0, show_default=True,
-                     help="Layers to offload to the GPU (needs a CUDA/Metal build; -1 = all)."),
-        click.option("--flash-attn/--no-flash-attn", default=False, show_default=True,
-                     help="llama.cpp flash attention (changes log-probs by ~0.05 nats)."),
+        click.option(
+            "-ngl",
+            "--n-gpu-layers",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Layers to offload to the GPU (needs a CUDA/Metal build; -1 = all).",
+        ),
+        click.option(
+            "--flash-attn/--no-flash-attn",
+            default=False,
+            show_default=True,
+            help="llama.cpp flash attention (changes log-probs by ~0.05 nats).",
+        ),
     ]
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
@@ -97,11 +129,19 @@ def engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, kv_slots
     """The ``EngineConfig`` of the engine options (built without loading anything)."""
     from ctxlite.runtime.engine import EngineConfig
 
-    return EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_gpu_layers=n_gpu_layers,
-                        flash_attn=flash_attn, kv_slots=kv_slots)
+    return EngineConfig(
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        n_threads=threads,
+        n_gpu_layers=n_gpu_layers,
+        flash_attn=flash_attn,
+        kv_slots=kv_slots,
+    )
 
 
-def build_engine(model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2):
+def build_engine(
+    model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2
+):
     from ctxlite.runtime.engine import Engine
 
     config = engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, kv_slots=kv_slots)

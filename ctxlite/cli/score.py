@@ -1,4 +1,5 @@
 """``ctxlite score``: context influence of a private context on a response."""
+
 from __future__ import annotations
 
 import sys
@@ -36,13 +37,23 @@ def _i(name: str):
 
 def _settings(o):
     sampling = SamplingSettings(
-        temperature=o.temperature, top_k=o.top_k, top_p=o.top_p,
-        min_new_tokens=o.min_new_tokens, max_new_tokens=o.max_new_tokens, seed=o.seed,
+        temperature=o.temperature,
+        top_k=o.top_k,
+        top_p=o.top_p,
+        min_new_tokens=o.min_new_tokens,
+        max_new_tokens=o.max_new_tokens,
+        seed=o.seed,
     )
     return InfluenceSettings(
-        lambdas=o.lam, ngram=None if o.doc else o.ngram, stride=None if o.doc else o.stride,
-        null_ablations=o.null_ablations, exact=o.exact, epsilon=o.epsilon, sampling=sampling,
-        top_spans=o.top, context_sizes=o.context_sizes or (),
+        lambdas=o.lam,
+        ngram=None if o.doc else o.ngram,
+        stride=None if o.doc else o.stride,
+        null_ablations=o.null_ablations,
+        exact=o.exact,
+        epsilon=o.epsilon,
+        sampling=sampling,
+        top_spans=o.top,
+        context_sizes=o.context_sizes or (),
     )
 
 
@@ -77,8 +88,13 @@ def _examples(o):
                 raise DataError(f"{o.data}:{line.number}: duplicate id {key!r}")
             seen.add(key)
             try:
-                example = Example(context=d["context"], query=d.get("query") or "", response=d.get("response"),
-                                  source=d.get("source"), id=key)
+                example = Example(
+                    context=d["context"],
+                    query=d.get("query") or "",
+                    response=d.get("response"),
+                    source=d.get("source"),
+                    id=key,
+                )
             except DataError as exc:
                 raise DataError(f"{o.data}:{line.number}: {exc}") from None
             yield key, example
@@ -104,8 +120,9 @@ def _check_combination(o, examples) -> None:
         raise click.UsageError("--limit: no effect without --data")
     if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):
         flags = ", ".join(_flag(n) for n in GENERATION_ONLY if n in given)
-        raise click.UsageError(f"{flags}: no effect, every example has a response to score (these options "
-                               "shape a generated response only)")
+        raise click.UsageError(
+            f"{flags}: no effect, every example has a response to score (these options shape a generated response only)"
+        )
 
 
 def _flag(name: str) -> str:
@@ -125,8 +142,10 @@ def _plan(log, examples, out: str, data: str | None):
     reused = [key for key, ex in examples if log.get(key, ex.input_hash()) is not None]
     if len(log) and not reused:
         what = f"--data {data}" if data else "this --context/--query/--response"
-        raise DataError(f"{out} holds results for other inputs (none of its {len(log)} finished example(s) has the "
-                        f"context, query, response and source of {what}): choose another --out")
+        raise DataError(
+            f"{out} holds results for other inputs (none of its {len(log)} finished example(s) has the "
+            f"context, query, response and source of {what}): choose another --out"
+        )
     changed = [key for key in finished if key not in reused]
     return reused, changed
 
@@ -136,31 +155,101 @@ def _plan(log, examples, out: str, data: str | None):
 @click.option("--query", "-q", type=TEXT, help="The query x filled into the template's query slot.")
 @click.option("--response", "-r", type=TEXT, help="Score this response instead of generating one with CID.")
 @click.option("--source", type=click.Path(dir_okay=False), help="Untruncated source for the regurgitation metrics.")
-@click.option("--data", type=click.Path(dir_okay=False), help="JSONL dataset: context, query, [response], [source], [id].")
-@click.option("--out", type=click.Path(dir_okay=False), help="Append one JSON record per example here; re-running resumes.")
+@click.option(
+    "--data", type=click.Path(dir_okay=False), help="JSONL dataset: context, query, [response], [source], [id]."
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Append one JSON record per example here; re-running resumes."
+)
 @click.option("--limit", type=click.IntRange(1), default=None, help="Score only the first N examples of --data.")
-@click.option("--template", type=TEXT, default="qa", show_default=True, help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.")
-@click.option("--ngram", "-n", type=click.IntRange(1), default=_i("ngram"), show_default=True, help="n-gram size in model tokens.")
-@click.option("--stride", type=click.IntRange(1), default=None, help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.")
+@click.option(
+    "--template",
+    type=TEXT,
+    default="qa",
+    show_default=True,
+    help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.",
+)
+@click.option(
+    "--ngram", "-n", type=click.IntRange(1), default=_i("ngram"), show_default=True, help="n-gram size in model tokens."
+)
+@click.option(
+    "--stride",
+    type=click.IntRange(1),
+    default=None,
+    help="Step between n-gram starts [default: n, disjoint]; 1 = the reference's overlapping windows.",
+)
 @click.option("--doc", is_flag=True, help="Document level only (no n-gram ablations).")
-@click.option("--context-sizes", type=NumberList(minimum=1, integer=True), default=None,
-              help="Context-size analysis: score the first k tokens of the context for each k, e.g. 32,128,256.")
-@click.option("--lam", type=NumberList(minimum=0), default=",".join(f"{v:g}" for v in _i("lambdas")), show_default=True, help="CID mixing λ >= 0, comma-separated sweep.")
-@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), default=None, help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).")
-@click.option("--temperature", "-T", type=click.FloatRange(min=0, min_open=True), default=_s("temperature"), show_default=True,
-              help="Temperature T of the scored distributions (and of CID sampling).")
-@click.option("--top-k", type=click.IntRange(0), default=_s("top_k"), show_default=True,
-              help="Top-k filter of CID sampling (generation only); 0 = off.")
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=_s("top_p"), show_default=True,
-              help="Nucleus (top-p) filter of CID sampling (generation only); 1 = off.")
-@click.option("--min-new-tokens", type=click.IntRange(0), default=_s("min_new_tokens"), show_default=True,
-              help="EOS/EOG banned before this many generated tokens.")
-@click.option("--max-new-tokens", type=click.IntRange(1), default=_s("max_new_tokens"), show_default=True,
-              help="Longest generated response, in tokens.")
+@click.option(
+    "--context-sizes",
+    type=NumberList(minimum=1, integer=True),
+    default=None,
+    help="Context-size analysis: score the first k tokens of the context for each k, e.g. 32,128,256.",
+)
+@click.option(
+    "--lam",
+    type=NumberList(minimum=0),
+    default=",".join(f"{v:g}" for v in _i("lambdas")),
+    show_default=True,
+    help="CID mixing λ >= 0, comma-separated sweep.",
+)
+@click.option(
+    "--epsilon",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).",
+)
+@click.option(
+    "--temperature",
+    "-T",
+    type=click.FloatRange(min=0, min_open=True),
+    default=_s("temperature"),
+    show_default=True,
+    help="Temperature T of the scored distributions (and of CID sampling).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(0),
+    default=_s("top_k"),
+    show_default=True,
+    help="Top-k filter of CID sampling (generation only); 0 = off.",
+)
+@click.option(
+    "--top-p",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=_s("top_p"),
+    show_default=True,
+    help="Nucleus (top-p) filter of CID sampling (generation only); 1 = off.",
+)
+@click.option(
+    "--min-new-tokens",
+    type=click.IntRange(0),
+    default=_s("min_new_tokens"),
+    show_default=True,
+    help="EOS/EOG banned before this many generated tokens.",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(1),
+    default=_s("max_new_tokens"),
+    show_default=True,
+    help="Longest generated response, in tokens.",
+)
 @click.option("--seed", type=int, default=_s("seed"), show_default=True, help="Sampling seed (numpy Generator).")
-@click.option("--null-ablations", type=click.IntRange(0), default=_i("null_ablations"), show_default=True, help="Split points re-decoded unchanged to measure the noise floor.")
+@click.option(
+    "--null-ablations",
+    type=click.IntRange(0),
+    default=_i("null_ablations"),
+    show_default=True,
+    help="Split points re-decoded unchanged to measure the noise floor.",
+)
 @click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
-@click.option("--top", type=click.IntRange(0), default=_i("top_spans"), show_default=True, help="Most influential spans to list per example.")
+@click.option(
+    "--top",
+    type=click.IntRange(0),
+    default=_i("top_spans"),
+    show_default=True,
+    help="Most influential spans to list per example.",
+)
 @engine_options
 def score(**options):
     """Score how much a private context influences a model's response.
@@ -176,11 +265,11 @@ def score(**options):
       ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
     """
-    from ctxlite.influence.analysis import summarize
     from ctxlite.identity import engine_part
+    from ctxlite.influence.analysis import summarize
     from ctxlite.influence.scorer import InfluenceScorer
-    from ctxlite.runtime.models import resolve_model
     from ctxlite.records import RecordLog
+    from ctxlite.runtime.models import resolve_model
     from ctxlite.runtime.templates import get_template
 
     o = SimpleNamespace(**options)
@@ -202,8 +291,13 @@ def score(**options):
         for key in changed:
             progress(f"{key}: its input changed since it was logged; scoring it again")
         engine = build_engine(**ekw)
-        meta = {"ctxlite": identity["software"]["ctxlite"], "engine": engine.describe(), "template": asdict(template),
-                "settings": identity["settings"], "identity": identity}
+        meta = {
+            "ctxlite": identity["software"]["ctxlite"],
+            "engine": engine.describe(),
+            "template": asdict(template),
+            "settings": identity["settings"],
+            "identity": identity,
+        }
         scorer = InfluenceScorer(engine, template, settings)
         records = []
         for i, (key, example) in enumerate(examples, start=1):
@@ -224,7 +318,9 @@ def score(**options):
     summary = summarize(records)
     for lam, s in summary.items():
         d = s["document_influence"]
-        progress(f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
-                 f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
-                 f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}")
+        progress(
+            f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
+            f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
+            f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}"
+        )
     emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out})

@@ -11,17 +11,20 @@ be recomputed from a (resumed) result log without the model.
 - n-gram-position profile: mean τ_i at each n-gram start position;
 - regurgitation: Repeat and Rouge counts and rates.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from ctxlite.errors import InvalidParameter
 
 
-def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean (degenerate for fewer than 2 values)."""
     x = np.asarray(values, dtype=float)
     if not 0 < confidence < 1:
@@ -89,11 +92,18 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             "context_size": None if size == -1 else size,
             "context_tokens_mean": float(np.mean([r.get("context_tokens", 0) for r in results])),
             "examples": len(results),
-            "document_influence": {"mean": float(np.mean(doc)), "std": float(np.std(doc)), "ci": [lo, hi], "confidence": confidence},
+            "document_influence": {
+                "mean": float(np.mean(doc)),
+                "std": float(np.std(doc)),
+                "ci": [lo, hi],
+                "confidence": confidence,
+            },
             "ngram_influence": {
                 "mean": float(np.mean([g["influence"] for g in all_grams])) if all_grams else None,
                 "max_of_mean": max(ngram_profile["means"]) if ngram_profile["means"] else None,
-                "max_of_mean_position": ngram_profile["starts"][int(np.argmax(ngram_profile["means"]))] if ngram_profile["means"] else None,
+                "max_of_mean_position": ngram_profile["starts"][int(np.argmax(ngram_profile["means"]))]
+                if ngram_profile["means"]
+                else None,
                 "fraction_above_noise": float(np.mean(flagged)) if flagged else None,
             },
             "noise_floor_max_mean": float(np.mean(floors)) if floors else None,

@@ -10,6 +10,7 @@ ordinary decoding, λ > 1 amplifies the context.
 so each step uses λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (the direction of
 Flemings et al.'s Theorem B.1; derivation in docs/design.md#cid).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -87,7 +88,14 @@ class Generation:
         return [2.0 * l * m for l, m in zip(self.step_lambdas, self.step_max_abs_pmi)]
 
 
-def generate(engine, prompt_with: list[int], prompt_without: list[int], lam: float, settings: SamplingSettings, epsilon: float | None = None) -> Generation:
+def generate(
+    engine,
+    prompt_with: list[int],
+    prompt_without: list[int],
+    lam: float,
+    settings: SamplingSettings,
+    epsilon: float | None = None,
+) -> Generation:
     """Sample a response with CID at mixing ``lam`` (and ε-bounded λ_t* when ``epsilon``).
 
     Two streams (with / without the context) advance one token per batch; EOG
@@ -121,5 +129,3 @@ def generate(engine, prompt_with: list[int], prompt_without: list[int], lam: flo
             streams.step([token, token])
     gen.text = engine.detokenize(gen.token_ids)
     return gen
-
-

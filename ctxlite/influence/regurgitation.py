@@ -14,6 +14,7 @@ per character in scripts written without spaces (Han, kana, Thai, ...), and
 non-ASCII symbols (emoji) as tokens. On ASCII text it gives exactly the
 tokens of ``rouge-score`` (a test pins this), so English scores are unchanged.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,7 @@ ROUGE_THRESHOLD = 0.5
 
 
 _UNSPACED = re.compile(
-    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-    "\U00020000-\U0003134f]"
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]"
 )  # Thai, Lao, Myanmar, Khmer, kana, CJK ideographs: written without spaces between words
 
 

@@ -1,4 +1,5 @@
-"""Context influence: how much each n-gram of a private context moves the response (Flemings et al., ACL 2025, Definition 3.1).
+"""Context influence: how much each n-gram of a private context moves the response
+(Flemings et al., ACL 2025, Definition 3.1).
 
 For response tokens y_t and mixing λ (CID, see ``ctxlite.influence.cid``):
 
@@ -17,20 +18,21 @@ Re-decoding from a split point can round differently from the full decode
 batch-shape rounding, and no backend is trusted blindly: design notes in docs/design.md): every result carries that
 *noise floor*, measured by null ablations, and flags n-grams below it.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from ctxlite.runtime import kernels
-from ctxlite.runtime.backend import Capability, require
-from ctxlite.influence.cid import check_epsilon, check_lambda, generate
-from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
+from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.regurgitation import regurgitation
+from ctxlite.runtime import kernels
+from ctxlite.runtime.backend import Capability, require
+from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.runtime.templates import PromptTemplate, get_template
 
 
@@ -63,7 +65,8 @@ class InfluenceSettings:
             raise InvalidParameter(f"ngram must be >= 1, got {self.ngram}")
         if self.stride is not None and (self.ngram is None or not 1 <= self.stride <= self.ngram):
             raise InvalidParameter(
-                f"stride must be in [1, n] with an n-gram size (a larger stride would leave tokens unscored), got {self.stride}"
+                "stride must be in [1, n] with an n-gram size (a larger stride would leave tokens unscored), "
+                f"got {self.stride}"
             )
         object.__setattr__(self, "context_sizes", tuple(int(c) for c in self.context_sizes))
         if any(c < 1 for c in self.context_sizes):
@@ -94,8 +97,9 @@ class Example:
 
     def input_hash(self) -> str:
         """Content hash of everything of the example a result depends on (context, query, response, source)."""
-        return content_hash({"context": self.context, "query": self.query, "response": self.response,
-                             "source": self.source})
+        return content_hash(
+            {"context": self.context, "query": self.query, "response": self.response, "source": self.source}
+        )
 
 
 @dataclass
@@ -136,17 +140,17 @@ class LambdaResult:
     response: str
     response_ids: list[int]
     generated: bool
-    token_logprob: list[float]          # log p̄_λ(y_t | D)
+    token_logprob: list[float]  # log p̄_λ(y_t | D)
     token_logprob_without: list[float]  # log p_T(y_t | ∅)
-    token_pmi: list[float]              # log q_D(y_t) − log q_∅(y_t)
-    token_influence: list[float]        # document-level τ_t (response-position profile)
-    document_influence: float           # Σ_t τ_t
+    token_pmi: list[float]  # log q_D(y_t) − log q_∅(y_t)
+    token_influence: list[float]  # document-level τ_t (response-position profile)
+    document_influence: float  # Σ_t τ_t
     ngrams: list[NgramInfluence]
     noise_floor: NoiseFloor | None
     regurgitation: dict
     generation: dict | None = None
-    context_tokens: int = 0             # tokens of D actually used
-    context_size: int | None = None     # the requested truncation (None = whole context)
+    context_tokens: int = 0  # tokens of D actually used
+    context_size: int | None = None  # the requested truncation (None = whole context)
 
     @property
     def max_ngram_influence(self) -> float:
@@ -203,7 +207,9 @@ class EncodedPrompt:
 class _Collector:
     """Per-λ log p̄_λ(y_t | ·) gathered chunk by chunk from in-place logits views."""
 
-    def __init__(self, targets: np.ndarray, lambdas: Sequence[float], without: np.ndarray, temperature: float, banned, ban_rows):
+    def __init__(
+        self, targets: np.ndarray, lambdas: Sequence[float], without: np.ndarray, temperature: float, banned, ban_rows
+    ):
         self.targets, self.lambdas, self.without = targets, lambdas, without
         self.T, self.banned, self.ban_rows = temperature, banned, ban_rows
         self.out = {lam: np.empty(len(targets)) for lam in lambdas}
@@ -213,7 +219,9 @@ class _Collector:
         ban = None if self.ban_rows is None else self.ban_rows[sl]
         for lam in self.lambdas:
             if lam == 1.0:  # ordinary decoding: no need to read the without-context rows
-                self.out[lam][sl] = kernels.logprob_gather(view, self.targets[sl], self.T, banned_ids=self.banned, ban_rows=ban)
+                self.out[lam][sl] = kernels.logprob_gather(
+                    view, self.targets[sl], self.T, banned_ids=self.banned, ban_rows=ban
+                )
                 continue
             self.out[lam][sl] = kernels.mixed_logprob(
                 view, self.without[sl], self.targets[sl], lam, self.T, banned_ids=self.banned, ban_rows=ban
@@ -238,8 +246,9 @@ class _ResponsePasses:
         self.banned = engine.eog_ids if ban_rows is not None else None
         if self.rows:  # l_∅ rows: needed for every λ ≠ 1 and the document level; keep one copy
             self.without = engine.logits_rows(empty + y, len(empty))
-            self.logp_without = kernels.logprob_gather(self.without, self.targets, T, banned_ids=self.banned,
-                                                       ban_rows=ban_rows)
+            self.logp_without = kernels.logprob_gather(
+                self.without, self.targets, T, banned_ids=self.banned, ban_rows=ban_rows
+            )
         else:
             self.without, self.logp_without = None, engine.logprobs(empty + y, len(empty), T)
 
@@ -299,9 +308,11 @@ class InfluenceScorer:
         full = self.encode(example)
         too_long = [k for k in self.settings.context_sizes if k > len(full.context)]
         if too_long:
-            raise DataError(f"example {example.id or '?'}: its context has {len(full.context)} tokens, fewer than the "
-                            f"context size(s) {', '.join(map(str, too_long))} asked for (a result is never labelled "
-                            "with a size it did not use)")
+            raise DataError(
+                f"example {example.id or '?'}: its context has {len(full.context)} tokens, fewer than the "
+                f"context size(s) {', '.join(map(str, too_long))} asked for (a result is never labelled "
+                "with a size it did not use)"
+            )
         results = []
         for size in self.settings.context_sizes or (None,):
             enc = full if size is None else EncodedPrompt(full.prefix, full.context[:size], full.suffix)
@@ -328,18 +339,22 @@ class InfluenceScorer:
                     raise DataError(f"example {example.id}: the model produced an empty response at lambda={lam}")
                 ban = np.arange(len(gen.token_ids)) < st.sampling.min_new_tokens
                 lams = gen.step_lambdas if st.epsilon is not None else None
-                results += self._score_response(enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams)
+                results += self._score_response(
+                    enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams
+                )
         source = example.source or example.context
         for r in results:
             r.regurgitation = regurgitation(r.response, source).to_dict()
         return results
 
-    def _score_response(self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation,
-                        step_lambdas=None) -> list[LambdaResult]:
+    def _score_response(
+        self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None
+    ) -> list[LambdaResult]:
         st = self.settings
         keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
-        passes = _ResponsePasses(self.engine, enc.without_context, y, keys, st.sampling.temperature, ban_rows,
-                                 step_lambdas)
+        passes = _ResponsePasses(
+            self.engine, enc.without_context, y, keys, st.sampling.temperature, ban_rows, step_lambdas
+        )
         full = enc.with_context
         base = passes.run(full + y, len(full))
         windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
@@ -357,19 +372,43 @@ class InfluenceScorer:
                 per_tok = np.abs(lp - lp_i)
                 cs, ce = spans[c][0], spans[c + st.ngram - 1][1]
                 infl = float(per_tok.sum())
-                grams.append(NgramInfluence(c, st.ngram, cs, ce, ctx_text[cs:ce], infl, per_tok.tolist(),
-                                            None if floor is None else infl > floor.max))
-            results.append(LambdaResult(
-                lam=lam, response=self.engine.detokenize(y), response_ids=list(y), generated=generation is not None,
-                token_logprob=lp.tolist(), token_logprob_without=passes.logp_without.tolist(),
-                token_pmi=(base[1.0] - passes.logp_without).tolist(), token_influence=doc_tau.tolist(),
-                document_influence=float(doc_tau.sum()), ngrams=grams, noise_floor=floor, regurgitation={},
-                generation=None if generation is None else {
-                    "stop_reason": generation.stop_reason, "epsilon": generation.epsilon,
-                    "step_lambdas": generation.step_lambdas, "realised_epsilon": generation.realised_epsilon,
-                    "seed": st.sampling.seed,
-                },
-            ))
+                grams.append(
+                    NgramInfluence(
+                        c,
+                        st.ngram,
+                        cs,
+                        ce,
+                        ctx_text[cs:ce],
+                        infl,
+                        per_tok.tolist(),
+                        None if floor is None else infl > floor.max,
+                    )
+                )
+            results.append(
+                LambdaResult(
+                    lam=lam,
+                    response=self.engine.detokenize(y),
+                    response_ids=list(y),
+                    generated=generation is not None,
+                    token_logprob=lp.tolist(),
+                    token_logprob_without=passes.logp_without.tolist(),
+                    token_pmi=(base[1.0] - passes.logp_without).tolist(),
+                    token_influence=doc_tau.tolist(),
+                    document_influence=float(doc_tau.sum()),
+                    ngrams=grams,
+                    noise_floor=floor,
+                    regurgitation={},
+                    generation=None
+                    if generation is None
+                    else {
+                        "stop_reason": generation.stop_reason,
+                        "epsilon": generation.epsilon,
+                        "step_lambdas": generation.step_lambdas,
+                        "realised_epsilon": generation.realised_epsilon,
+                        "seed": st.sampling.seed,
+                    },
+                )
+            )
         return results
 
     def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes: _ResponsePasses, base: dict):
@@ -392,8 +431,9 @@ class InfluenceScorer:
                 for k in base:
                     nulls[k].append(float(np.abs(out[k] - base[k]).sum()))
                 continue
-            out = passes.run(full[:shared] + full[shared + n:] + y, len(full) - n, shared,
-                             exact=self.settings.exact or shared < 1)
+            out = passes.run(
+                full[:shared] + full[shared + n :] + y, len(full) - n, shared, exact=self.settings.exact or shared < 1
+            )
             for k in base:
                 ablated[k][c] = out[k]
         return {k: [v[c] for c in windows] for k, v in ablated.items()}, (nulls if nulls["points"] else {})
@@ -421,6 +461,11 @@ class _StepCollector(_Collector):
             ban = None if self.ban_rows is None else self.ban_rows[t : t + 1]
             for key, lam in (("steps", self.step_lambdas[t]), (1.0, 1.0)):
                 self.out[key][t] = kernels.mixed_logprob(
-                    view[j : j + 1], self.without[t : t + 1], self.targets[t : t + 1], lam, self.T,
-                    banned_ids=self.banned, ban_rows=ban,
+                    view[j : j + 1],
+                    self.without[t : t + 1],
+                    self.targets[t : t + 1],
+                    lam,
+                    self.T,
+                    banned_ids=self.banned,
+                    ban_rows=ban,
                 ).logprob[0]

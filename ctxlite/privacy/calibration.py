@@ -56,11 +56,9 @@ class Neighbouring(enum.Enum):
     ADD_REMOVE = "add_remove"
 
 
-def _check_relation(relation) -> "Neighbouring":
+def _check_relation(relation) -> Neighbouring:
     if not isinstance(relation, Neighbouring):
-        raise InvalidParameter(
-            f"relation must be Neighbouring.REPLACE or Neighbouring.ADD_REMOVE, got {relation!r}"
-        )
+        raise InvalidParameter(f"relation must be Neighbouring.REPLACE or Neighbouring.ADD_REMOVE, got {relation!r}")
     return relation
 
 
@@ -211,15 +209,14 @@ def _check_accounting_args(sensitivity, sampling_rate, num_queries, delta):
     return sensitivity, sampling_rate, int(num_queries), _check_delta(delta)
 
 
-def _pld_epsilon(noise_multiplier: float, sampling_rate: float, num_queries: int, delta: float,
-                 discretization: float) -> float:
+def _pld_epsilon(
+    noise_multiplier: float, sampling_rate: float, num_queries: int, delta: float, discretization: float
+) -> float:
     import dp_accounting  # optional dependency, only needed for accounting
     from dp_accounting import dp_event
 
     event = dp_event.SelfComposedDpEvent(
-        dp_event.PoissonSampledDpEvent(
-            sampling_rate, dp_event.GaussianDpEvent(noise_multiplier=noise_multiplier)
-        ),
+        dp_event.PoissonSampledDpEvent(sampling_rate, dp_event.GaussianDpEvent(noise_multiplier=noise_multiplier)),
         num_queries,
     )
     accountant = dp_accounting.pld.PLDAccountant(
@@ -319,9 +316,7 @@ def calibrate_subsampled_sigma(
         hi = lo
         lo /= 2.0
         if lo < 1e-6 * sensitivity:
-            raise InvalidParameter(
-                f"epsilon={epsilon!r} is met by any sigma >= {hi!r}; calibration is degenerate"
-            )
+            raise InvalidParameter(f"epsilon={epsilon!r} is met by any sigma >= {hi!r}; calibration is degenerate")
     while hi / lo > 1.0 + rtol:
         mid = math.sqrt(lo * hi)
         if eps_at(mid) <= epsilon:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -113,9 +112,7 @@ def _check_scores(name: str, scores) -> np.ndarray:
         raise InvalidParameter(f"{name} must not be empty")
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
-        raise InvalidParameter(
-            f"{name} must be finite; {name}[{bad[0]}] = {arr[bad[0]]!r}"
-        )
+        raise InvalidParameter(f"{name} must be finite; {name}[{bad[0]}] = {arr[bad[0]]!r}")
     arr.setflags(write=False)
     return arr
 
@@ -147,7 +144,7 @@ class Split:
             raise InvalidParameter(f"Split.fraction must be in (0, 1), got {self.fraction!r}")
         _check_count("Split.seed", self.seed)
 
-    def halves(self, n_in: int, n_out: int) -> Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]:
+    def halves(self, n_in: int, n_out: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """Trial indices ``((in_select, in_eval), (out_select, out_eval))``.
 
         Each side keeps round(fraction * n) trials (at least 1, at most n - 1)
@@ -162,7 +159,7 @@ class Split:
         n_out = _check_count("n_out", n_out, minimum=2)
         rng = np.random.default_rng(self.seed)
 
-        def split(n: int) -> Tuple[np.ndarray, np.ndarray]:
+        def split(n: int) -> tuple[np.ndarray, np.ndarray]:
             n_sel = min(max(int(round(self.fraction * n)), 1), n - 1)
             perm = rng.permutation(n)
             return perm[:n_sel], perm[n_sel:]
@@ -190,7 +187,7 @@ class Bonferroni:
     (0.5, 1.0)
     """
 
-    thresholds: Optional[Tuple[float, ...]] = None
+    thresholds: tuple[float, ...] | None = None
 
     def __post_init__(self):
         if self.thresholds is None:
@@ -220,12 +217,10 @@ class Explicit:
     threshold: float
 
     def __post_init__(self):
-        object.__setattr__(
-            self, "threshold", _check_real("Explicit.threshold", self.threshold, allow_inf=True)
-        )
+        object.__setattr__(self, "threshold", _check_real("Explicit.threshold", self.threshold, allow_inf=True))
 
 
-ThresholdSelection = Union[Split, Bonferroni, Explicit]
+ThresholdSelection = Split | Bonferroni | Explicit
 
 
 @dataclass(frozen=True)
@@ -324,9 +319,7 @@ def clopper_pearson_epsilon_array(tp, n_in, fp, n_out, alpha: float, delta: floa
     return np.maximum(np.maximum(a, b), 0.0)
 
 
-def clopper_pearson_epsilon(
-    tp: int, n_in: int, fp: int, n_out: int, alpha: float = 0.05, delta: float = 0.0
-) -> float:
+def clopper_pearson_epsilon(tp: int, n_in: int, fp: int, n_out: int, alpha: float = 0.05, delta: float = 0.0) -> float:
     """Lower confidence bound on epsilon from a test's counts (Clopper--Pearson).
 
     ``tp`` of ``n_in`` canary-present trials and ``fp`` of ``n_out``
@@ -451,9 +444,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gdp_delta_unchecked(mu, hi) > delta:
         hi *= 2.0
-    return float(
-        optimize.brentq(lambda e: gdp_delta_unchecked(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14)
-    )
+    return float(optimize.brentq(lambda e: gdp_delta_unchecked(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14))
 
 
 def _one_run_p_value(epsilon: float, m: int, r: int, v: int, delta: float) -> float:
@@ -567,7 +558,7 @@ class CanaryScoreAuditor:
     def _count_at_least(sorted_scores: np.ndarray, thresholds) -> np.ndarray:
         return sorted_scores.size - np.searchsorted(sorted_scores, thresholds, side="left")
 
-    def _counts(self, thresholds) -> Tuple[np.ndarray, np.ndarray]:
+    def _counts(self, thresholds) -> tuple[np.ndarray, np.ndarray]:
         return (
             self._count_at_least(self._in_sorted, thresholds),
             self._count_at_least(self._out_sorted, thresholds),
@@ -575,7 +566,7 @@ class CanaryScoreAuditor:
 
     # -- rates -----------------------------------------------------------
 
-    def tpr_fpr(self, threshold: float) -> Tuple[float, float]:
+    def tpr_fpr(self, threshold: float) -> tuple[float, float]:
         """(TPR, FPR) of the test ``score >= threshold``.
 
         TPR = fraction of in-scores >= threshold, FPR = fraction of
@@ -708,8 +699,16 @@ class CanaryScoreAuditor:
             tp, fp = self._counts(t)
             eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, alpha, delta)
             return ClopperPearsonBound(
-                float(eps), t, int(tp), self.n_in, int(fp), self.n_out,
-                1.0 - alpha, alpha, delta, selection,
+                float(eps),
+                t,
+                int(tp),
+                self.n_in,
+                int(fp),
+                self.n_out,
+                1.0 - alpha,
+                alpha,
+                delta,
+                selection,
             )
         if isinstance(selection, Bonferroni):
             k_max = max(self.n_in, self.n_out)
@@ -723,20 +722,24 @@ class CanaryScoreAuditor:
             eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, a, delta)
             best = int(np.argmax(eps))
             return ClopperPearsonBound(
-                float(eps[best]), float(cands[best]), int(tp[best]), self.n_in,
-                int(fp[best]), self.n_out, 1.0 - alpha, a, delta, selection,
+                float(eps[best]),
+                float(cands[best]),
+                int(tp[best]),
+                self.n_in,
+                int(fp[best]),
+                self.n_out,
+                1.0 - alpha,
+                a,
+                delta,
+                selection,
             )
         if isinstance(selection, Split):
             return self._split_bound(alpha, delta, selection)
-        raise InvalidParameter(
-            f"selection must be Split(...), Bonferroni(...) or Explicit(...), got {selection!r}"
-        )
+        raise InvalidParameter(f"selection must be Split(...), Bonferroni(...) or Explicit(...), got {selection!r}")
 
     def _split_bound(self, alpha: float, delta: float, selection: Split) -> ClopperPearsonBound:
         if self.n_in < 2 or self.n_out < 2:
-            raise InvalidParameter(
-                f"Split needs >= 2 trials per side, got n_in={self.n_in}, n_out={self.n_out}"
-            )
+            raise InvalidParameter(f"Split needs >= 2 trials per side, got n_in={self.n_in}, n_out={self.n_out}")
         (in_s, in_e), (out_s, out_e) = selection.halves(self.n_in, self.n_out)
         in_sel, in_eval = np.sort(self._in[in_s]), np.sort(self._in[in_e])
         out_sel, out_eval = np.sort(self._out[out_s]), np.sort(self._out[out_e])
@@ -755,6 +758,14 @@ class CanaryScoreAuditor:
         fp = int(self._count_at_least(out_eval, t))
         eps = clopper_pearson_epsilon_array(tp, in_eval.size, fp, out_eval.size, alpha, delta)
         return ClopperPearsonBound(
-            float(eps), t, tp, int(in_eval.size), fp, int(out_eval.size),
-            1.0 - alpha, alpha, delta, selection,
+            float(eps),
+            t,
+            tp,
+            int(in_eval.size),
+            fp,
+            int(out_eval.size),
+            1.0 - alpha,
+            alpha,
+            delta,
+            selection,
         )

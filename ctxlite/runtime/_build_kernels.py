@@ -14,6 +14,7 @@ clang, with flags chosen per compiler as pyca/cryptography does; MSVC gets
 its own. ``CTXLITE_SANITIZE=1`` builds with AddressSanitizer and
 UndefinedBehaviorSanitizer (``make sanitize`` runs the kernel tests on it).
 """
+
 import os
 import re
 import sys
@@ -60,8 +61,7 @@ def _extra_compile_args(compiler: str, sanitize: bool) -> list[str]:
         # 64-byte vector arguments concern nothing that is exported
         args.append("-Wno-psabi")
     if sanitize:
-        args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer",
-                 "-O1"]
+        args += ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-O1"]
     return args
 
 

@@ -19,10 +19,12 @@ teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optiona
 A command that needs a capability the backend lacks fails through :func:`require`, with a message
 that names the backend, the capability and what needed it.
 """
+
 from __future__ import annotations
 
 import enum
-from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -72,8 +74,9 @@ class Backend(Protocol):
 
     # PREFIX_REUSE (with LOGIT_ROWS: the rows are handed to ``on_rows``)
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None: ...
-    def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *,
-                      exact: bool = False) -> None: ...
+    def score_variant(
+        self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False
+    ) -> None: ...
 
     # STREAMS
     def streams(self, prompts: Sequence[Sequence[int]]): ...
@@ -95,5 +98,6 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
     missing = [c for c in needed if c not in have]
     if missing:
         name = backend.describe().get("backend", type(backend).__name__)
-        raise InvalidParameter(f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} "
-                               "backend does not provide")
+        raise InvalidParameter(
+            f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} backend does not provide"
+        )

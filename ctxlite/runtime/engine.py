@@ -34,25 +34,24 @@ prompt's cells), and with ``swa_full`` so that sliding-window layers keep every
 prefix cell a re-decoded suffix may attend to (a pruned sliding-window cache
 cannot be rolled back to an earlier split point).
 """
+
 from __future__ import annotations
 
 import codecs
 import ctypes
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
+# import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
+import llama_cpp as _llama
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
 from ctxlite.runtime.backend import Capability, RowsCallback
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import resolve_model
-
-# import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
-import llama_cpp as _llama
-
 
 
 @_llama.llama_log_callback
@@ -192,7 +191,9 @@ class Engine:
     >>> eng.logprobs(toks, targets_from=3)                 # doctest: +SKIP
     """
 
-    def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, *, embeddings: bool = False):
+    def __init__(
+        self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, *, embeddings: bool = False
+    ):
         self.config = config or EngineConfig()
         self.model_path: Path = resolve_model(model)
         self.embeddings = embeddings
@@ -240,8 +241,10 @@ class Engine:
         """Refuse a context the model was not trained for, or whose KV cache would not fit in memory."""
         name = self.model_path.name
         if self.config.n_ctx > self.n_ctx_train:
-            raise InvalidParameter(f"--n-ctx {self.config.n_ctx} is larger than the {self.n_ctx_train} tokens {name} "
-                                   f"was trained on: use at most {self.n_ctx_train}")
+            raise InvalidParameter(
+                f"--n-ctx {self.config.n_ctx} is larger than the {self.n_ctx_train} tokens {name} "
+                f"was trained on: use at most {self.n_ctx_train}"
+            )
         need, free = self.kv_cache_bytes(), _available_memory()
         if self.config.n_gpu_layers == 0 and free is not None and need > 0.8 * free:
             raise InvalidParameter(
@@ -260,7 +263,9 @@ class Engine:
         cp.n_threads_batch = cfg.threads
         cp.kv_unified = True
         cp.swa_full = True
-        cp.flash_attn_type = _llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else _llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.flash_attn_type = (
+            _llama.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else _llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         cp.no_perf = True
         if self.embeddings:
             cp.embeddings = True
@@ -363,7 +368,9 @@ class Engine:
                 f"(shorten the input or raise --n-ctx; the model was trained on {self.n_ctx_train})"
             )
 
-    def decode(self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None) -> None:
+    def decode(
+        self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None
+    ) -> None:
         """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``.
 
         Entries with ``want`` set produce logits; after each chunk ``on_rows`` is
@@ -394,7 +401,15 @@ class Engine:
                 on_rows(view, done_rows)
             done_rows += n_out
 
-    def decode_sequence(self, tokens: Sequence[int], seq: int, pos0: int, rows_from: int, on_rows: RowsCallback | None, rows_to: int | None = None) -> None:
+    def decode_sequence(
+        self,
+        tokens: Sequence[int],
+        seq: int,
+        pos0: int,
+        rows_from: int,
+        on_rows: RowsCallback | None,
+        rows_to: int | None = None,
+    ) -> None:
         """Decode ``tokens`` into one sequence at positions ``pos0...``; request rows
         (token indices relative to ``tokens``) in ``[rows_from, rows_to)``."""
         n = len(tokens)
@@ -429,7 +444,9 @@ class Engine:
         out = np.empty(len(targets))
 
         def take(view, first):
-            out[first : first + len(view)] = kernels.logprob_gather(view, targets[first : first + len(view)], temperature)
+            out[first : first + len(view)] = kernels.logprob_gather(
+                view, targets[first : first + len(view)], temperature
+            )
 
         self.score_tokens(tokens, targets_from, take)
         return out
@@ -457,7 +474,9 @@ class Engine:
         self.decode_sequence(tokens, BASE_SEQ, 0, targets_from - 1, on_rows, len(tokens) - 1)
         self.kv.hold_base(tokens)
 
-    def score_variant(self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False) -> None:
+    def score_variant(
+        self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False
+    ) -> None:
         """Score a variant of the base that equals it on ``[0, shared)``.
 
         Reuse path: drop the cache cells from ``shared`` on and decode
@@ -488,15 +507,18 @@ class Engine:
             # the row predicting the first target sits at targets_from - 1: it must be re-decoded
             if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
                 raise InvalidParameter(
-                    f"variant must share its first {shared} tokens with the base and 1 <= shared < targets_from ({targets_from})"
+                    f"variant must share its first {shared} tokens with the base and "
+                    f"1 <= shared < targets_from ({targets_from})"
                 )
             start = min(shared, self.kv.valid)
         self.kv.cut_base(start)
-        self.decode_sequence(tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start)
+        self.decode_sequence(
+            tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start
+        )
         self.kv.after_variant(tokens)
 
     # ----- 3. streams -----------------------------------------------------
-    def streams(self, prompts: Sequence[Sequence[int]]) -> "Streams":
+    def streams(self, prompts: Sequence[Sequence[int]]) -> Streams:
         """Start one stream per prompt (identical prompts are decoded once and
         their KV copied); see ``Streams``."""
         return Streams(self, prompts)
@@ -672,6 +694,8 @@ class Streams:
         def keep(view, first):
             self.last_logits[idx] = view
 
-        self.engine.decode(toks, self.positions[idx].copy(), idx.astype(np.int32), np.ones(len(idx), dtype=np.int8), keep)
+        self.engine.decode(
+            toks, self.positions[idx].copy(), idx.astype(np.int32), np.ones(len(idx), dtype=np.int8), keep
+        )
         self.positions[idx] += 1
         return self.last_logits

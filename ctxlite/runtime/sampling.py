@@ -5,10 +5,11 @@ Temperature T scales logits, p_T(v) = softmax(l/T)(v); top-k keeps the k most li
 top-p (nucleus sampling, Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration")
 the smallest set whose mass reaches p.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -74,8 +75,14 @@ def sample_token(logp: np.ndarray, settings: SamplingSettings, rng: np.random.Ge
     return int(cand[rng.choice(len(cand), p=p)])
 
 
-def sample_streams(engine, prompts: Sequence[Sequence[int]], settings: SamplingSettings, rng: np.random.Generator,
-                   stop: tuple[str, ...] = (), greedy: bool = False) -> list[list[int]]:
+def sample_streams(
+    engine,
+    prompts: Sequence[Sequence[int]],
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+    stop: tuple[str, ...] = (),
+    greedy: bool = False,
+) -> list[list[int]]:
     """One sampled continuation per prompt (ordinary decoding, λ = 1), prompts in lock-step.
 
     Up to ``engine.max_streams`` prompts run as ``Engine.streams`` at a time
@@ -130,7 +137,9 @@ def _lockstep(engine, prompts, settings: SamplingSettings, rng, stop: tuple[str,
     return outs
 
 
-def sample_continuations(engine, prompt: list[int], k: int, settings: SamplingSettings, stop: tuple[str, ...] = ()) -> list[list[int]]:
+def sample_continuations(
+    engine, prompt: list[int], k: int, settings: SamplingSettings, stop: tuple[str, ...] = ()
+) -> list[list[int]]:
     """k independent sampled continuations of one prompt (seeded by ``settings.seed``); see ``sample_streams``."""
     if k < 1:
         raise InvalidParameter(f"k must be >= 1, got {k}")

@@ -7,6 +7,7 @@ authors' code does, ``template_empty_input`` in
 github.com/james-flemings/context_influence). Built-in
 templates live in ``ctxlite/data/templates/score_templates.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,15 +44,23 @@ class PromptTemplate:
         try:
             parsed = [(f, conv, spec) for _, f, spec, conv in string.Formatter().parse(self.text) if f is not None]
         except ValueError as exc:
-            raise InvalidParameter(f"template {self.name!r} is not a valid format string ({exc}); write literal braces as {{{{ }}}}") from None
+            raise InvalidParameter(
+                f"template {self.name!r} is not a valid format string ({exc}); write literal braces as {{{{ }}}}"
+            ) from None
         fields = [f for f, _, _ in parsed]
         if any(conv or spec for _, conv, spec in parsed):
-            raise InvalidParameter(f"template {self.name!r}: slots take no conversion or format spec, found {self.text!r}")
+            raise InvalidParameter(
+                f"template {self.name!r}: slots take no conversion or format spec, found {self.text!r}"
+            )
         if fields.count("context") != 1 or self.text.count("{context}") != 1:
-            raise InvalidParameter(f"template {self.name!r} must contain exactly one {{context}} slot, found fields {fields}")
+            raise InvalidParameter(
+                f"template {self.name!r} must contain exactly one {{context}} slot, found fields {fields}"
+            )
         unknown = set(fields) - {"context", "query"}
         if unknown or fields.count("query") > 1:
-            raise InvalidParameter(f"template {self.name!r} may only use {{context}} and one {{query}}, found {sorted(fields)}")
+            raise InvalidParameter(
+                f"template {self.name!r} may only use {{context}} and one {{query}}, found {sorted(fields)}"
+            )
 
     @property
     def uses_query(self) -> bool:

@@ -9,7 +9,7 @@ checked against it by property-based tests. Not part of the public API.
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import optimize, stats
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def tpr_fpr_loop(in_scores: Sequence[float], out_scores: Sequence[float], threshold: float) -> Tuple[float, float]:
+def tpr_fpr_loop(in_scores: Sequence[float], out_scores: Sequence[float], threshold: float) -> tuple[float, float]:
     """Count, one score at a time, how many are >= threshold."""
     tp = 0
     for s in in_scores:
@@ -42,7 +42,7 @@ def tpr_fpr_loop(in_scores: Sequence[float], out_scores: Sequence[float], thresh
     return tp / len(in_scores), fp / len(out_scores)
 
 
-def thresholds_loop(in_scores, out_scores) -> List[float]:
+def thresholds_loop(in_scores, out_scores) -> list[float]:
     """Every observed score, ascending, then +inf."""
     return sorted(set(float(s) for s in in_scores) | set(float(s) for s in out_scores)) + [math.inf]
 
@@ -129,7 +129,9 @@ def gdp_epsilon_grid(mu: float, delta: float, step: float = 1e-4, eps_max: float
     return float(grid[np.argmax(ok)])
 
 
-def gaussian_delta_by_integration(sigma: float, epsilon: float, sensitivity: float = 1.0, points: int = 400_001) -> float:
+def gaussian_delta_by_integration(
+    sigma: float, epsilon: float, sensitivity: float = 1.0, points: int = 400_001
+) -> float:
     """Hockey-stick divergence of N(sensitivity, sigma^2) from N(0, sigma^2) on a grid.
 
     delta(eps) = integral of max(0, p(x) - e^eps q(x)) dx, the definition of
@@ -144,11 +146,14 @@ def gaussian_delta_by_integration(sigma: float, epsilon: float, sensitivity: flo
     return float(np.trapezoid(f, x) if hasattr(np, "trapezoid") else np.trapz(f, x))
 
 
-def one_run_epsilon_grid(m: int, r: int, v: int, alpha: float = 0.05, delta: float = 0.0, step: float = 1e-3, eps_max: float = 20.0) -> float:
+def one_run_epsilon_grid(
+    m: int, r: int, v: int, alpha: float = 0.05, delta: float = 0.0, step: float = 1e-3, eps_max: float = 20.0
+) -> float:
     """Largest grid epsilon whose one-run p-value (pure-Python binomial sums) is <= alpha.
 
     Walks up the grid and stops at the first epsilon that is not rejected.
     """
+
     def pmf(k: int, q: float) -> float:
         return math.comb(r, k) * q**k * (1 - q) ** (r - k)
 
@@ -159,7 +164,7 @@ def one_run_epsilon_grid(m: int, r: int, v: int, alpha: float = 0.05, delta: flo
         if delta > 0:
             best = 0.0
             for i in range(1, v + 1):
-                best = max(best, sum(pm[max(v - i, 0):v]) / i)
+                best = max(best, sum(pm[max(v - i, 0) : v]) / i)
             p += 2 * m * delta * best
         return p
 

@@ -5,14 +5,22 @@ used only by the tests.  Clarity over speed: loops over rows, full-precision
 log-softmax, no tricks beyond the max-shift that keeps exp finite.  Input
 validation is left to the fast versions.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from ctxlite.runtime.kernels import MixedLogprob, NoisyHistogram
 
-__all__ = ["embed_aggregate", "logprob_gather", "mixed_logprob", "nearest_cosine", "noisy_histogram",
-           "sample_cdf", "sample_rows"]
+__all__ = [
+    "embed_aggregate",
+    "logprob_gather",
+    "mixed_logprob",
+    "nearest_cosine",
+    "noisy_histogram",
+    "sample_cdf",
+    "sample_rows",
+]
 
 
 def _ban_mask(V: int, n_rows: int, banned_ids, ban_rows) -> np.ndarray:
@@ -83,8 +91,16 @@ def _mix(a: np.ndarray, b: np.ndarray, lam: float) -> np.ndarray:
     return np.where(dead, -np.inf, z)
 
 
-def mixed_logprob(with_context, without_context, targets, lam: float, temperature: float = 1.0,
-                  banned_ids=None, ban_rows=None, want_max_abs_pmi: bool = False) -> MixedLogprob:
+def mixed_logprob(
+    with_context,
+    without_context,
+    targets,
+    lam: float,
+    temperature: float = 1.0,
+    banned_ids=None,
+    ban_rows=None,
+    want_max_abs_pmi: bool = False,
+) -> MixedLogprob:
     a = np.asarray(with_context, dtype=np.float32).astype(np.float64)
     b = np.asarray(without_context, dtype=np.float32).astype(np.float64)
     n_rows, V = a.shape
