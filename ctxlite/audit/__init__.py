@@ -1,28 +1,35 @@
-"""ContextLeak audits ("ContextLeak: Auditing Leakage in Private In-Context Learning Methods"):
-canary membership inference against private in-context learning.
+"""ContextLeak audits ("ContextLeak: Auditing Leakage in Private In-Context
+Learning Methods"): canary membership inference against private in-context learning.
 
 One module per concept: ``settings`` (what defines an audit), ``dataset`` (the private records),
 ``canaries``, ``queries``, ``mechanisms`` (the defences and DP aggregations), ``oracle`` (the
 model's answer distribution), ``continuations``, ``detectors``, ``game`` (the trials),
-``report`` (the estimates per ε) and ``template_search``.
+``report`` (the estimates per ε) and ``template_search``. The names below are imported on first
+use, so ``import ctxlite.audit.settings`` (the command line's defaults) stays light.
 """
 
-from ctxlite.audit.dataset import load_records
-from ctxlite.audit.game import run_audit
-from ctxlite.audit.report import AuditReport
-from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, Task, audit_identity
-from ctxlite.audit.template_search import TemplateSearch, search_template
+from __future__ import annotations
 
-__all__ = [
-    "Attack",
-    "AuditReport",
-    "AuditSettings",
-    "DetectorKind",
-    "MechanismKind",
-    "Task",
-    "TemplateSearch",
-    "audit_identity",
-    "load_records",
-    "run_audit",
-    "search_template",
-]
+import importlib
+
+_WHERE = {
+    "Attack": "settings",
+    "AuditSettings": "settings",
+    "DetectorKind": "settings",
+    "MechanismKind": "settings",
+    "Task": "settings",
+    "audit_identity": "settings",
+    "load_records": "dataset",
+    "run_audit": "game",
+    "AuditReport": "report",
+    "TemplateSearch": "template_search",
+    "search_template": "template_search",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"ctxlite.audit.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'ctxlite.audit' has no attribute {name!r}")

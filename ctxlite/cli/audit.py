@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import click
 
@@ -230,38 +231,7 @@ def _jsonable(obj):
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
 @engine_options
-def audit(
-    data_path,
-    task,
-    mechanism,
-    epsilons,
-    delta,
-    canary,
-    query,
-    query_alias,
-    template_index,
-    search_template,
-    attack,
-    detector,
-    trials,
-    queries_per_trial,
-    shots,
-    ensembles,
-    reference_runs,
-    temperature,
-    max_new_tokens,
-    clip_norm,
-    utility_queries,
-    confidence,
-    accounting_queries,
-    sampling_rate,
-    resample_data,
-    embed_model,
-    seed,
-    out_path,
-    resume,
-    **kwargs,
-):
+def audit(**options):
     """Audit private in-context learning with canaries (ContextLeak).
 
     Each trial swaps a canary record into the private set with probability
@@ -277,83 +247,35 @@ def audit(
       ctxlite audit --data dialogues.jsonl --task generate --mechanism esa --epsilon 1,inf --trials 40
       ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate
     """
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
     from ctxlite.audit import settings as audit_settings
     from ctxlite.audit.dataset import load_records
     from ctxlite.audit.game import run_audit
-    from ctxlite.audit.template_search import search_template as search
-    from ctxlite.identity import engine_part
+    from ctxlite.audit.template_search import search_template
     from ctxlite.records import RecordLog
-    from ctxlite.runtime.models import model_identity, resolve_model
 
-    if query_alias is not None:
-        if given_explicitly("query"):
-            raise click.UsageError("give --query-kind only (--query is its old name)")
-        query = query_alias
-    task, mechanism, attack, detector = Task(task), MechanismKind(mechanism), Attack(attack), DetectorKind(detector)
-    dp = mechanism.is_dp
-    if epsilons is not None and not dp:
-        raise click.BadParameter(f"--mechanism {mechanism.value} has no privacy parameter", param_hint="--epsilon")
-    if ensembles is not None and not dp:
-        raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
-    if resume and not out_path:
-        raise click.BadParameter("--resume needs --out", param_hint="--resume")
-    _check_combination(task, mechanism, attack, detector, search_template, query_alias is not None)
-    settings = audit_settings.AuditSettings(  # None = the library's default for this mechanism (one source of truth)
-        task=task,
-        mechanism=mechanism,
-        epsilons=epsilons,
-        delta=delta,
-        canary=canary,
-        query=query,
-        template_index=template_index,
-        attack=attack,
-        detector=detector,
-        trials=trials,
-        queries_per_trial=queries_per_trial,
-        shots=shots,
-        ensembles=ensembles,
-        reference_runs=reference_runs,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        clip_norm=clip_norm,
-        utility_queries=utility_queries,
-        confidence=confidence,
-        resample_data=resample_data,
-        accounting_queries=accounting_queries,
-        sampling_rate=sampling_rate,
-        seed=seed,
+    o = SimpleNamespace(**options)
+    _check_options(o)
+    # None = the library's default for this mechanism: AuditSettings is the one source of truth
+    settings = audit_settings.AuditSettings(
+        **{f.name: getattr(o, f.name) for f in fields(audit_settings.AuditSettings) if hasattr(o, f.name)}
     )
-    records = load_records(data_path, task)
-    if out_path and not resume and _nonempty(out_path):
-        raise click.BadParameter(
-            f"{out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
-        )
-    ekw = engine_kwargs(kwargs)
-    needs_embedder = task is Task.GENERATE and attack is Attack.CANARY
-    embed_identity = model_identity(resolve_model(embed_model or ekw["model"])) if needs_embedder else None
-    model_identity_part = engine_part(
-        resolve_model(ekw["model"]), engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
-    )
-    identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
-    if out_path and resume:  # refuse a mismatched log before any model work (the search may change the template)
-        RecordLog.check_existing(
-            out_path, identity, kind="audit", ignore=("settings.template_index",) if search_template else ()
-        )
+    records = load_records(o.data_path, o.task)
+    ekw = engine_kwargs(vars(o))
+    identity = _identity(o, ekw, settings, records)
+    if o.out_path and o.resume:  # refuse a mismatched log before any model work (the search may change the template)
+        ignore = ("settings.template_index",) if o.search_template else ()
+        RecordLog.check_existing(o.out_path, identity, kind="audit", ignore=ignore)
     engine = build_engine(**ekw, kv_slots=4)
-    embedder = (
-        build_engine(**{**ekw, "model": embed_model or ekw["model"]}, embeddings=True) if needs_embedder else None
-    )
-    if search_template:
-        found = search(engine, records, settings, embedder=embedder)
-        progress(
-            f"template search ({found.kind}): accuracies {[round(a, 3) for a in found.accuracies]} "
-            f"-> template {found.best_index}"
-        )
+    embedder = build_engine(**{**ekw, "model": o.embed_model or ekw["model"]}, embeddings=True) if _embeds(o) else None
+    if o.search_template:
+        found = search_template(engine, records, settings, embedder=embedder)
+        accuracies = [round(a, 3) for a in found.accuracies]
+        progress(f"template search ({found.kind}): accuracies {accuracies} -> template {found.best_index}")
         settings = replace(settings, template_index=found.best_index)
-        identity = audit_settings.audit_identity(model_identity_part, settings, records, embed_identity)
-    log = RecordLog(out_path, identity, kind="audit") if out_path else None
+        identity = _identity(o, ekw, settings, records)
+    log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress)
     finally:
@@ -361,6 +283,43 @@ def audit(
             log.close()
     click.echo(report.table(), err=True)
     emit_json(_jsonable(report.to_dict()))
+
+
+def _embeds(o) -> bool:
+    """Generation audits with the canary attack score embeddings of the outputs."""
+    return o.task is Task.GENERATE and o.attack is Attack.CANARY
+
+
+def _check_options(o) -> None:
+    """Parse the kinds into their enums and refuse what has no effect or contradicts itself (exit 2)."""
+    if o.query_alias is not None:
+        if given_explicitly("query"):
+            raise click.UsageError("give --query-kind only (--query is its old name)")
+        o.query = o.query_alias
+    o.task, o.mechanism = Task(o.task), MechanismKind(o.mechanism)
+    o.attack, o.detector = Attack(o.attack), DetectorKind(o.detector)
+    if o.epsilons is not None and not o.mechanism.is_dp:
+        raise click.BadParameter(f"--mechanism {o.mechanism.value} has no privacy parameter", param_hint="--epsilon")
+    if o.ensembles is not None and not o.mechanism.is_dp:
+        raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
+    if o.resume and not o.out_path:
+        raise click.BadParameter("--resume needs --out", param_hint="--resume")
+    if o.out_path and not o.resume and _nonempty(o.out_path):
+        raise click.BadParameter(
+            f"{o.out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
+        )
+    _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
+
+
+def _identity(o, ekw: dict, settings, records) -> dict:
+    """The trial log's identity, computed without loading a model (the model files are hashed)."""
+    from ctxlite.audit.settings import audit_identity
+    from ctxlite.identity import engine_part
+    from ctxlite.runtime.models import model_identity, resolve_model
+
+    config = engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
+    embed = model_identity(resolve_model(o.embed_model or ekw["model"])) if _embeds(o) else None
+    return audit_identity(engine_part(resolve_model(ekw["model"]), config), settings, records, embed)
 
 
 def _nonempty(path: str) -> bool:
