@@ -61,7 +61,7 @@ def test_first_token_frequencies_match_the_model(engine, top_k, tail_budget):
 def test_two_token_paths_match_the_model_and_nodes_are_decoded_once(engine):
     toks = engine.tokenize(PROMPT, add_bos=True)
     tree = ContinuationTree(engine, 1.0, 2, min_new_tokens=1, stop=())
-    n = 2500
+    n = 1000
     counts = _walk_counts(tree, toks, 5, n)
     assert tree.rows_decoded < n  # most draws reuse a node
     assert tree.rows_decoded <= tree.nodes + min(tree.tail_draws, tree.nodes)  # each row once, each tail once

@@ -245,7 +245,7 @@ def audit(**options):
       ctxlite audit --data private.jsonl --mechanism none --trials 200 --out none.jsonl
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8,inf --temperature 0
       ctxlite audit --data dialogues.jsonl --task generate --mechanism esa --epsilon 1,inf --trials 40
-      ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate
+      ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate --trials 40
     """
     from dataclasses import fields, replace
 
