@@ -298,17 +298,7 @@ def score(**options):
             "settings": identity["settings"],
             "identity": identity,
         }
-        scorer = InfluenceScorer(engine, template, settings)
-        records = []
-        for i, (key, example) in enumerate(examples, start=1):
-            if key in reused:
-                records.append(log.records[key]["result"])
-                continue
-            progress(f"[{i}/{len(examples)}] scoring {key}")
-            result = scorer.score(example).to_dict(settings.top_spans)
-            records.append(result)
-            if log is not None:
-                log.append(key, {"type": "example", "result": result}, input_hash=example.input_hash())
+        records = _score_all(InfluenceScorer(engine, template, settings), examples, log, reused)
     finally:
         if log is not None:
             log.close()
@@ -316,6 +306,28 @@ def score(**options):
         emit_json({"run": meta, "result": records[0]})
         return
     summary = summarize(records)
+    _say_summary(summary)
+    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out})
+
+
+def _score_all(scorer, examples, log, reused: list[str]) -> list[dict]:
+    """Each example's result: read from the log when its input is unchanged, else scored and
+    appended to the log as it finishes (so Ctrl-C keeps it)."""
+    records = []
+    for i, (key, example) in enumerate(examples, start=1):
+        if key in reused:
+            records.append(log.records[key]["result"])
+            continue
+        progress(f"[{i}/{len(examples)}] scoring {key}")
+        result = scorer.score(example).to_dict(scorer.settings.top_spans)
+        records.append(result)
+        if log is not None:
+            log.append(key, {"type": "example", "result": result}, input_hash=example.input_hash())
+    return records
+
+
+def _say_summary(summary: dict) -> None:
+    """One line per λ on stderr: the data set's mean document influence with its bootstrap CI."""
     for lam, s in summary.items():
         d = s["document_influence"]
         progress(
@@ -323,4 +335,3 @@ def score(**options):
             f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
             f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}"
         )
-    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out})
