@@ -516,9 +516,7 @@ class Engine:
         if exact:
             # a clean cache: also drop other sequences' cells (e.g. earlier streams),
             # whose presence would change where the variant's cells land
-            base = self.kv.base
-            self.kv.clear()
-            self.kv.base = base
+            self.kv.clear(keep_base=True)
             start = 0
         else:
             base = self.kv.base

@@ -53,10 +53,12 @@ class KVCache:
         self.base_row: np.ndarray | None = None
         self.keyed: dict[object, KeyedSeq] = {}
 
-    def clear(self) -> None:
-        """Empty every sequence."""
+    def clear(self, *, keep_base: bool = False) -> None:
+        """Empty every sequence; ``keep_base`` remembers the base's tokens (none of its cells), so a
+        variant decoded from position 0 can still say how much of the base it holds afterwards."""
         _llama.llama_memory_clear(self._mem, True)
-        self.base, self.valid, self.base_row = None, 0, None
+        self.base = self.base if keep_base else None
+        self.valid, self.base_row = 0, None
         self.keyed.clear()
 
     def drop(self, seq: int, start: int = -1) -> None:
