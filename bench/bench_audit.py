@@ -38,10 +38,10 @@ import numpy as np
 
 from ctxlite.audit.canaries import make_canary
 from ctxlite.audit.dataset import load_records
+from ctxlite.audit.formats import AuditFormat
 from ctxlite.audit.game import AuditGame, run_audit, seeded_rng
-from ctxlite.audit.mechanisms import TaskFormat, partition
+from ctxlite.audit.mechanisms import partition
 from ctxlite.audit.oracle import ModelOracle
-from ctxlite.audit.queries import build_query
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.runtime.engine import Engine, EngineConfig
 
@@ -130,10 +130,10 @@ def _pooled(v) -> np.ndarray:
 def baseline(llm, emb_llm, s: AuditSettings, records) -> float:
     """Seconds for the plain loop over the same trials (every ε, every query, every ensemble)."""
     task = s.task.value
-    fmt = TaskFormat.for_task(task)
-    canary = make_canary(s.canary, task, records, s.seed, labels=fmt.labels)
-    query = build_query(task, s.query, canary, fmt.labels, s.template_index)
-    game = AuditGame(ModelOracle.__new__(ModelOracle), records, s, canary, query)
+    fmt = AuditFormat.builtin(task)
+    canary = make_canary(s.canary, fmt, records, s.seed)
+    game = AuditGame(ModelOracle.__new__(ModelOracle), records, s, canary, fmt)
+    query = game.query
     t0 = time.perf_counter()
     for _eps in s.epsilons:
         for i in range(s.trials):
@@ -163,7 +163,7 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
     import statistics
 
     prompt = eng.tokenize(
-        TaskFormat.for_task("generate").prompt(load_records(DIALOGUE, "generate")[:8], ""), add_bos=True
+        AuditFormat.builtin("generate").prompt(load_records(DIALOGUE, "generate")[:8], ""), add_bos=True
     )
     text = "Ana tells Ben the meeting moved to Friday at noon."
     toks = emb.tokenize(text, add_bos=True)

@@ -19,7 +19,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxlite.errors import DataError, OutputError, output_error
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+from ctxlite.errors import DataError, InvalidParameter, OutputError, output_error
 from ctxlite.identity import differences, normalise
 
 
@@ -47,6 +52,19 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+
+
+def read_table(path: str | os.PathLike, what: str = "file") -> tuple[dict, str]:
+    """A configuration table from a ``.json`` file or TOML (any other name), and its text."""
+    text = read_text(path, what)
+    is_json = Path(path).suffix.lower() == ".json"
+    try:
+        data = json.loads(text) if is_json else tomllib.loads(text)
+    except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError both are
+        raise InvalidParameter(f"{what} {path} is not valid {'JSON' if is_json else 'TOML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidParameter(f"{what} {path}: expected a table of keys, got {type(data).__name__}")
+    return data, text
 
 
 def read_jsonl(path: str | os.PathLike, required: Iterable[str] = (), strings: Iterable[str] = ()) -> list[Line]:

@@ -1,5 +1,5 @@
-"""Shared fixtures. Model tests run the real default model (Gemma-3-270M Q4_K_M)
-through real llama.cpp; it is provisioned offline from its PyPI package."""
+"""Shared fixtures. Model tests run the real registry models (Gemma-3-270M Q4_K_M, the default,
+and SmolLM2-135M-Instruct) through real llama.cpp; both are provisioned offline from PyPI packages."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ def engine():
     eng = Engine()
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="session")
+def instruct():
+    """The second registry model: instruction-tuned SmolLM2-135M with a ChatML template."""
+    from ctxlite.runtime.engine import Engine
+
+    with Engine("smollm2-135m-instruct") as eng:
+        yield eng
 
 
 @pytest.fixture(scope="session")

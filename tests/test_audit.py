@@ -18,11 +18,11 @@ from scipy import stats
 
 from ctxlite.audit.canaries import CanaryKind, canary_label, make_canary, semantic_canaries
 from ctxlite.audit.dataset import check_records, load_records
+from ctxlite.audit.formats import AuditFormat
 from ctxlite.audit.game import run_audit
 from ctxlite.audit.mechanisms import (
     EmbeddingSpaceAggregation,
     ReportNoisyMax,
-    TaskFormat,
     leak_fraction,
     partition,
 )
@@ -43,6 +43,14 @@ CLASSIFY = str(DATA / "classify_sample.jsonl")
 DIALOGUE = str(DATA / "dialogue_sample.jsonl")
 
 
+CLS, GEN = AuditFormat.builtin("classify"), AuditFormat.builtin("generate")
+
+
+def abc(*labels):
+    """A classify format with these labels (the label rule reads nothing else)."""
+    return AuditFormat("classify", "", "{text} {label}", "text", "label", labels)
+
+
 def classify_records():
     return load_records(CLASSIFY, "classify")
 
@@ -53,45 +61,45 @@ def classify_records():
 
 def test_hex_canary_is_64_hex_chars_and_seeded():
     recs = classify_records()
-    a = make_canary("hex", "classify", recs, seed=3, labels=("subjective", "objective"))
-    b = make_canary("hex", "classify", recs, seed=3, labels=("subjective", "objective"))
-    c = make_canary("hex", "classify", recs, seed=4, labels=("subjective", "objective"))
+    a = make_canary("hex", CLS, recs, seed=3)
+    b = make_canary("hex", CLS, recs, seed=3)
+    c = make_canary("hex", CLS, recs, seed=4)
     assert re.fullmatch(r"[0-9a-f]{64}", a.text)
     assert a == b and a.text != c.text
     assert a.id.startswith("hex-") and a.kind is CanaryKind.HEX
 
 
 def test_semantic_canary_comes_from_the_curated_list():
-    c = make_canary("semantic", "generate", [{"dialogue": "A: hi", "summary": "hi"}], seed=1)
+    c = make_canary("semantic", GEN, [{"dialogue": "A: hi", "summary": "hi"}], seed=1)
     assert c.text in semantic_canaries()
     assert c.label == c.text  # generation: y_c = x_c
 
 
 def test_label_rule_rarest_class_and_seeded_ties():
     rng = np.random.default_rng(0)
-    assert canary_label("classify", "x", ("a", "b", "c"), ["a", "a", "b", "c", "c"], rng) == "b"
-    assert canary_label("classify", "x", ("a", "b"), ["a", "a"], rng) == "b"  # absent class is rarest
-    ties = {canary_label("classify", "x", ("a", "b"), ["a", "b"], np.random.default_rng(s)) for s in range(20)}
+    assert canary_label(abc("a", "b", "c"), "x", ["a", "a", "b", "c", "c"], rng) == "b"
+    assert canary_label(abc("a", "b"), "x", ["a", "a"], rng) == "b"  # absent class is rarest
+    ties = {canary_label(abc("a", "b"), "x", ["a", "b"], np.random.default_rng(s)) for s in range(20)}
     assert ties == {"a", "b"}
-    same = [canary_label("classify", "x", ("a", "b"), ["a", "b"], np.random.default_rng(5)) for _ in range(3)]
+    same = [canary_label(abc("a", "b"), "x", ["a", "b"], np.random.default_rng(5)) for _ in range(3)]
     assert len(set(same)) == 1
-    assert canary_label("generate", "the canary", (), [], rng) == "the canary"
+    assert canary_label(GEN, "the canary", [], rng) == "the canary"
 
 
 def test_queries_fill_every_slot():
     recs = classify_records()
-    c = make_canary("hex", "classify", recs, seed=0, labels=("subjective", "objective"))
-    for task in ("classify", "generate"):
+    c = make_canary("hex", CLS, recs, seed=0)
+    for fmt in (CLS, GEN):
         for kind in QueryKind:
-            for i in range(len(candidate_templates(task, kind))):
-                q = build_query(task, kind, c, ("subjective", "objective"), i)
+            for i in range(len(candidate_templates(fmt, kind))):
+                q = build_query(fmt, kind, c, i)
                 assert "{" not in q.text
                 if kind is QueryKind.IF_THEN_BLIND:
                     assert c.text not in q.text
                 else:
                     assert c.text in q.text
     with pytest.raises(InvalidParameter):
-        build_query("classify", "input-output", c, (), 99)
+        build_query(CLS, "input-output", c, 99)
 
 
 def test_leak_fraction():
@@ -105,7 +113,7 @@ def test_leak_fraction():
 
 
 def test_partition_is_disjoint_and_changing_one_record_changes_one_ensemble():
-    fmt = TaskFormat.for_task("classify")
+    fmt = CLS
     recs = classify_records()[:20]
     for seed in range(10):
         groups = partition(len(recs), 10, 2, np.random.default_rng(seed))
@@ -249,8 +257,8 @@ def test_exact_label_distribution_matches_real_sampling(engine, temperature):
     from ctxlite.audit.oracle import ModelOracle
     from ctxlite.runtime.sampling import SamplingSettings, sample_continuations
 
-    fmt = TaskFormat.for_task("classify")
-    oracle = ModelOracle(engine, fmt.labels, temperature)
+    fmt = CLS
+    oracle = ModelOracle(engine, [" " + l for l in fmt.labels], temperature)
     prompt = fmt.prompt(classify_records()[:3], "Text: 5e2f81c0aa9d7b3e\nLabel:")
     p = oracle.label_distribution(prompt)
     assert p.shape == (3,) and p.sum() == pytest.approx(1.0)
@@ -260,7 +268,8 @@ def test_exact_label_distribution_matches_real_sampling(engine, temperature):
         settings = SamplingSettings(temperature=temperature, min_new_tokens=0, max_new_tokens=1, seed=seed)
         for out in sample_continuations(engine, toks, 7, settings):
             tok = out[0] if out else -1  # an EOG stop counts as "other"
-            j = list(oracle.first_ids).index(tok) if tok in oracle.first_ids else 2
+            firsts = [t[0] for t in oracle.label_tokens]
+            j = firsts.index(tok) if tok in firsts else 2
             counts[j] += 1
     expected = p * counts.sum()
     keep = expected >= 5  # pool tiny cells into the test only when they are large enough
@@ -274,8 +283,8 @@ def test_exact_label_distribution_matches_real_sampling(engine, temperature):
 def test_rnm_histogram_sums_to_m_before_noise(engine):
     from ctxlite.audit.oracle import ModelOracle
 
-    fmt = TaskFormat.for_task("classify")
-    oracle = ModelOracle(engine, fmt.labels, 1.0)
+    fmt = CLS
+    oracle = ModelOracle(engine, [" " + l for l in fmt.labels], 1.0)
     mech = ReportNoisyMax(3, 2, math.inf, 1e-5)
     recs = classify_records()[:6]
     for seed in range(4):
@@ -502,6 +511,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
             queries_per_trial=2,
             max_new_tokens=8,
             utility_queries=0,
+            judge_model=None,
             seed=1,
         )
         engine.clear()  # the same decode history for every run: sampled texts are then identical
@@ -569,7 +579,7 @@ def test_template_search_picks_the_best_held_out_template(engine):
         seed=3,
     )
     found = search_template(engine, classify_records(), s, trials=8)
-    n = len(candidate_templates("classify", QueryKind.INPUT_OUTPUT))
+    n = len(candidate_templates(CLS, QueryKind.INPUT_OUTPUT))
     assert found.kind == "input-output" and len(found.accuracies) == n and found.trials == 8
     assert found.seed == 3 + 7919  # held-out trials: not the seed of the audit that gets reported
     assert found.best_index == max(range(n), key=lambda i: (found.accuracies[i], -i))

@@ -29,6 +29,7 @@ import pytest
 import ctxlite.audit.game as game_mod
 from ctxlite.audit.dataset import load_records
 from ctxlite.audit.detectors import CountDetector, DirectionDetector, LeakDetector
+from ctxlite.audit.formats import AuditFormat
 from ctxlite.audit.game import run_audit
 from ctxlite.audit.mechanisms import (
     OTHER,
@@ -37,7 +38,6 @@ from ctxlite.audit.mechanisms import (
     NoDefense,
     PromptDefense,
     ReportNoisyMax,
-    TaskFormat,
     leak_fraction,
 )
 from ctxlite.audit.oracle import ModelOracle
@@ -49,7 +49,7 @@ from ctxlite.records import RecordLog
 from ctxlite.runtime.templates import audit_templates
 
 CLASSIFY = str(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"))
-FMT = TaskFormat.for_task("classify")
+FMT = AuditFormat.builtin("classify")
 DEF = audit_templates()["defenses"]
 L2_TEXT = DEF["L2"]["instruction"].format(decoys=DEF["L2"]["decoy_separator"].join(DEF["L2"]["decoys"]))
 RECORD = re.compile(r"Text: (.*)\nLabel: (.*)\n")
@@ -92,8 +92,8 @@ class RecordingOracle(ModelOracle):
         self.calls.append(("label", prompt, p))
         return p
 
-    def next_token_probs(self, prompt, words):
-        p = super().next_token_probs(prompt, words)
+    def next_token_probs(self, prompt, words, prefix=" "):
+        p = super().next_token_probs(prompt, words, prefix)
         self.calls.append(("judge", prompt, p))
         return p
 
@@ -290,6 +290,7 @@ def test_defence_text_is_in_every_prompt(play, mechanism, text):
         queries_per_trial=2,
         reference_runs=2,
         utility_queries=0,
+        judge_model=None,
         seed=3,
     )
     report, log, _ = play(s)
@@ -407,6 +408,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
         queries_per_trial=2,
         max_new_tokens=8,
         utility_queries=0,
+        judge_model=None,  # the audited model judges itself: its verdicts are recomputed below
         seed=4,
     )
     report, log, _ = play(s)
@@ -416,7 +418,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
         texts = [(p, t) for k, p, t in calls if k == "text"]
         assert len(texts) == s.queries_per_trial
         judge_answers = {p: yes_no for k, p, yes_no in calls if k == "judge"}
-        released = []
+        released, replaced_before = [], replaced
         for prompt, raw in texts:
             recs = parse(prompt, ("" if mechanism == "none" else L2_TEXT) + report.query["text"])
             assert (canary_record(report) in recs) == bool(rec["z"])
@@ -433,6 +435,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
                     out = withheld
             replaced += out != raw
             released.append(out)
+        assert rec["withheld"] == replaced - replaced_before  # the trial logs what the defence withheld
         want = float(np.mean([leak_fraction(o, report.canary["text"]) for o in released]))
         assert rec["signal"] == [pytest.approx(want, abs=1e-12)]
         assert rec["score"] == pytest.approx(want, abs=1e-12)  # the leak detector reads the fraction
@@ -441,7 +444,11 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
     if mechanism == "judge":
         assert judged > 0
     if mechanism == "none":
-        assert replaced == 0
+        assert replaced == 0 and report.rows[0]["withheld_rate"] is None
+    else:
+        rate = report.rows[0]["withheld_rate"]
+        n = s.queries_per_trial
+        assert (rate["in"] * report.rows[0]["n_in"] + rate["out"] * report.rows[0]["n_out"]) * n == replaced
 
 
 # ---------------------------------------------------------------------------

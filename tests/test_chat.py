@@ -86,14 +86,6 @@ def test_malformed_messages_are_refused(messages):
 # the real models
 
 
-@pytest.fixture(scope="module")
-def instruct():
-    from ctxlite.runtime.engine import Engine
-
-    with Engine("smollm2-135m-instruct") as eng:
-        yield eng
-
-
 @pytest.mark.model
 def test_the_instruct_model_has_a_chatml_template(instruct):
     template = chat_template(instruct)

@@ -23,7 +23,8 @@ import pytest
 from scipy import stats
 
 from ctxlite.audit import mechanisms
-from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax, TaskFormat
+from ctxlite.audit.formats import AuditFormat
+from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax
 from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_sigma,
@@ -241,7 +242,7 @@ def _pre_noise(mech, task, marks, seed, groups, monkeypatch) -> np.ndarray:
     if groups is not None:  # pin the ensemble partition (the coupling of an add/remove pair)
         monkeypatch.setattr(mechanisms, "partition", lambda *a, **k: groups)
     rel = mech.release(
-        FakeOracle(), TaskFormat.for_task(task), _records(task, marks), "Query:", 1, np.random.default_rng(seed)
+        FakeOracle(), AuditFormat.builtin(task), _records(task, marks), "Query:", 1, np.random.default_rng(seed)
     )
     monkeypatch.undo()
     return rel.signal * (M if task == "generate" else 1)  # ESA releases the (noisy) sum / m

@@ -150,8 +150,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A5",
         "ctxlite/audit/game.py",
-        "if r[out] != canary.label]",
-        "if r[out] == canary.label]",
+        "if r[fmt.output] != canary.label]",
+        "if r[fmt.output] == canary.label]",
         (GAME,),
         "z1_prompts",
         "the canary replaces a record with its own label",
@@ -186,8 +186,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A9",
         "ctxlite/audit/game.py",
-        'scores.append(float(out == item["label"]))',
-        'scores.append(float(out != item["label"]))',
+        "scores.append(float(out == item[self.fmt.output]))",
+        "scores.append(float(out != item[self.fmt.output]))",
         (GAME,),
         "utility",
         "utility counts the misses",

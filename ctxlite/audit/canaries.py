@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 
+from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.choices import Choice
 from ctxlite.errors import DataError, InvalidParameter
 
@@ -65,11 +66,10 @@ class Canary:
     label: str
     id: str
 
-    def record(self, task: str) -> dict:
-        """The canary in the task's record format."""
-        if task == "classify":
-            return {"text": self.text, "label": self.label}
-        return {"dialogue": self.text, "summary": self.label}
+    def record(self, fmt: AuditFormat, base: Mapping | None = None) -> dict:
+        """The canary as a record of ``fmt``: x_c as the input, y_c as the output, any other
+        field from ``base`` (the record it replaces)."""
+        return {**(base or {}), fmt.input: self.text, fmt.output: self.label}
 
 
 def canary_id(kind: CanaryKind, text: str) -> str:
@@ -143,34 +143,23 @@ def rare_unigram_text(engine, texts: Sequence[str], rng: np.random.Generator, n_
     return "".join(pieces).strip()
 
 
-def canary_label(
-    task: str, text: str, labels: Sequence[str], record_labels: Sequence[str], rng: np.random.Generator
-) -> str:
-    """y_c: the rarest class among ``record_labels`` (seeded tie-break) or x_c for generation."""
-    if task != "classify":
+def canary_label(fmt: AuditFormat, text: str, record_labels: Sequence[str], rng: np.random.Generator) -> str:
+    """y_c: the rarest of ``fmt.labels`` among ``record_labels`` (seeded tie-break), or x_c for generation."""
+    if fmt.task is not Task.CLASSIFY:
         return text
-    if not labels:
+    if not fmt.labels:
         raise DataError("classification needs at least one label")
     counts = Counter(record_labels)
-    least = min(counts.get(label, 0) for label in labels)
-    rarest = [label for label in labels if counts.get(label, 0) == least]
+    least = min(counts.get(label, 0) for label in fmt.labels)
+    rarest = [label for label in fmt.labels if counts.get(label, 0) == least]
     return rarest[int(rng.integers(len(rarest)))] if len(rarest) > 1 else rarest[0]
 
 
-def make_canary(
-    kind,
-    task: str,
-    records: Sequence[dict],
-    seed: int,
-    *,
-    engine=None,
-    labels: Sequence[str] = (),
-) -> Canary:
+def make_canary(kind, fmt: AuditFormat, records: Sequence[dict], seed: int, *, engine=None) -> Canary:
     """Draw the canary for an audit: x_c of ``kind`` and y_c by the label rule.
 
-    ``records`` is the private set in the task's format (``text``/``label`` or
-    ``dialogue``/``summary``); ``engine`` is needed for ``unigram`` canaries.
-    Deterministic in ``seed``.
+    ``records`` is the private set in ``fmt`` (labels resolved); ``engine`` is needed for
+    ``unigram`` canaries. Deterministic in ``seed``.
     """
     kind = CanaryKind.parse(kind)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0xCA]))
@@ -181,10 +170,8 @@ def make_canary(
     else:
         if engine is None:
             raise InvalidParameter("a unigram canary needs the target model's tokenizer (engine=...)")
-        field = "text" if task == "classify" else "dialogue"
-        extra = "label" if task == "classify" else "summary"
-        texts = [r[field] for r in records] + [str(r[extra]) for r in records]
+        texts = [r[fmt.input] for r in records] + [str(r[fmt.output]) for r in records]
         text = rare_unigram_text(engine, texts, rng)
-    record_labels = [r["label"] for r in records] if task == "classify" else []
-    label = canary_label(task, text, labels, record_labels, rng)
+    record_labels = [r[fmt.output] for r in records] if fmt.task is Task.CLASSIFY else []
+    label = canary_label(fmt, text, record_labels, rng)
     return Canary(kind=kind, text=text, label=label, id=canary_id(kind, text))

@@ -43,22 +43,23 @@ from dataclasses import asdict
 import numpy as np
 
 from ctxlite.audit.canaries import Canary, make_canary
-from ctxlite.audit.dataset import check_records
+from ctxlite.audit.dataset import check_records, resolve_format
 from ctxlite.audit.detectors import CountDetector, Detector, DirectionDetector, LeakDetector
+from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.audit.mechanisms import (
     EmbeddingSpaceAggregation,
     Judge,
+    JudgeModel,
     Mechanism,
     NoDefense,
     PromptDefense,
     ReportNoisyMax,
-    TaskFormat,
     leak_fraction,
 )
 from ctxlite.audit.oracle import ModelOracle
-from ctxlite.audit.queries import AuditQuery, build_query, injection_query
+from ctxlite.audit.queries import build_query, injection_query
 from ctxlite.audit.report import AuditReport, report_row
-from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, Task, audit_identity
+from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, audit_identity
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
 from ctxlite.records import RecordLog
@@ -73,7 +74,7 @@ def _eps_key(eps: float) -> str:
     return "inf" if math.isinf(eps) else f"{eps:g}"
 
 
-def make_mechanism(settings: AuditSettings, epsilon: float) -> Mechanism:
+def make_mechanism(settings: AuditSettings, epsilon: float, judge: JudgeModel | None = None) -> Mechanism:
     kind = settings.mechanism
     if kind is MechanismKind.NONE:
         return NoDefense()
@@ -82,7 +83,7 @@ def make_mechanism(settings: AuditSettings, epsilon: float) -> Mechanism:
     if kind is MechanismKind.PROMPT_L2:
         return PromptDefense(2)
     if kind is MechanismKind.JUDGE:
-        return Judge()
+        return Judge(judge)
     if kind is MechanismKind.RNM:
         return ReportNoisyMax(settings.ensembles, settings.shots, epsilon, settings.delta)
     return EmbeddingSpaceAggregation(
@@ -94,49 +95,67 @@ def _draw_private(pool_size: int, settings: AuditSettings, rng: np.random.Genera
     return rng.permutation(pool_size)
 
 
-def _slot(records: Sequence[dict], canary: Canary, task: Task, rng: np.random.Generator) -> int:
+def _slot(records: Sequence[dict], canary: Canary, fmt: AuditFormat, rng: np.random.Generator) -> int:
     """Which record the canary replaces: one whose output differs from y_c."""
-    out = "label" if task is Task.CLASSIFY else "summary"
-    cands = [i for i, r in enumerate(records) if r[out] != canary.label] or list(range(len(records)))
+    cands = [i for i, r in enumerate(records) if r[fmt.output] != canary.label] or list(range(len(records)))
     return int(cands[int(rng.integers(len(cands)))])
 
 
 class AuditGame:
-    def __init__(self, oracle: ModelOracle, records, settings: AuditSettings, canary: Canary, query: AuditQuery):
-        self.oracle, self.pool, self.s, self.canary, self.query = oracle, records, settings, canary, query
-        self.fmt = TaskFormat.for_task(settings.task.value)
+    """The trials of one audit: the private set, the canary's slot in it, the query, and the log."""
+
+    def __init__(self, oracle: ModelOracle, records, settings: AuditSettings, canary: Canary, fmt: AuditFormat):
+        self.oracle, self.pool, self.s, self.canary, self.fmt = oracle, records, settings, canary, fmt
         order = _draw_private(len(records), settings, seeded_rng(settings.seed, 1))
         n = settings.private_size
         self.private = [records[i] for i in order[:n]]
         self.held_out = [records[i] for i in order[n:]]
-        self.slot = _slot(self.private, canary, settings.task, seeded_rng(settings.seed, 1, 1))
+        self.slot = _slot(self.private, canary, fmt, seeded_rng(settings.seed, 1, 1))
         self.text_outputs = settings.attack is Attack.INJECTION
+        extras = self.private[self.slot]  # the query's fields other than the input: the replaced record's
+        self.query = (
+            injection_query(fmt, extras)
+            if self.text_outputs
+            else build_query(fmt, settings.query, canary, settings.template_index, extras)
+        )
 
     def dataset(self, z: bool, data_rng: np.random.Generator | None) -> list[dict]:
         private, slot = self.private, self.slot
         if data_rng is not None:  # resample_data: a fresh D and slot for this trial
             idx = data_rng.choice(len(self.pool), self.s.private_size, replace=False)
             private = [self.pool[i] for i in idx]
-            slot = _slot(private, self.canary, self.s.task, data_rng)
+            slot = _slot(private, self.canary, self.fmt, data_rng)
         recs = list(private)
         if z:
-            recs[slot] = self.canary.record(self.s.task.value)
+            recs[slot] = self.canary.record(self.fmt, recs[slot])
         return recs
 
-    def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> np.ndarray:
+    def example_prompt(self, mech: Mechanism) -> str:
+        """A Z = 1 prompt as the model reads it, the canary's input between ``[[CANARY]]`` marks (for the
+        report): every private record for the heuristic defences, the canary's ensemble for rnm/esa."""
+        recs = self.dataset(True, None)
+        recs[self.slot] = {**recs[self.slot], self.fmt.input: f"[[CANARY]]{self.canary.text}[[/CANARY]]"}
+        if self.s.mechanism.is_dp:  # one ensemble: the canary and shots - 1 other records, in order
+            others = [i for i in range(len(recs)) if i != self.slot][: self.s.shots - 1]
+            recs = [recs[i] for i in sorted([self.slot, *others])]
+        return self.fmt.prompt(recs, self.query.text, getattr(mech, "defense_text", ""))
+
+    def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> tuple[np.ndarray, int]:
+        """The auditor's signal of one run and how many outputs the defence withheld."""
         recs = self.dataset(z, data_rng)
         rel = mech.release(
             self.oracle, self.fmt, recs, self.query.text, self.s.queries_per_trial, rng, text_outputs=self.text_outputs
         )
         if self.text_outputs:
-            return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))])
-        return np.asarray(rel.signal, dtype=np.float64)
+            return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))]), rel.withheld
+        return np.asarray(rel.signal, dtype=np.float64), rel.withheld
 
     def play(
         self, mech: Mechanism, eps: float, detector: Detector, log: RecordLog | None, say: Callable[[str], None]
-    ) -> tuple[list[float], list[float]]:
-        """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first);
-        every run is read from ``log`` when it holds it, else played and appended."""
+    ) -> tuple[list[float], list[float], dict[str, list[int]]]:
+        """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first) and the
+        outputs the defence withheld per IN / OUT trial; every run is read from ``log`` when it holds
+        it, else played and appended."""
         s, ek = self.s, _eps_key(eps)
         if detector.needs_reference:
             refs = {True: [], False: []}
@@ -151,12 +170,12 @@ class AuditGame:
                             "z": int(z),
                             "signal": self.run(
                                 mech, z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None
-                            ).tolist(),
+                            )[0].tolist(),
                         },
                     )
                     refs[z].append(np.asarray(rec["signal"]))
             detector.fit(refs[True], refs[False])
-        in_scores, out_scores = [], []
+        in_scores, out_scores, withheld = [], [], {"in": [], "out": []}
         for i in range(s.trials):
             rec = self._logged(log, f"eps={ek}/trial={i}", lambda: self._trial(mech, ek, i, detector))
             if rec.get("canary") != self.canary.id:
@@ -165,16 +184,17 @@ class AuditGame:
                     f"canary is {self.canary.id!r}: choose another --out"
                 )
             (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
+            withheld["in" if rec["z"] else "out"].append(rec.get("withheld", 0))
             if (i + 1) % max(1, s.trials // 10) == 0:
                 say(f"eps={ek}: {i + 1}/{s.trials} trials ({self.oracle.forward_passes} forward passes so far)")
-        return in_scores, out_scores
+        return in_scores, out_scores, withheld
 
     def _trial(self, mech: Mechanism, ek: str, i: int, detector: Detector) -> dict:
         """Play trial ``i``: Z ~ Bernoulli(1/2) from the trial's own seed, then the mechanism's release."""
         s = self.s
         rng = seeded_rng(s.seed, 2, i)
         z = bool(rng.random() < 0.5)
-        sig = self.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
+        sig, withheld = self.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
         return {
             "type": "trial",
             "epsilon": ek,
@@ -186,6 +206,7 @@ class AuditGame:
             "sigma": mech.sigma,
             "signal": sig.tolist(),
             "score": detector.score(sig),
+            "withheld": withheld,
         }
 
     @staticmethod
@@ -214,9 +235,9 @@ class AuditGame:
             rel = mech.release(self.oracle, self.fmt, self.private, self.fmt.query_for(item), 1, rng)
             out = rel.outputs[0]
             if scorer is None:
-                scores.append(float(out == item["label"]))
+                scores.append(float(out == item[self.fmt.output]))
             else:
-                scores.append(scorer.score(item["summary"], out)["rouge1"].fmeasure)
+                scores.append(scorer.score(item[self.fmt.output], out)["rouge1"].fmeasure)
         return float(np.mean(scores))
 
 
@@ -227,45 +248,76 @@ def run_audit(
     log: RecordLog | None = None,
     embedder: Backend | None = None,
     progress: Callable[[str], None] | None = None,
+    fmt: AuditFormat | str | None = None,
+    judge: Backend | None = None,
 ) -> AuditReport:
     """Run the ContextLeak game for every ε in ``settings`` and estimate the leakage.
 
-    ``records``: the private pool (validated here); ``log``: an open
-    :class:`RecordLog` whose finished keys are reused (resume);
-    ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits.
+    ``records``: the private pool (validated here against ``fmt``, the deployment's prompt
+    format: an :class:`AuditFormat`, a built-in name or a file; default the built-in of
+    ``settings.task``); ``log``: an open :class:`RecordLog` whose finished keys are reused
+    (resume); ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits; ``judge``:
+    the engine of ``settings.judge_model`` for the judge defence.
     """
     s = settings
-    records = _check_inputs(engine, records, s, log, embedder)
-    fmt = TaskFormat.for_task(s.task.value)
-    oracle = ModelOracle(engine, fmt.labels, s.temperature, embedder, s.max_new_tokens)
-    canary = make_canary(s.canary, s.task.value, records, s.seed, engine=engine, labels=fmt.labels)
-    query = (
-        injection_query(s.task.value)
-        if s.attack is Attack.INJECTION
-        else build_query(s.task.value, s.query, canary, fmt.labels, s.template_index)
-    )
-    game = AuditGame(oracle, records, s, canary, query)
+    records, fmt = _check_inputs(engine, records, s, log, embedder, fmt, judge)
+    labels = [fmt.answer_prefix + label for label in fmt.labels]
+    oracle = ModelOracle(engine, labels, s.temperature, embedder, s.max_new_tokens, special=fmt.chat)
+    canary = make_canary(s.canary, fmt, records, s.seed, engine=engine)
+    game = AuditGame(oracle, records, s, canary, fmt)
     rows = []
     for eps in s.epsilons:
-        mech = make_mechanism(s, eps)
-        ins, outs = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
-        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech)))
+        mech = make_mechanism(s, eps, _judge_model(judge))
+        ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
+        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld))
     return AuditReport(
         settings=s.params(),
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
-        query=asdict(query),
+        query=asdict(game.query),
         rows=rows,
         epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=oracle.forward_passes,
         notes=_notes(s, len(records), bool(game.held_out)),
+        format=fmt.identity(),
+        example_prompt=game.example_prompt(mech),
     )
 
 
-def _check_inputs(engine, records, s: AuditSettings, log: RecordLog | None, embedder) -> list[dict]:
-    """The validated records; refuses a pool too small, a missing capability or another audit's log."""
-    records = check_records(records, s.task)
+def audit_format(engine, fmt, settings: AuditSettings, records: Sequence[dict]) -> AuditFormat:
+    """The format an audit runs: ``fmt`` (default the task's built-in) with its labels resolved against
+    ``records`` and, for a chat format, the model's chat template bound (refused when it has none)."""
+    fmt = resolve_format(fmt if fmt is not None else settings.task, records)
+    if fmt.task is not settings.task:
+        raise InvalidParameter(
+            f"format {fmt.name} is a {fmt.task.value} format but the audit's task is {settings.task.value}"
+        )
+    if not fmt.chat:
+        return fmt
+    from ctxlite.runtime.chat import render_chat
+
+    render_chat(engine, [{"role": "user", "content": "x"}])  # refuses a model without a chat template, now
+    return fmt.with_chat(True, lambda messages: render_chat(engine, messages))
+
+
+def _judge_model(judge) -> JudgeModel | None:
+    """The judge engine as a :class:`JudgeModel`: asked through its chat template when it has one."""
+    if judge is None:
+        return None
+    from ctxlite.runtime.chat import chat_template, render_chat
+
+    chat = chat_template(judge) is not None
+    oracle = ModelOracle(judge, special=chat)
+    return JudgeModel(oracle, (lambda messages: render_chat(judge, messages)) if chat else None)
+
+
+def _check_inputs(
+    engine, records, s: AuditSettings, log: RecordLog | None, embedder, fmt, judge=None
+) -> tuple[list, AuditFormat]:
+    """The validated records and the format; refuses a pool too small, a missing capability or another audit's log."""
+    records = check_records(records, fmt if fmt is not None else s.task)
+    fmt = audit_format(engine, fmt, s, records)
     if len(records) < s.private_size:
         raise DataError(
             f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
@@ -277,15 +329,26 @@ def _check_inputs(engine, records, s: AuditSettings, log: RecordLog | None, embe
         if embedder is None:
             raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
         require(embedder, [Capability.EMBEDDINGS], "the generation audit's embedding model")
+    if (s.judge_model is None) != (judge is None):
+        raise InvalidParameter(
+            f"settings.judge_model is {s.judge_model!r} but run_audit got judge={'an engine' if judge else None}: "
+            "pass judge=Engine(settings.judge_model), or judge_model=None to let the audited model judge itself"
+            if s.judge_model is not None
+            else "a judge engine needs the judge mechanism and settings.judge_model naming it"
+        )
+    if judge is not None:
+        require(judge, [Capability.LOGIT_ROWS], "the judge model")
     if log is not None:
-        expected = audit_identity(engine.identity(), s, records, embedder.identity()["model"] if embedder else None)
+        embed_id = embedder.identity()["model"] if embedder else None
+        judge_id = judge.identity()["model"] if judge else None
+        expected = audit_identity(engine.identity(), s, records, embed_id, fmt, judge_id)
         diff = differences(log.identity, expected)
         if diff:
             raise DataError(
                 f"{log.path} is the log of another audit ({', '.join(diff[:6])} differ): open it with "
                 "this audit's identity (audit_identity) or choose another log"
             )
-    return records
+    return records, fmt
 
 
 def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
@@ -318,7 +381,7 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
     return notes
 
 
-def _detector(s: AuditSettings, fmt: TaskFormat, canary: Canary) -> Detector:
+def _detector(s: AuditSettings, fmt: AuditFormat, canary: Canary) -> Detector:
     if s.attack is Attack.INJECTION:
         return LeakDetector()
     if s.detector is DetectorKind.COUNT:

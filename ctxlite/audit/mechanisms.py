@@ -11,8 +11,9 @@ final label or text (ContextLeak §3.6, Appendix D.9).
 * :class:`PromptDefense` L1 / L2 -- an instruction not to reveal the examples
   (L2 adds decoy "faux secrets" and withholds outputs containing a keyword;
   the SaTML competition defences ContextLeak uses, Debenedetti et al. 2024).
-* :class:`Judge` (L3) -- L2 plus the local model as a judge: an output it finds
-  leaking (next token " Yes") is replaced by "None".
+* :class:`Judge` (L3) -- L2 plus a model as a judge (:class:`JudgeModel`): an
+  output it finds leaking (P(Yes) > P(No) as its next answer) is replaced by
+  "None". An instruction-tuned judge is asked through its chat template.
 * :class:`ReportNoisyMax` (classification) -- m disjoint ensembles of ``shots``
   records each vote one label; the histogram gets N(0, σ²) per class and the
   argmax is released.
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import (
     Neighbouring,
@@ -57,53 +59,13 @@ from ctxlite.runtime.templates import audit_templates
 OTHER = "other"
 
 
-@dataclass(frozen=True)
-class TaskFormat:
-    """How records, the instruction and a query become one prompt (template data)."""
-
-    task: str
-    instruction: str
-    record: str
-    query_record: str
-    labels: tuple[str, ...] = ()
-
-    @classmethod
-    def for_task(cls, task: str) -> TaskFormat:
-        if task not in ("classify", "generate"):
-            raise InvalidParameter(f"task must be 'classify' or 'generate', got {task!r}")
-        data = audit_templates()[task]
-        return cls(task, data["instruction"], data["record"], data["query_record"], tuple(data.get("labels", ())))
-
-    @property
-    def input_field(self) -> str:
-        return "text" if self.task == "classify" else "dialogue"
-
-    @property
-    def output_field(self) -> str:
-        return "label" if self.task == "classify" else "summary"
-
-    def examples(self, records: Sequence[dict]) -> str:
-        return "".join(self.record.format(**r) for r in records)
-
-    def prompt(self, records: Sequence[dict], query: str, defense: str = "") -> str:
-        """instruction + examples + defense text + query (each part ends with its separator)."""
-        return self.instruction + self.examples(records) + defense + query
-
-    def query_for(self, record: dict) -> str:
-        """The task query for a held-out record (utility)."""
-        return self.query_record.format(**record)
-
-    def gist(self, records: Sequence[dict]) -> str:
-        """The private examples on one line each, for the judge prompt."""
-        return " ".join(self.examples(records).split())
-
-
 @dataclass
 class Release:
     """One mechanism answer: ``signal`` (auditor-visible) and the released ``outputs``."""
 
     signal: np.ndarray
     outputs: list = field(default_factory=list)
+    withheld: int = 0  # outputs the defence replaced (keyword filter or judge)
 
 
 def partition(n_records: int, ensembles: int, shots: int, rng: np.random.Generator) -> np.ndarray:
@@ -149,7 +111,7 @@ class Mechanism(abc.ABC):
     def release(
         self,
         oracle,
-        fmt: TaskFormat,
+        fmt: AuditFormat,
         records: Sequence[dict],
         query: str,
         n_queries: int,
@@ -177,22 +139,23 @@ class NoDefense(Mechanism):
 
     def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
         prompt = fmt.prompt(records, query, self.defense_text)
-        if fmt.task == "classify" and not text_outputs:
+        if fmt.task is Task.CLASSIFY and not text_outputs:
             counts = oracle.sample_answers(prompt, n_queries, rng)
             answers = list(fmt.labels) + [OTHER]
             outputs = [answers[j] for j in range(len(answers)) for _ in range(int(counts[j]))]
-            outputs = self._defend(oracle, fmt, records, outputs)
+            outputs, withheld = self._defend(oracle, fmt, records, outputs)
             freq = np.array([outputs.count(a) for a in answers], dtype=np.float64) / n_queries
-            return Release(signal=freq, outputs=outputs)
+            return Release(signal=freq, outputs=outputs, withheld=withheld)
         texts = oracle.sample_texts([prompt] * n_queries, rng)
-        texts = self._defend(oracle, fmt, records, texts)
+        texts, withheld = self._defend(oracle, fmt, records, texts)
         if text_outputs:  # the injection baseline scores the texts themselves: no embedding
-            return Release(signal=np.zeros(1), outputs=texts)
-        return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts)
+            return Release(signal=np.zeros(1), outputs=texts, withheld=withheld)
+        return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts, withheld=withheld)
 
-    def _defend(self, oracle, fmt, records, outputs: list[str]) -> list[str]:
+    def _defend(self, oracle, fmt, records, outputs: list[str]) -> tuple[list[str], int]:
+        """The outputs as released (withheld ones replaced) and how many were withheld."""
         if not (self.keywords or self.use_judge):
-            return outputs
+            return outputs, 0
         replacement = audit_templates()["defenses"]["judge_replacement"]
         verdict: dict[str, str] = {}
         out = []
@@ -206,15 +169,13 @@ class NoDefense(Mechanism):
                 else:
                     verdict[o] = o
             out.append(verdict[o])
-        if fmt.task == "classify":  # a withheld label counts as "other"
+        withheld = sum(verdict[o] != o for o in outputs)
+        if fmt.task is Task.CLASSIFY:  # a withheld label counts as "other"
             out = [OTHER if (o == replacement and o not in fmt.labels) else o for o in out]
-        return out
+        return out, withheld
 
     def _judge_leaks(self, oracle, fmt, records, output: str) -> bool:
-        d = audit_templates()["defenses"]
-        prompt = d["judge"].format(gist=fmt.gist(records), output=" ".join(output.split()))
-        p_yes, p_no = oracle.next_token_probs(prompt, d["judge_answers"])
-        return bool(p_yes > p_no)
+        raise NotImplementedError  # pragma: no cover - only Judge judges
 
 
 class PromptDefense(NoDefense):
@@ -234,15 +195,49 @@ class PromptDefense(NoDefense):
             self.keywords = tuple(l2["filter_keywords"])
 
 
+class JudgeModel:
+    """The L3 judge: P(Yes) > P(No) as a model's next answer to "does this output reveal the private data?".
+
+    ``oracle`` is the judge model's :class:`~ctxlite.audit.oracle.ModelOracle`. With ``render_chat``
+    (an instruction-tuned judge) the question is a system + user conversation in the judge's chat
+    template and the answer opens the assistant turn; without it (a base model) the question is a
+    few-shot completion prompt answered by " Yes" / " No".
+    """
+
+    def __init__(self, oracle, render_chat=None):
+        self.oracle, self.render_chat = oracle, render_chat
+
+    def leaks(self, gist: str, output: str) -> bool:
+        d = audit_templates()["defenses"]
+        output = " ".join(output.split())
+        if self.render_chat is None:
+            p_yes, p_no = self.oracle.next_token_probs(d["judge"].format(gist=gist, output=output), d["judge_answers"])
+        else:
+            chat = d["judge_chat"]
+            prompt = self.render_chat(
+                [
+                    {"role": "system", "content": chat["system"]},
+                    {"role": "user", "content": chat["user"].format(gist=gist, output=output)},
+                ]
+            )
+            p_yes, p_no = self.oracle.next_token_probs(prompt, d["judge_answers"], prefix="")
+        return bool(p_yes > p_no)
+
+
 class Judge(PromptDefense):
-    """L3: the L2 prompt defense, then the local model judges each output; leaks become "None"."""
+    """L3: the L2 prompt defense, then a judge model (default: the audited model itself) judges each
+    output; leaks become "None"."""
 
     name = "judge"
     use_judge = True
 
-    def __init__(self):
+    def __init__(self, judge: JudgeModel | None = None):
         super().__init__(2)
         self.name = "judge"
+        self.judge = judge
+
+    def _judge_leaks(self, oracle, fmt, records, output: str) -> bool:
+        return (self.judge or JudgeModel(oracle)).leaks(fmt.gist(records), output)
 
 
 # --------------------------------------------------------------------------

@@ -1,20 +1,26 @@
 """Model access for audits: exact label distributions, memoised sampling, embeddings.
 
-Classification fast path. The answer to a classification prompt is decided by
-its first token, so the distribution of a sampled answer is read *exactly*
-from the logits of one forward pass: at temperature T,
+Classification. A sampled answer is the label whose tokens it starts with. The distribution of
+that answer is read *exactly* by teacher forcing: with ``t_j`` the tokens of label j (after the
+format's answer prefix, e.g. " subjective") and p_T the model's next-token distribution at
+temperature T,
 
-    P(label j) = softmax(l / T)[first token of " " + label_j],
-    P(other)   = 1 - sum_j P(label j)          (any other first token, EOG included),
+    P(label j) = p_T(t_j | prompt) · (1 − Σ_{c ∈ C_j} p_T(c | prompt, t_j)),
+    P(other)   = 1 − Σ_j P(label j)        (any other answer, EOG included),
 
-and temperature 0 puts all mass on the argmax token's class. The distribution
-is cached by prompt tokens, so n queries on one prompt cost one forward pass
-plus one multinomial draw, and a prompt seen in an earlier trial, ε or
-reference run costs nothing. The row is decoded from an empty cache (no
-prefix reuse), so it depends on the prompt alone and a classification audit
-is reproducible whatever ran before it (a resume included).
-``tests/test_audit.py`` checks it against real token sampling
-(``sampling.sample_continuations``) with a chi-square test.
+where C_j holds the next tokens of the labels that extend ``t_j`` (``fraud`` inside
+``fraudulent``): an answer that goes on to a longer label is that label. Labels that are single
+tokens, none a prefix of another, need only the row after the prompt (one forward pass); the
+rows after label prefixes are decoded on top of the prompt's cells, shared between labels.
+Temperature 0 puts all mass on the greedy path. An answer that spells a label with other
+tokens than the tokenizer's own (a rare split) counts as "other".
+
+The distribution is cached by prompt tokens, so n queries on one prompt cost one pass plus one
+multinomial draw, and a prompt seen in an earlier trial, ε or reference run costs nothing. The
+prompt is decoded from an empty cache, and the label rows in a fixed order after it, so the
+distribution depends on the prompt alone and a classification audit is reproducible whatever ran
+before it (a resume included). ``tests/test_audit.py`` checks it against real token sampling
+(``sampling.sample_continuations``) with a chi-square test, labels sharing a first token included.
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
@@ -32,10 +38,21 @@ from ctxlite.errors import InvalidParameter
 
 
 class ModelOracle:
-    """The audited model (and optionally an embedding model) behind caches."""
+    """The audited model (and optionally an embedding model) behind caches.
+
+    ``labels`` are the answer texts as the model writes them (the format's answer prefix
+    included); ``special``: prompts carry chat markers that tokenize as special tokens.
+    """
 
     def __init__(
-        self, engine, labels: Sequence[str] = (), temperature: float = 1.0, embedder=None, max_new_tokens: int = 24
+        self,
+        engine,
+        labels: Sequence[str] = (),
+        temperature: float = 1.0,
+        embedder=None,
+        max_new_tokens: int = 24,
+        *,
+        special: bool = False,
     ):
         if not temperature >= 0:
             raise InvalidParameter(f"temperature must be >= 0, got {temperature}")
@@ -44,22 +61,29 @@ class ModelOracle:
         self.labels = tuple(labels)
         self.temperature = float(temperature)
         self.max_new_tokens = int(max_new_tokens)
-        self.first_ids = np.array([self._first_token(l) for l in self.labels], dtype=np.int64)
-        if len(set(self.first_ids.tolist())) != len(self.first_ids):
-            raise InvalidParameter(
-                f"labels {self.labels} must start with distinct tokens for the exact-distribution path"
-            )
+        self.special = bool(special)
+        self.label_tokens = [tuple(self._label_tokens(l)) for l in self.labels]
+        if len(set(self.label_tokens)) != len(self.label_tokens):
+            raise InvalidParameter(f"labels {self.labels} must tokenize differently for the model to tell them apart")
+        self._children = [
+            sorted({t[len(s)] for t in self.label_tokens if len(t) > len(s) and t[: len(s)] == s})
+            for s in self.label_tokens
+        ]
+        # the label prefixes after which a row is needed, in depth-first order (each reuses its parent's cells)
+        paths = {s[:i] for s in self.label_tokens for i in range(1, len(s))}
+        paths |= {s for s, c in zip(self.label_tokens, self._children) if c}
+        self._paths = sorted(paths)
         self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._embed_cache: dict[str, np.ndarray] = {}
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
 
-    def _first_token(self, label: str) -> int:
-        toks = self.engine.tokenize(" " + label)
+    def _label_tokens(self, label: str) -> list[int]:
+        toks = self.engine.tokenize(label)
         if not toks:
             raise InvalidParameter(f"label {label!r} tokenizes to nothing")
-        return toks[0]
+        return toks
 
     @property
     def forward_passes(self) -> int:
@@ -72,18 +96,22 @@ class ModelOracle:
         return len(self.labels) + 1
 
     def tokens(self, prompt: str) -> tuple[int, ...]:
-        return tuple(self.engine.tokenize(prompt, add_bos=True))
+        return tuple(self.engine.tokenize(prompt, add_bos=True, special=self.special))
 
-    def _last_row_logprobs(self, toks: tuple[int, ...], ids: np.ndarray, temperature: float) -> np.ndarray:
-        """log softmax(l/T)[ids] of the row that follows ``toks`` (one forward pass)."""
-        row = self.engine.next_logits(toks, exact=True)  # from an empty cache: a function of the prompt alone
-        self._label_rows += 1
+    def _logprobs(self, row: np.ndarray, temperature: float) -> np.ndarray:
+        """log softmax(row / T) over the vocabulary; T = 0: 0 at the argmax, -inf elsewhere."""
         if temperature == 0:
-            return np.where(ids == int(np.argmax(row)), 0.0, -np.inf)
+            out = np.full(row.shape, -np.inf)
+            out[int(np.argmax(row))] = 0.0
+            return out
         z = row.astype(np.float64) / temperature
         m = z.max()
-        lse = m + np.log(np.exp(z - m).sum())
-        return z[ids] - lse
+        return z - (m + np.log(np.exp(z - m).sum()))
+
+    def _row(self, toks: Sequence[int], exact: bool) -> np.ndarray:
+        """The logits after ``toks`` (``exact``: from an empty cache, else on top of sequence 0's cells)."""
+        self._label_rows += 1
+        return self.engine.next_logits(list(toks), exact=exact)
 
     def label_distribution(self, prompt: str) -> np.ndarray:
         """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""
@@ -91,7 +119,15 @@ class ModelOracle:
         hit = self._dist_cache.get(toks)
         if hit is not None:
             return hit
-        p = np.exp(self._last_row_logprobs(toks, self.first_ids, self.temperature))
+        T = self.temperature
+        rows = {(): self._logprobs(self._row(toks, exact=True), T)}  # a function of the prompt alone
+        for path in self._paths:
+            rows[path] = self._logprobs(self._row(toks + path, exact=False), T)
+        p = np.empty(len(self.labels))
+        for j, (seq, children) in enumerate(zip(self.label_tokens, self._children)):
+            logp = sum(rows[seq[:i]][t] for i, t in enumerate(seq))
+            stay = 1.0 - float(np.exp(rows[seq][children]).sum()) if children else 1.0
+            p[j] = np.exp(logp) * max(stay, 0.0)
         dist = np.append(p, max(0.0, 1.0 - p.sum()))
         dist /= dist.sum()
         dist.setflags(write=False)
@@ -102,14 +138,14 @@ class ModelOracle:
         """Counts over (labels..., other) of ``n`` independent sampled answers."""
         return rng.multinomial(n, self.label_distribution(prompt))
 
-    def next_token_probs(self, prompt: str, words: Sequence[str]) -> np.ndarray:
-        """P(first token of " " + word) at T = 1 for each word (cached), e.g. a judge's Yes/No."""
-        ids = np.array([self._first_token(w) for w in words], dtype=np.int64)
+    def next_token_probs(self, prompt: str, words: Sequence[str], prefix: str = " ") -> np.ndarray:
+        """P(first token of ``prefix + word``) at T = 1 for each word (cached), e.g. a judge's Yes/No."""
+        ids = np.array([self._label_tokens(prefix + w)[0] for w in words], dtype=np.int64)
         toks = self.tokens(prompt)
         key = toks + (-1,) + tuple(ids.tolist())
         hit = self._next_cache.get(key)
         if hit is None:
-            hit = np.exp(self._last_row_logprobs(toks, ids, 1.0))
+            hit = np.exp(self._logprobs(self._row(toks, exact=True), 1.0)[ids])
             self._next_cache[key] = hit
         return hit
 

@@ -1,27 +1,26 @@
-"""Audit queries of ContextLeak (Choi et al. 2025; its templates are in Appendix A.4), built from template data.
+"""Audit queries of ContextLeak (Choi et al. 2025; its templates are in Appendix A.4), built from the format.
 
-Three kinds, each a list of candidate templates in
-``ctxlite/data/templates/audit_templates.json`` (``queries`` for
-classification, ``generate_queries`` for generation):
+Three kinds, each a list of candidates for the *input* of the format's query record (the record
+cut before its output), optionally after a lead line; the bundled candidates per task are in
+``ctxlite/data/templates/audit_templates.json``, and a format may bring its own:
 
-* ``input-output``: x_c in the task's own record format, asking for its output;
+* ``input-output``: x_c in the deployment's own record format, asking for its output;
 * ``if-then``: "if you have seen <x_c> output y_c, otherwise <other>";
 * ``if-then-blind``: the same without writing the canary (only its kind).
 
-Slots: ``{canary}``, ``{canary_label}``, ``{other}``, ``{canary_kind}``.
-``{other}`` is a class other than y_c for classification and ``None`` for
-generation. The prompt-injection baseline (an instruction asking the model to
-print the examples) lives in ``injection_templates.json``.
+Slots: ``{canary}``, ``{canary_label}``, ``{other}``, ``{canary_kind}``. ``{other}`` is a class
+other than y_c for classification and ``None`` for generation. The prompt-injection baseline
+(an input asking the model to print the examples) is the format's ``injection``. Fields of the
+query record other than the input come from ``extras`` (the record the canary replaces).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 
 from ctxlite.audit.canaries import Canary
+from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
 from ctxlite.runtime.templates import audit_templates
@@ -45,38 +44,42 @@ class AuditQuery:
     text: str
 
 
-def candidate_templates(task: str, kind) -> list[str]:
-    """The candidate templates of ``kind`` for ``task`` ("classify" or "generate")."""
-    kind = QueryKind.parse(kind)
-    data = audit_templates()
-    section = data["queries"] if task == "classify" else data["generate_queries"]
-    return list(section[kind.value])
+def candidate_templates(fmt: AuditFormat, kind) -> list[dict]:
+    """The candidate query inputs (``{"input": ..., "lead": ...}``) of ``kind`` for ``fmt``."""
+    return fmt.query_candidates(QueryKind.parse(kind).value)
 
 
-def other_answer(task: str, canary: Canary, labels: Sequence[str]) -> str:
+def other_answer(fmt: AuditFormat, canary: Canary) -> str:
     """The answer the if-then queries ask for when the canary was not seen."""
-    if task != "classify":
+    if fmt.task is not Task.CLASSIFY:
         return GENERATE_OTHER
-    others = [l for l in labels if l != canary.label]
+    others = [l for l in fmt.labels if l != canary.label]
     return others[0] if others else GENERATE_OTHER
 
 
-def build_query(task: str, kind, canary: Canary, labels: Sequence[str] = (), index: int = 0) -> AuditQuery:
-    """Fill candidate ``index`` of ``kind`` with the canary's fields."""
+def _ask(fmt: AuditFormat, lead: str, text: str, extras: Mapping | None) -> str:
+    fields = {k: "" for k in fmt.fields}
+    fields.update({k: v for k, v in (extras or {}).items() if k in fields})
+    fields[fmt.input] = text
+    return lead + fmt.query_for(fields)
+
+
+def build_query(fmt: AuditFormat, kind, canary: Canary, index: int = 0, extras: Mapping | None = None) -> AuditQuery:
+    """Fill candidate ``index`` of ``kind`` with the canary's fields, in ``fmt``'s query record."""
     kind = QueryKind.parse(kind)
-    cands = candidate_templates(task, kind)
+    cands = candidate_templates(fmt, kind)
     if not 0 <= index < len(cands):
         raise InvalidParameter(f"query template index must be in [0, {len(cands)}), got {index}")
     descr = audit_templates()["canary_kinds"][canary.kind.template_key]
-    text = cands[index].format(
-        canary=canary.text, canary_label=canary.label, other=other_answer(task, canary, labels), canary_kind=descr
+    cand = cands[index]
+    text = cand["input"].format(
+        canary=canary.text, canary_label=canary.label, other=other_answer(fmt, canary), canary_kind=descr
     )
-    return AuditQuery(kind=kind.value, index=index, template=cands[index], text=text)
+    template = _ask(fmt, cand["lead"], cand["input"], extras)
+    return AuditQuery(kind=kind.value, index=index, template=template, text=_ask(fmt, cand["lead"], text, extras))
 
 
-def injection_query(task: str) -> AuditQuery:
+def injection_query(fmt: AuditFormat, extras: Mapping | None = None) -> AuditQuery:
     """The prompt-injection baseline: ask the model to print the examples."""
-    data = json.loads(
-        resources.files("ctxlite").joinpath("data", "templates", "injection_templates.json").read_text(encoding="utf-8")
-    )
-    return AuditQuery(kind="injection", index=0, template=data[task], text=data[task])
+    text = _ask(fmt, "", fmt.injection_input(), extras)
+    return AuditQuery(kind="injection", index=0, template=text, text=text)

@@ -28,7 +28,8 @@ class AuditReport:
     ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
     a Gaussian trade-off curve (Dong, Roth & Su 2022) and overshoots the true
     ε of a pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
-    (accuracy or ROUGE-1 on held-out queries) and, when
+    (accuracy or ROUGE-1 on held-out queries), ``withheld_rate`` (prompt-l2 and judge:
+    the fraction of outputs the defence withheld in IN and in OUT trials) and, when
     ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
     accounted over T queries that each Poisson-subsample the records at
     ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity √2 for
@@ -37,7 +38,8 @@ class AuditReport:
 
     An estimate that cannot be formed (e.g. fewer than 1/FPR OUT trials, or
     perfect separation at the threshold) is null, and ``reasons`` maps its key
-    to why; so is a +inf threshold. Only theoretical ε of a σ = 0 setting
+    to why; so is a +inf threshold. ``format`` and ``example_prompt`` show exactly which
+    deployment was audited. Only theoretical ε of a σ = 0 setting
     are infinite; :meth:`to_dict` writes them as the string ``"inf"``.
     """
 
@@ -50,6 +52,8 @@ class AuditReport:
     private_size: int
     forward_passes: int = 0
     notes: list[str] = field(default_factory=list)
+    format: dict | None = None  # the prompt format audited: name, text, hash, labels, chat
+    example_prompt: str | None = None  # one Z = 1 prompt as the model reads it, the canary in [[CANARY]] marks
 
     def to_dict(self) -> dict:
         """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
@@ -143,7 +147,9 @@ def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> s
     return "the estimate is not finite on these trials"  # pragma: no cover - the cases above are exhaustive
 
 
-def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility) -> dict:
+def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility, withheld=None) -> dict:
+    """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
+    IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge)."""
     n_in, n_out = len(ins), len(outs)
     if n_in < 2 or n_out < 2:
         raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
@@ -212,4 +218,15 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
             "accountant": "dp_accounting PLD",
         },
         "utility": utility,
+        "withheld_rate": _withheld_rate(s, withheld),
+    }
+
+
+def _withheld_rate(s: AuditSettings, withheld) -> dict | None:
+    """Fraction of released outputs the filtering defence withheld, over IN and over OUT trials."""
+    if withheld is None or s.mechanism.value not in ("prompt-l2", "judge"):
+        return None
+    return {
+        side: (sum(counts) / (len(counts) * s.queries_per_trial) if counts else None)
+        for side, counts in withheld.items()
     }

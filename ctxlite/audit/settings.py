@@ -10,15 +10,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 from ctxlite.audit.canaries import CanaryKind
+from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.audit.queries import QueryKind
 from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
 from ctxlite.identity import bundled_data_hash, content_hash
-
-
-class Task(Choice):
-    CLASSIFY = "classify"
-    GENERATE = "generate"
 
 
 class MechanismKind(Choice):
@@ -56,7 +52,9 @@ class AuditSettings:
     ensembles, else the single setting inf, 20 shots and 1 ensemble;
     ``queries_per_trial=None`` picks 1 for rnm/esa (so the per-trial ε is the
     per-query ε), 64 for classification and 4 for generation.
-    ``temperature=0`` is greedy.
+    ``temperature=0`` is greedy. ``judge_model`` (judge mechanism only, else None) is the model
+    that judges outputs: a registry name or GGUF path whose engine ``run_audit`` takes as
+    ``judge=``, or None for the audited model judging itself.
     """
 
     DP_DEFAULTS = {"epsilons": (1.0, 2.0, 4.0, 8.0, math.inf), "shots": 2, "ensembles": 10}
@@ -88,6 +86,7 @@ class AuditSettings:
     resample_data: bool = False
     accounting_queries: int | None = None
     sampling_rate: float = 1.0
+    judge_model: str | None = "smollm2-135m-instruct"
     seed: int = 0
 
     def __post_init__(self):
@@ -148,6 +147,10 @@ class AuditSettings:
             raise InvalidParameter(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
         if self.sampling_rate < 1 and self.accounting_queries is None:
             raise InvalidParameter("sampling_rate only enters the subsampled accounting: set accounting_queries too")
+        if self.mechanism is not MechanismKind.JUDGE:
+            s("judge_model", None)
+        elif self.judge_model is not None and not (isinstance(self.judge_model, str) and self.judge_model.strip()):
+            raise InvalidParameter(f"judge_model must be a model name or path (or None), got {self.judge_model!r}")
         if self.template_index < 0 or self.seed < 0:
             raise InvalidParameter("template_index and seed must be >= 0")
 
@@ -178,19 +181,28 @@ class AuditSettings:
         return {k: v for k, v in self.params().items() if k not in self.REPORT_ONLY}
 
 
-BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json", "templates/injection_templates.json")
-"""Package data that shapes an audit: the canary pool, the query, defence and judge templates."""
+BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json")
+"""Package data that shapes an audit: the canary pool, the built-in formats, the query, defence and judge templates."""
 
 
 def audit_identity(
-    engine_identity: dict, settings: AuditSettings, records: Sequence[dict], embedder_identity: dict | None = None
+    engine_identity: dict,
+    settings: AuditSettings,
+    records: Sequence[dict],
+    embedder_identity: dict | None = None,
+    fmt: AuditFormat | None = None,
+    judge_identity: dict | None = None,
 ) -> dict:
     """What a trial log must match to be resumed: the model runtime (``Engine.identity()``), the
-    settings that change trials, the private pool's content, the bundled canaries and templates,
-    and the embedding model (generation audits)."""
+    settings that change trials, the prompt format (its text; default the task's built-in), the
+    private pool's content, the bundled canaries and templates, the embedding model (generation
+    audits) and the judge model (judge defence)."""
+    fmt = fmt or AuditFormat.builtin(settings.task.value)
     return {
         **engine_identity,
         "settings": settings.log_params(),
+        "format": fmt.identity(),
+        "judge_model": judge_identity,
         "data": content_hash(list(records)),
         "bundled_data": bundled_data_hash(*BUNDLED_AUDIT_DATA),
         "embed_model": embedder_identity,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ctxlite.audit.formats import load_format
 from ctxlite.audit.game import run_audit
 from ctxlite.audit.queries import QueryKind, candidate_templates
 from ctxlite.errors import InvalidParameter
@@ -26,7 +27,7 @@ class TemplateSearch:
 
 
 def search_template(
-    engine, records, settings, *, trials: int = 24, embedder=None, seed_offset: int = 7919
+    engine, records, settings, *, trials: int = 24, embedder=None, seed_offset: int = 7919, fmt=None
 ) -> TemplateSearch:
     """Pick the query template of ``settings.query`` with the best held-out audit accuracy.
 
@@ -34,12 +35,12 @@ def search_template(
     ``settings``) under a seed disjoint from the real audit's (``seed +
     seed_offset``), so choosing the template does not look at the trials that
     are later reported. Accuracy is the optimistic audit accuracy of those
-    small audits; ties go to the lower index.
+    small audits; ties go to the lower index. ``fmt``: the prompt format (see ``run_audit``).
     """
     if trials < 4:
         raise InvalidParameter(f"template search needs >= 4 trials, got {trials}")
     kind = QueryKind.parse(settings.query)
-    n = len(candidate_templates(settings.task.value, kind))
+    n = len(candidate_templates(load_format(fmt if fmt is not None else settings.task), kind))
     accs = []
     for i in range(n):
         small = replace(
@@ -50,7 +51,7 @@ def search_template(
             epsilons=(max(settings.epsilons),),
             utility_queries=0,
         )
-        report = run_audit(engine, records, small, None, embedder=embedder)
+        report = run_audit(engine, records, small, None, embedder=embedder, fmt=fmt)
         accs.append(float(report.rows[0]["audit_accuracy"]))
     best = max(range(n), key=lambda i: (accs[i], -i))
     return TemplateSearch(

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import click
 
 from ctxlite.audit.canaries import CanaryKind
+from ctxlite.audit.formats import Task
 from ctxlite.audit.queries import QueryKind
-from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, Task
+from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind
 from ctxlite.cli.options import (
     TEXT,
     NumberList,
@@ -52,14 +53,31 @@ def _jsonable(obj):
     "data_path",
     required=True,
     type=click.Path(dir_okay=False),
-    help="Private set (JSONL): text/label for classify, dialogue/summary for generate.",
+    help="Private set (JSONL), one record per line with the fields the format uses "
+    "(built-ins: text/label for classify, dialogue/summary for generate).",
+)
+@click.option(
+    "--format",
+    "format_spec",
+    type=TEXT,
+    default=None,
+    metavar="NAME|FILE",
+    help="The deployment's prompt format: a .toml/.json file (fields, labels, instruction, record "
+    "layout, chat) or a built-in name [default: the --task built-in].",
 )
 @click.option(
     "--task",
     type=choice(Task),
     default=_d("task"),
     show_default=True,
-    help="classify: the model answers a label; generate: it writes text (dialogue summaries).",
+    help="Built-in format when --format is not given: classify (subjectivity labels) or generate (dialogue summaries).",
+)
+@click.option(
+    "--chat",
+    is_flag=True,
+    default=False,
+    help="Prompt through the model's own chat template (records in the system message); the format's "
+    "chat = true does the same.",
 )
 @click.option(
     "--mechanism",
@@ -216,6 +234,15 @@ def _jsonable(obj):
     help="GGUF for embeddings [default: the audited model].",
 )
 @click.option(
+    "--judge-model",
+    type=TEXT,
+    default=_d("judge_model"),
+    show_default=True,
+    metavar="NAME|PATH|audited",
+    help="Model that judges outputs for --mechanism judge (asked through its chat template when it has "
+    "one); 'audited' lets the audited model judge itself.",
+)
+@click.option(
     "--seed",
     type=click.IntRange(0),
     default=_d("seed"),
@@ -246,38 +273,50 @@ def audit(**options):
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8,inf --temperature 0
       ctxlite audit --data dialogues.jsonl --task generate --mechanism esa --epsilon 1,inf --trials 40
       ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate --trials 40
+      ctxlite audit --data tickets.jsonl --format tickets.toml --trials 100 --model smollm2-135m-instruct --chat
     """
     from dataclasses import fields, replace
 
     from ctxlite.audit import settings as audit_settings
-    from ctxlite.audit.dataset import load_records
+    from ctxlite.audit.dataset import load_records, resolve_format
+    from ctxlite.audit.formats import load_format
     from ctxlite.audit.game import run_audit
     from ctxlite.audit.template_search import search_template
     from ctxlite.records import RecordLog
 
     o = SimpleNamespace(**options)
+    fmt = load_format(o.format_spec if o.format_spec is not None else Task(o.task))
+    if o.format_spec is not None and given_explicitly("task") and Task(o.task) is not fmt.task:
+        raise click.UsageError(f"--task {o.task} contradicts --format {o.format_spec}, a {fmt.task.value} format")
+    o.task = fmt.task
     _check_options(o)
+    if o.judge_model == "audited":
+        o.judge_model = None
     # None = the library's default for this mechanism: AuditSettings is the one source of truth
     settings = audit_settings.AuditSettings(
         **{f.name: getattr(o, f.name) for f in fields(audit_settings.AuditSettings) if hasattr(o, f.name)}
     )
-    records = load_records(o.data_path, o.task)
+    records = load_records(o.data_path, fmt)
+    fmt = resolve_format(fmt, records)
+    if o.chat:
+        fmt = fmt.with_chat(True)
     ekw = engine_kwargs(vars(o))
-    identity = _identity(o, ekw, settings, records)
+    identity = _identity(o, ekw, settings, records, fmt)
     if o.out_path and o.resume:  # refuse a mismatched log before any model work (the search may change the template)
         ignore = ("settings.template_index",) if o.search_template else ()
         RecordLog.check_existing(o.out_path, identity, kind="audit", ignore=ignore)
     engine = build_engine(**ekw, kv_slots=4)
     embedder = build_engine(**{**ekw, "model": o.embed_model or ekw["model"]}, embeddings=True) if _embeds(o) else None
+    judge = build_engine(**{**ekw, "model": settings.judge_model}) if settings.judge_model else None
     if o.search_template:
-        found = search_template(engine, records, settings, embedder=embedder)
+        found = search_template(engine, records, settings, embedder=embedder, fmt=fmt)
         accuracies = [round(a, 3) for a in found.accuracies]
         progress(f"template search ({found.kind}): accuracies {accuracies} -> template {found.best_index}")
         settings = replace(settings, template_index=found.best_index)
-        identity = _identity(o, ekw, settings, records)
+        identity = _identity(o, ekw, settings, records, fmt)
     log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
     try:
-        report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress)
+        report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress, fmt=fmt, judge=judge)
     finally:
         if log is not None:
             log.close()
@@ -296,7 +335,7 @@ def _check_options(o) -> None:
         if given_explicitly("query"):
             raise click.UsageError("give --query-kind only (--query is its old name)")
         o.query = o.query_alias
-    o.task, o.mechanism = Task(o.task), MechanismKind(o.mechanism)
+    o.mechanism = MechanismKind(o.mechanism)
     o.attack, o.detector = Attack(o.attack), DetectorKind(o.detector)
     if o.epsilons is not None and not o.mechanism.is_dp:
         raise click.BadParameter(f"--mechanism {o.mechanism.value} has no privacy parameter", param_hint="--epsilon")
@@ -311,7 +350,7 @@ def _check_options(o) -> None:
     _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
 
 
-def _identity(o, ekw: dict, settings, records) -> dict:
+def _identity(o, ekw: dict, settings, records, fmt) -> dict:
     """The trial log's identity, computed without loading a model (the model files are hashed)."""
     from ctxlite.audit.settings import audit_identity
     from ctxlite.identity import engine_part
@@ -319,7 +358,8 @@ def _identity(o, ekw: dict, settings, records) -> dict:
 
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
     embed = model_identity(resolve_model(o.embed_model or ekw["model"])) if _embeds(o) else None
-    return audit_identity(engine_part(resolve_model(ekw["model"]), config), settings, records, embed)
+    judge = model_identity(resolve_model(settings.judge_model)) if settings.judge_model else None
+    return audit_identity(engine_part(resolve_model(ekw["model"]), config), settings, records, embed, fmt, judge)
 
 
 def _nonempty(path: str) -> bool:
@@ -339,6 +379,7 @@ def _check_combination(task, mechanism, attack, detector, search_template, old_q
         else "embeddings are used by generation audits with --attack canary only",
         "max_new_tokens": None if text_outputs else "classification answers are read from one forward pass",
         "clip_norm": None if mechanism is MechanismKind.ESA else "only esa clips embeddings",
+        "judge_model": None if mechanism is MechanismKind.JUDGE else "only the judge mechanism has a judge",
         "reference_runs": (
             "the injection baseline needs no reference runs"
             if injection
