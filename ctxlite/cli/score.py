@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import click
@@ -167,7 +167,15 @@ def _plan(log, examples, out: str, data: str | None):
     type=TEXT,
     default="qa",
     show_default=True,
-    help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file, or a literal with {context}.",
+    help="Built-in name (qa, qa_inline, summarize, pubmedqa, notes), a file (text, or .toml/.json with "
+    "template, chat, system), or a literal with {context}.",
+)
+@click.option(
+    "--chat",
+    is_flag=True,
+    default=False,
+    help="Prompt through the model's own chat template: the template is the user turn, the response "
+    "the assistant's (a template file's chat = true does the same).",
 )
 @click.option(
     "--ngram", "-n", type=click.IntRange(1), default=_i("ngram"), show_default=True, help="n-gram size in model tokens."
@@ -264,6 +272,7 @@ def score(**options):
       ctxlite score --context note.txt -q "What was prescribed?"
       ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
+      ctxlite score --context note.txt -q "What was prescribed?" --model smollm2-135m-instruct --chat
     """
     from ctxlite.identity import engine_part
     from ctxlite.influence.analysis import summarize
@@ -279,12 +288,16 @@ def score(**options):
         raise click.UsageError("--query/--response/--source go with --context; in --data they are fields of each line")
     settings = _settings(o)
     template = get_template(o.template)
+    if o.chat:
+        template = replace(template, chat=True)
     examples = list(_examples(o))[: o.limit]  # validate the whole input before loading the model
     _check_combination(o, examples)
     ekw = engine_kwargs(vars(o))
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
     model_path = resolve_model(ekw["model"])
     identity = {**engine_part(model_path, config), "template": template.text, "settings": asdict(settings)}
+    if template.chat:  # the conversation the model reads, besides the template text
+        identity["chat"] = {"system": template.system}
     log = RecordLog(o.out, identity, kind="score-run") if o.out else None  # refused before the model loads
     try:
         reused, changed = _plan(log, examples, o.out, o.data)

@@ -284,13 +284,19 @@ class InfluenceScorer:
         self.settings = settings or InfluenceSettings()
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilon is not None:
             require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
+        self._render = None
+        if self.template.chat:  # the model's own chat template; refused now when it has none
+            from ctxlite.runtime.chat import render_chat
+
+            self._render = lambda messages: render_chat(engine, messages)
+            self.template.parts("", self._render)
 
     # ----- encoding --------------------------------------------------------
     def encode(self, example: Example) -> EncodedPrompt:
-        prefix_text, suffix_text = self.template.parts(example.query)
-        eng = self.engine
-        prefix = ([eng.bos_id] if eng.bos_id is not None else []) + eng.tokenize(prefix_text)
-        return EncodedPrompt(prefix, eng.tokenize(example.context), eng.tokenize(suffix_text))
+        prefix_text, suffix_text = self.template.parts(example.query, self._render)
+        eng, chat = self.engine, self.template.chat  # chat markers are special tokens; the context never is
+        prefix = ([eng.bos_id] if eng.bos_id is not None else []) + eng.tokenize(prefix_text, special=chat)
+        return EncodedPrompt(prefix, eng.tokenize(example.context), eng.tokenize(suffix_text, special=chat))
 
     def encode_response(self, enc: EncodedPrompt, response: str) -> list[int]:
         """Tokens of a user-supplied response, with the space a continuation after
