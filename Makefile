@@ -41,8 +41,9 @@ demo: model
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm --temperature 0 \
 		--epsilon 1,8,inf --canary semantic --query-kind input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
 
+# one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
 test: model
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 # ruff (lint + format check), configured in pyproject.toml; .ci/run runs it before the tests
 lint: install

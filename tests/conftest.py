@@ -4,9 +4,24 @@ and SmolLM2-135M-Instruct) through real llama.cpp; both are provisioned offline 
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 
 import pytest
+
+
+def pytest_configure(config):
+    """``make test`` runs one pytest-xdist worker per CPU; each worker is pinned to its own share of
+    the CPUs, so the llama.cpp threads of two workers never compete (an engine's default thread
+    count is its process's affinity), and a model test runs as fast as it would alone."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = cpus[int(worker.removeprefix("gw")) :: n]
+    if share:
+        os.sched_setaffinity(0, share)
 
 
 @pytest.fixture(scope="session")

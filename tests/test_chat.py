@@ -64,7 +64,7 @@ def test_no_template_is_refused_with_the_model_name():
         render_chat(FakeEngine(None), CONVERSATION)
     assert str(exc.value) == (
         "fake-model.gguf has no chat template (tokenizer.chat_template): "
-        "use a chat model such as smollm2-135m-instruct or a plain format"
+        "use a chat model such as smollm2-135m-instruct, or leave chat off"
     )
 
 
@@ -136,5 +136,71 @@ def test_the_default_base_model_has_no_chat_template(engine):
         render_chat(engine, CONVERSATION)
     assert str(exc.value) == (
         "gemma-3-270m has no chat template (tokenizer.chat_template): "
-        "use a chat model such as smollm2-135m-instruct or a plain format"
+        "use a chat model such as smollm2-135m-instruct, or leave chat off"
     )
+
+
+# ---------------------------------------------------------------------------
+# scoring through a chat template
+
+
+def test_a_chat_template_splits_the_rendered_conversation_at_the_context(tmp_path):
+    from ctxlite.runtime.templates import get_template
+
+    path = tmp_path / "qa.toml"
+    path.write_text(
+        'template = "Document: {context}\\nQuestion: {query}"\nsystem = "Answer from the document."\nchat = true\n',
+        encoding="utf-8",
+    )
+    tpl = get_template(str(path))
+    assert tpl.chat and tpl.system == "Answer from the document."
+    render = FakeEngine(CHATML)
+    prefix, suffix = tpl.parts("Who?", lambda m: render_chat(render, m))
+    assert prefix == "<|im_start|>system\nAnswer from the document.<|im_end|>\n<|im_start|>user\nDocument: "
+    assert suffix == "\nQuestion: Who?<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(InvalidParameter, match="needs the model's chat template"):
+        tpl.parts("Who?")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('template = "{context}"\nsystem = "x"\n', encoding="utf-8")
+    with pytest.raises(InvalidParameter, match="system message needs chat = true"):
+        get_template(str(bad))
+    bad.write_text('template = "{context}"\nchatt = true\n', encoding="utf-8")
+    with pytest.raises(InvalidParameter, match="optionally chat and system"):
+        get_template(str(bad))
+
+
+@pytest.mark.model
+def test_a_chat_score_puts_the_context_in_the_user_turn(instruct):
+    """The scorer's prompt is the model's chat rendering token for token: markers as special tokens,
+    the private context as plain text (a marker written inside it stays text)."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime.templates import PromptTemplate
+
+    tpl = PromptTemplate("Document: {context}\nQuestion: {query}", chat=True, system="Be brief.")
+    scorer = InfluenceScorer(instruct, tpl, InfluenceSettings(lambdas=(1.0,), ngram=4))
+    context = "Dana takes lisinopril 10 mg. <|im_end|> is just text here."
+    enc = scorer.encode(Example(context=context, query="What does Dana take?"))
+    start = instruct.tokenize("<|im_start|>", special=True)[0]
+    assert enc.prefix.count(start) == 2 and enc.suffix.count(start) == 1 and start not in enc.context
+    whole = render_chat(
+        instruct,
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": tpl.text.format(context=context, query="What does Dana take?")},
+        ],
+    )
+    head, tail = whole.split(context)
+    bos = [instruct.bos_id] if instruct.bos_id is not None else []
+    assert enc.prefix == bos + instruct.tokenize(head, special=True)
+    assert enc.context == instruct.tokenize(context) and enc.suffix == instruct.tokenize(tail, special=True)
+    result = scorer.score(Example(context=context, query="What does Dana take?", response="Lisinopril."))
+    assert result.results[0].response == "Lisinopril." and len(result.results[0].ngrams) > 0
+
+
+@pytest.mark.model
+def test_chat_scoring_on_a_model_without_a_template_is_refused(engine):
+    from ctxlite.influence.scorer import InfluenceScorer
+    from ctxlite.runtime.templates import PromptTemplate
+
+    with pytest.raises(InvalidParameter, match="has no chat template"):
+        InfluenceScorer(engine, PromptTemplate("{context}", chat=True))

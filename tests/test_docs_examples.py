@@ -32,6 +32,8 @@ PLACEHOLDERS = {
     "examples.jsonl": DATA / "score_sample.jsonl",
     "private.jsonl": DATA / "classify_sample.jsonl",
     "dialogues.jsonl": DATA / "dialogue_sample.jsonl",
+    "tickets.jsonl": DATA / "examples" / "support_tickets.jsonl",
+    "tickets.toml": DATA / "examples" / "support_tickets.toml",
 }
 
 

@@ -151,7 +151,7 @@ def _audit(*args, timeout=120):
 @pytest.mark.parametrize(
     "fmt_text, records, code, message",
     [
-        ('task = "classify"\ninstruction = ""\nrecord = "{x}"\ninput = "x"\noutput = "y"\n', [], 2, "missing from"),
+        *[(text, [], 2, message) for text, message in BAD_FORMATS],
         (ODD_TOML + 'labels = ["facturation", "remboursement"]\n', ODD_RECORDS, 4, "unknown label"),
         (
             ODD_TOML + 'labels = ["facturation", "accès au compte", "résiliation de compte", "x"]\n',
@@ -167,7 +167,11 @@ def test_the_cli_exits_with_the_documented_code(tmp_path, fmt_text, records, cod
     data = jsonl(tmp_path, records or [{"x": "1", "y": "a"}])
     r = _audit("--data", data, "--format", path, "--trials", 4)
     assert r.returncode == code, r.stderr
-    assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (
+        message in r.stderr.replace("\\{", "{")
+        and "Traceback" not in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_task_and_format_must_agree(tmp_path):
@@ -267,6 +271,7 @@ output = "queue"
         ("smollm2-135m-instruct", False, "classify"),
         ("smollm2-135m-instruct", True, "classify"),
         ("gemma-3-270m", False, "generate"),
+        ("smollm2-135m-instruct", False, "generate"),
         ("smollm2-135m-instruct", True, "generate"),
     ],
 )

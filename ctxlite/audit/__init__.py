@@ -1,7 +1,8 @@
 """ContextLeak audits ("ContextLeak: Auditing Leakage in Private In-Context
 Learning Methods"): canary membership inference against private in-context learning.
 
-One module per concept: ``settings`` (what defines an audit), ``dataset`` (the private records),
+One module per concept: ``settings`` (what defines an audit), ``formats`` (the deployment's prompt
+format), ``dataset`` (the private records),
 ``canaries``, ``queries``, ``mechanisms`` (the defences and DP aggregations), ``oracle`` (the
 model's answer distribution), ``continuations``, ``detectors``, ``game`` (the trials),
 ``report`` (the estimates per ε) and ``template_search``. The names below are imported on first
@@ -20,6 +21,8 @@ _WHERE = {
     "Task": "settings",
     "audit_identity": "settings",
     "load_records": "dataset",
+    "AuditFormat": "formats",
+    "load_format": "formats",
     "run_audit": "game",
     "AuditReport": "report",
     "TemplateSearch": "template_search",

@@ -267,7 +267,7 @@ def run_audit(
     game = AuditGame(oracle, records, s, canary, fmt)
     rows = []
     for eps in s.epsilons:
-        mech = make_mechanism(s, eps, _judge_model(judge))
+        mech = make_mechanism(s, eps, judge_from_engine(judge))
         ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
         rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld))
     return AuditReport(
@@ -301,7 +301,7 @@ def audit_format(engine, fmt, settings: AuditSettings, records: Sequence[dict]) 
     return fmt.with_chat(True, lambda messages: render_chat(engine, messages))
 
 
-def _judge_model(judge) -> JudgeModel | None:
+def judge_from_engine(judge) -> JudgeModel | None:
     """The judge engine as a :class:`JudgeModel`: asked through its chat template when it has one."""
     if judge is None:
         return None

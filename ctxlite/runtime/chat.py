@@ -79,7 +79,7 @@ def render_chat(engine: Engine, messages: Sequence[Mapping[str, str]], add_assis
     if template is None:
         raise InvalidParameter(
             f"{_model_name(engine)} has no chat template ({TEMPLATE_KEY}): "
-            f"use a chat model such as smollm2-135m-instruct or a plain format"
+            f"use a chat model such as smollm2-135m-instruct, or leave chat off"
         )
     encoded = _messages(messages)
     chat = (_llama.llama_chat_message * len(encoded))(*(_llama.llama_chat_message(r, c) for r, c in encoded))

@@ -170,6 +170,14 @@ def _available_memory() -> int | None:
     return None
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity where the OS has one, else the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS and Windows have no affinity call
+        return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """llama.cpp settings (names mirror llama.cpp's CLI flags).
@@ -200,7 +208,8 @@ class EngineConfig:
 
     @property
     def threads(self) -> int:
-        return self.n_threads or max(1, os.cpu_count() or 1)
+        """``n_threads``, else the CPUs this process may run on (its affinity: ``taskset``, cgroups)."""
+        return self.n_threads or usable_cpus()
 
 
 class Engine:
