@@ -93,6 +93,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args += ["--ensembles", "2"]
         if generate:
             args += ["--max-new-tokens", "6"]
+        if "judge" in args:  # the judge reads every private record for each output it judges
+            _set(args, "--shots", "4")
     return args
 
 
