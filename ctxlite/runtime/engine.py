@@ -170,6 +170,17 @@ def _available_memory() -> int | None:
     return None
 
 
+ROW_TILE = 16
+"""Variants are re-decoded from a position that is a multiple of this, and batches are cut at
+multiples of ``n_batch``: llama.cpp's CPU matrix kernels group the rows of a batch in tiles, so a
+token's logits round differently with its row modulo the tile. Decoding a variant's suffix from
+an aligned position puts every token in the row (modulo the tile) a from-scratch decode puts it
+in, and the reuse path then equals ``exact=True`` bit for bit (tests/test_engine.py checks every
+window at strides 1, 2, 3 and 8). Measured: 4 on AVX2 (every window of stride 1 matched with 4
+and 8, 9 of 24 missed with 1); 16 leaves room for wider tiles, for at most 15 extra tokens per
+variant. The null ablations still measure whatever rounding remains."""
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on: its affinity where the OS has one, else the machine's count."""
     try:
@@ -398,18 +409,27 @@ class Engine:
             )
 
     def decode(
-        self, tokens: np.ndarray, pos: np.ndarray, seqs: np.ndarray, want: np.ndarray, on_rows: RowsCallback | None
+        self,
+        tokens: np.ndarray,
+        pos: np.ndarray,
+        seqs: np.ndarray,
+        want: np.ndarray,
+        on_rows: RowsCallback | None,
+        first_chunk: int | None = None,
     ) -> None:
-        """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``.
+        """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``
+        (the first of ``first_chunk`` entries when given).
 
         Entries with ``want`` set produce logits; after each chunk ``on_rows`` is
         called with a view of that chunk's requested rows and the index of the
         first of them among all requested rows.
         """
         n_batch = self.config.n_batch
+        first_chunk = n_batch if first_chunk is None else first_chunk
+        cuts = [0, *range(first_chunk, len(tokens), n_batch)]
         done_rows = 0
-        for lo in range(0, len(tokens), n_batch):
-            hi = min(lo + n_batch, len(tokens))
+        for lo in cuts:
+            hi = min(lo + (first_chunk if lo == 0 else n_batch), len(tokens))
             n = hi - lo
             self._b_token[:n] = tokens[lo:hi]
             self._b_pos[:n] = pos[lo:hi]
@@ -440,7 +460,11 @@ class Engine:
         rows_to: int | None = None,
     ) -> None:
         """Decode ``tokens`` into one sequence at positions ``pos0...``; request rows
-        (token indices relative to ``tokens``) in ``[rows_from, rows_to)``."""
+        (token indices relative to ``tokens``) in ``[rows_from, rows_to)``.
+
+        Batches are cut at absolute positions (multiples of ``n_batch``), where a decode of the
+        whole sequence from position 0 cuts them, so a token lands in the same batch row modulo
+        the kernels' tile however much of the sequence was reused (see ``ROW_TILE``)."""
         n = len(tokens)
         rows_to = n if rows_to is None else rows_to
         want = np.zeros(n, dtype=np.int8)
@@ -451,6 +475,7 @@ class Engine:
             np.full(n, seq, dtype=np.int32),
             want,
             on_rows,
+            first_chunk=self.config.n_batch - pos0 % self.config.n_batch,
         )
 
     def clear(self) -> None:
@@ -508,8 +533,8 @@ class Engine:
     ) -> None:
         """Score a variant of the base that equals it on ``[0, shared)``.
 
-        Reuse path: drop the cache cells from ``shared`` on and decode
-        ``tokens[shared:]`` in place at positions ``shared...`` (contiguous),
+        Reuse path: drop the cache cells from the multiple of ``ROW_TILE`` at or
+        below ``shared`` on and decode the variant from there in place (contiguous),
         handing over the rows predicting ``tokens[targets_from:]``. The cells of
         ``[0, shared)`` must still hold base tokens: they do when variants come
         in decreasing ``shared`` (otherwise the missing base tokens are decoded
@@ -537,7 +562,7 @@ class Engine:
                     f"variant must share its first {shared} tokens with the base and "
                     f"1 <= shared < targets_from ({targets_from})"
                 )
-            start = min(shared, self.kv.valid)
+            start = min(shared, self.kv.valid) // ROW_TILE * ROW_TILE  # the canonical row alignment
         self.kv.cut_base(start)
         self.decode_sequence(
             tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start
