@@ -272,12 +272,8 @@ def load_format(spec) -> AuditFormat:
     if isinstance(spec, Task):
         return AuditFormat.builtin(spec.value)
     spec = str(spec)
-    if spec in audit_templates()["formats"]:
-        return AuditFormat.builtin(spec)
-    if Path(spec).suffix.lower() in (".toml", ".json"):
-        if not Path(spec).is_file():
-            raise InvalidParameter(f"format file {spec} does not exist")
-        return AuditFormat.from_file(spec)
-    raise InvalidParameter(
-        f"unknown format {spec!r}: use one of {', '.join(audit_templates()['formats'])} or a .toml/.json file"
-    )
+    if Path(spec).suffix.lower() not in (".toml", ".json"):
+        return AuditFormat.builtin(spec)  # refuses an unknown name, listing the built-ins
+    if not Path(spec).is_file():
+        raise InvalidParameter(f"format file {spec} does not exist")
+    return AuditFormat.from_file(spec)
