@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxlite.cli import INTERRUPTED
+
 CLASSIFY = "ctxlite/data/classify_sample.jsonl"
 NOTE = "Dana Whitcombe takes lisinopril 10 mg daily for hypertension; follow up in four weeks."
 ROOT = os.geteuid() == 0
@@ -265,6 +267,29 @@ def test_ctrl_c_at_any_moment_exits_130(note, delay):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+def test_ctrl_c_inside_string_exec_still_exits_130(tmp_path):
+    """A Ctrl-C that lands in code run from a string (dataclasses build ``__init__`` so while
+    llama_cpp imports) made ``python -m ctxlite`` die of SIGINT (-2) after printing its message."""
+    (tmp_path / "probe.py").write_text(
+        """
+import ctypes
+import ctxlite.cli
+from ctxlite.__main__ import entry
+
+def interrupted_in_exec():
+    run = ctypes.pythonapi.PyRun_String
+    run.restype, run.argtypes = ctypes.py_object, [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]
+    run(b"raise KeyboardInterrupt", 257, {}, {})
+
+ctxlite.cli.main = interrupted_in_exec
+entry()
+"""
+    )
+    r = subprocess.run([sys.executable, "-m", "probe"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.splitlines() == [INTERRUPTED]
 
 
 # ---------------------------------------------------------------------------
