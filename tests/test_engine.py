@@ -90,11 +90,11 @@ def test_null_variant_reproduces_base_within_batch_shape_rounding(engine, score_
 
 
 def test_reuse_path_matches_exact_path(with_response):
-    """Every window at strides 1, 2, 3 and 8, scored in decreasing split order on the reuse path,
+    """Every window at strides 1 and 8, scored in decreasing split order on the reuse path,
     reproduces the from-scratch decode bit for bit, and null ablations are exactly 0.
 
-    Without the aligned restart (``ROW_TILE``) 9 of 24 windows at stride 1 differed by up to
-    0.13 nats. Batch cuts (an 886-token context across the default ``n_batch`` of 512) are cut
+    With ``ROW_TILE = 1`` (no aligned restart) this test fails at stride 1: null ablations move
+    the log-probs by 0.16 nats. Batch cuts (an 886-token context across the default ``n_batch`` of 512) are cut
     where a from-scratch decode cuts them; that was checked by hand, at 15 windows around the cut,
     and is too slow for the suite on a 2-core machine. (Copying the prefix into a second sequence instead moved
     summed log-probs by up to ~2 nats: see ``score_variant``.)
@@ -104,12 +104,15 @@ def test_reuse_path_matches_exact_path(with_response):
     n = 8
     with Engine(None, EngineConfig(n_threads=1)) as engine:
         ex = dict(with_response[0])
-        ex["context"] = " ".join(ex["context"].split()[:16])  # ~26 tokens: every window stays affordable
+        ex["context"] = " ".join(
+            ex["context"].split()[:10]
+        )  # ~35 tokens, 12 response tokens: every window stays affordable
         enc, y = _workload(engine, ex, n)
+        y = y[:12]
         full, tf, p = enc.with_context, len(enc.with_context), len(enc.prefix)
         base = _Gather(y)
         engine.load_base(full + y, tf, base)
-        for stride in (1, 2, 3, 8):
+        for stride in (1, 8):
             starts = ngram_starts(len(enc.context), n, stride)[::-1]
             reuse, nulls, exact = [], [], []
             for c in starts:
