@@ -137,6 +137,66 @@ def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> N
         )
 
 
+@dataclass
+class RunLog:
+    """A result log as written: its kind and identity, the finished records by key, and the
+    ``end`` summary of a run that finished (None: a partial run, interrupted or still going)."""
+
+    path: Path
+    kind: str
+    identity: dict
+    records: dict[str, dict]
+    end: dict | None
+    torn_at: int | None = None  # byte offset of a torn last line (an interrupted write)
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None
+
+
+def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str = "") -> RunLog:
+    """Parse a result log without writing to it; ``kind`` (if given) must match its header
+    (``advice`` ends the refusal's message).
+
+    A torn last line is ignored; a record after the ``end`` line means the run was
+    resumed and has not finished again, so the log is partial.
+    """
+    path = Path(path)
+    text = read_text(path, "result log")
+    lines = text.split("\n")
+    complete, torn = lines[:-1], lines[-1]
+    try:
+        header = json.loads(complete[0]) if complete else None
+    except json.JSONDecodeError:
+        header = None
+    if (
+        not isinstance(header, dict)
+        or not isinstance(header.get("type"), str)
+        or (kind is not None and header["type"] != kind)
+        or not isinstance(header.get("identity"), dict)
+    ):
+        what = f"ctxlite {kind} log" if kind else "ctxlite result log (score or audit)"
+        raise DataError(f"{path} is not a {what}{advice}")
+    records: dict[str, dict] = {}
+    end = None
+    for number, raw in enumerate(complete[1:], start=2):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError:
+            rec = None
+        if isinstance(rec, dict) and set(rec) == {"end"} and isinstance(rec["end"], dict):
+            end = rec["end"]
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+            raise DataError(f"{path}:{number}: corrupt record in the result log")
+        records[rec["key"]] = rec  # a later record of a key supersedes an earlier one
+        end = None
+    torn_at = len(text[: len(text) - len(torn)].encode("utf-8")) if torn.strip() else None
+    return RunLog(path, header["type"], header["identity"], records, end, torn_at)
+
+
 class RecordLog:
     """Append-only JSONL result log that a re-run resumes, bound to one run identity.
 
@@ -157,6 +217,7 @@ class RecordLog:
         self.kind = kind
         self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
+        self.end: dict | None = None  # the finished run's summary (see finish)
         self._file = None
         self._keep_bytes: int | None = None  # a torn last line to cut before the first append
         try:
@@ -203,32 +264,11 @@ class RecordLog:
             raise output_error(self.path, exc, "result log") from None
 
     def _load(self) -> None:
-        text = read_text(self.path, "result log")
-        lines = text.split("\n")
-        complete, torn = lines[:-1], lines[-1]
-        try:
-            header = json.loads(complete[0]) if complete else None
-        except json.JSONDecodeError:
-            header = None
-        if (
-            not isinstance(header, dict)
-            or header.get("type") != self.kind
-            or not isinstance(header.get("identity"), dict)
-        ):
-            raise DataError(f"{self.path} exists and is not a ctxlite {self.kind} log: choose another --out")
-        _refuse_differences(self.path, header["identity"], self.identity)
-        for number, raw in enumerate(complete[1:], start=2):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError:
-                rec = None
-            if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
-                raise DataError(f"{self.path}:{number}: corrupt record in the result log")
-            self.records[rec["key"]] = rec  # a later record of a key supersedes an earlier one
-        if torn.strip():  # an interrupted write: cut the partial line now if we may, else before appending
-            self._keep_bytes = len(text[: len(text) - len(torn)].encode("utf-8"))
+        run = read_run_log(self.path, self.kind, advice=": choose another --out")
+        _refuse_differences(self.path, run.identity, self.identity)
+        self.records, self.end = run.records, run.end
+        if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending
+            self._keep_bytes = run.torn_at
             try:
                 self._open_for_append()
             except OutputError:
@@ -261,7 +301,12 @@ class RecordLog:
     def append(self, key: str, record: dict, input_hash: str | None = None) -> None:
         """Write one finished record durably (flush + fsync); ``input_hash`` binds it to its input."""
         record = {"key": key, **({"input": input_hash} if input_hash is not None else {}), **record}
-        line = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
+        self._write_line(record)
+        self.records[key] = record
+        self.end = None  # a record after the end line reopens the run
+
+    def _write_line(self, obj: dict) -> None:
+        line = (json.dumps(obj, allow_nan=False) + "\n").encode("utf-8")
         f = self._open_for_append()
         try:
             f.write(line)
@@ -269,7 +314,14 @@ class RecordLog:
             os.fsync(f.fileno())
         except OSError as exc:
             raise output_error(self.path, exc, "result log") from None
-        self.records[key] = record
+
+    def finish(self, end: dict) -> None:
+        """Mark the run finished: one ``{"end": ...}`` line (the run's summary) after its last record.
+
+        A log without one (or with records after it) is a partial run; see :func:`read_run_log`.
+        """
+        self._write_line({"end": end})
+        self.end = end
 
     def __iter__(self) -> Iterator[dict]:
         return iter(self.records.values())
