@@ -16,6 +16,8 @@ Exit codes (documented in the README):
 6     llama.cpp failed to decode (its return code is in the message)
 7     a file ctxlite must write cannot be written (permissions, a
       directory, a path under a regular file, a full disk)
+8     a gate tripped (--fail-above-influence / --fail-above-epsilon):
+      the run finished and every output was written
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -79,4 +81,5 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
     return OutputError(f"cannot write the {what} {path}: {why}")
 
 
+EXIT_GATE = 8
 EXIT_INTERRUPTED = 130

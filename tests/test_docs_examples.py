@@ -74,6 +74,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args[i] = str(tmp / "note.txt")
         elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] == "--out":
             args[i] = str(tmp / Path(a).name)
+        elif args[i - 1] == "--junit":
+            args[i] = str(tmp / Path(a).name)
         elif a.startswith("ctxlite/data/"):
             args[i] = str(REPO / a)
     if args[0] == "score":
@@ -107,25 +109,52 @@ def _distinct(lines):
     return sorted(seen.values())
 
 
-EXAMPLES = _distinct({*help_examples("score"), *help_examples("audit"), *readme_commands()})
+EXAMPLES = _distinct(set().union(*(help_examples(c) for c in ("score", "audit", "report")), readme_commands()))
 
 
 def test_the_documentation_has_examples():
-    assert len(help_examples("score")) >= 3 and len(help_examples("audit")) >= 4
+    assert len(help_examples("score")) >= 3 and len(help_examples("audit")) >= 4 and len(help_examples("report")) >= 3
     assert len(readme_commands()) >= 6 and len(readme_python()) >= 2
 
 
+@pytest.fixture(scope="module")
+def run_logs(tmp_path_factory) -> dict[str, Path]:
+    """A finished score log and audit log for the ``ctxlite report`` examples (made by documented runs)."""
+    d = tmp_path_factory.mktemp("logs")
+    logs = {"score": d / "scores.jsonl", "audit": d / "audit.jsonl"}
+    for kind, line in (
+        ("score", "ctxlite score --data examples.jsonl --out runs/scores.jsonl"),
+        ("audit", "ctxlite audit --data private.jsonl --mechanism none --out runs/audit.jsonl"),
+    ):
+        r = CliRunner().invoke(main, runnable(line, d), catch_exceptions=False)
+        assert r.exit_code == 0 and logs[kind].is_file(), r.output
+    return logs
+
+
 @pytest.mark.parametrize("line", EXAMPLES)
-def test_documented_command_runs(line, tmp_path):
+def test_documented_command_runs(line, tmp_path, request):
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     args = runnable(line, tmp_path)
+    if args[0] == "report":  # reports a log a documented run wrote
+        args[1] = str(request.getfixturevalue("run_logs")["audit" if "audit" in args[1] else "score"])
     r = CliRunner().invoke(main, args, catch_exceptions=False)
-    assert r.exit_code == 0, (args, r.output)
+    gated = any(a.startswith("--fail-above-") for a in args)
+    assert r.exit_code == 0 or (gated and r.exit_code == 8), (args, r.output)  # 8: the gate tripped
+    if "--junit" in args:
+        assert Path(args[args.index("--junit") + 1]).is_file()
     if args[:2] == ["models", "pull"]:  # prints the checked path
         assert Path(r.stdout.strip()).is_file(), r.stdout
         return
+    if args[0] == "report" and "--json" not in args:  # the run's table
+        assert r.stdout.split()[0] in ("eps", "example"), r.stdout
+        return
     out = json.loads(r.stdout)
-    assert ("rows" in out) if args[0] == "audit" else ("result" in out or "summary" in out)
+    assert ("verdict" in out) == gated and (r.exit_code == 8) == bool(gated and out["verdict"]["failed"])
+    assert (
+        ("rows" in out)
+        if "audit" in args or "audit" in out.get("kind", "")
+        else ("result" in out or "summary" in out or "examples" in out)
+    )
 
 
 @pytest.mark.parametrize("index", range(len(readme_python())))

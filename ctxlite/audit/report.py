@@ -69,6 +69,19 @@ class AuditReport:
 
         return strict(asdict(self))
 
+    @classmethod
+    def from_dict(cls, data: dict) -> AuditReport:
+        """The inverse of :meth:`to_dict`: the rows' strict-JSON ``"inf"``/``"-inf"`` back to floats."""
+
+        def loose(v):
+            if v in ("inf", "-inf"):
+                return float(v)
+            if isinstance(v, dict):
+                return {k: loose(x) for k, x in v.items()}
+            return v
+
+        return cls(**{**data, "rows": [loose(r) for r in data["rows"]]})
+
     def table(self) -> str:
         """A readable table of the rows; an estimate that could not be formed prints n/a, with its reason below."""
         sub = self.settings.get("accounting_queries") is not None

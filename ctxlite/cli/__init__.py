@@ -51,6 +51,7 @@ def main():
     \b
     ctxlite score   context influence of each n-gram on the response (CID)
     ctxlite audit   ContextLeak canary audits of private in-context learning
+    ctxlite report  re-render a run from its --out log, gate it, write JUnit
     ctxlite models  list / pull / locate GGUF models (offline)
     """
 
@@ -58,11 +59,13 @@ def main():
 def _register() -> None:
     from ctxlite.cli.audit import audit
     from ctxlite.cli.models import models
+    from ctxlite.cli.report import report
     from ctxlite.cli.score import score
 
     main.add_command(models)
     main.add_command(score)
     main.add_command(audit)
+    main.add_command(report)
 
 
 _register()

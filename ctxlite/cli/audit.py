@@ -16,13 +16,16 @@ from ctxlite.cli.options import (
     NumberList,
     build_engine,
     choice,
+    conclude,
     default,
     emit_json,
     engine_config,
     engine_kwargs,
     engine_options,
     given_explicitly,
+    junit_option,
     progress,
+    verdict_json,
 )
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
@@ -257,6 +260,14 @@ def _jsonable(obj):
     help="Append every trial to this JSONL log (resumable).",
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
+@click.option(
+    "--fail-above-epsilon",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="EPS",
+    help="Gate: exit 8 (after writing all output) if some ε row's lower bound exceeds EPS.",
+)
+@junit_option
 @engine_options
 def audit(**options):
     """Audit private in-context learning with canaries (ContextLeak).
@@ -274,6 +285,7 @@ def audit(**options):
       ctxlite audit --data dialogues.jsonl --task generate --mechanism esa --epsilon 1,inf --trials 40
       ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate --trials 40
       ctxlite audit --data tickets.jsonl --format tickets.toml --trials 100 --model smollm2-135m-instruct --chat
+      ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8 --fail-above-epsilon 1 --junit audit.xml
     """
     from dataclasses import fields, replace
 
@@ -282,6 +294,7 @@ def audit(**options):
     from ctxlite.audit.formats import load_format
     from ctxlite.audit.game import run_audit
     from ctxlite.audit.template_search import search_template
+    from ctxlite.gates import audit_verdict
     from ctxlite.records import RecordLog
 
     o = SimpleNamespace(**options)
@@ -317,11 +330,16 @@ def audit(**options):
     log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress, fmt=fmt, judge=judge)
+        result = _jsonable(report.to_dict())
+        if log is not None:
+            log.finish({"report": result})
     finally:
         if log is not None:
             log.close()
+    verdict = audit_verdict(result, o.fail_above_epsilon, identity)
     click.echo(report.table(), err=True)
-    emit_json(_jsonable(report.to_dict()))
+    emit_json({**result, **verdict_json(verdict)})
+    conclude(verdict, o.junit)
 
 
 def _embeds(o) -> bool:

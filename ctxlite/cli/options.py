@@ -161,3 +161,35 @@ def emit_json(obj) -> None:
 def progress(message: str) -> None:
     click.echo(message, err=True)
     sys.stderr.flush()
+
+
+def junit_option(f):
+    return click.option(
+        "--junit",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Also write a JUnit XML file: one test case per example / per ε row, failed where the gate trips.",
+    )(f)
+
+
+def verdict_json(verdict) -> dict:
+    """The ``verdict`` key of a command's JSON output (only when a gate was set)."""
+    return {} if verdict.gate is None else {"verdict": verdict.to_dict()}
+
+
+def conclude(verdict, junit: str | None) -> None:
+    """Write the JUnit file, say the gate's verdict on stderr, and exit with the gate's code if it tripped.
+
+    Called after every other output is written, so a tripped gate loses nothing.
+    """
+    from ctxlite.errors import EXIT_GATE
+    from ctxlite.gates import write_junit
+
+    if junit:
+        write_junit(junit, verdict)
+    if verdict.gate is None:
+        return
+    if verdict.failures:
+        click.echo(f"ctxlite: gate tripped: {verdict.summary()}", err=True)
+        sys.exit(EXIT_GATE)
+    progress(verdict.summary())

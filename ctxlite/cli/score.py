@@ -12,13 +12,16 @@ from ctxlite.cli.options import (
     TEXT,
     NumberList,
     build_engine,
+    conclude,
     default,
     emit_json,
     engine_config,
     engine_kwargs,
     engine_options,
     given_explicitly,
+    junit_option,
     progress,
+    verdict_json,
 )
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
@@ -106,7 +109,7 @@ def _examples(o):
 
 GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
 """Options that only shape a generated response (scoring a given one ignores them)."""
-NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top")
+NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_influence")
 """Options that only shape the n-gram ablations (--doc has none)."""
 
 
@@ -258,6 +261,14 @@ def _plan(log, examples, out: str, data: str | None):
     show_default=True,
     help="Most influential spans to list per example.",
 )
+@click.option(
+    "--fail-above-influence",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="NATS",
+    help="Gate: exit 8 (after writing all output) if some n-gram's τ_i exceeds NATS and its noise floor.",
+)
+@junit_option
 @engine_options
 def score(**options):
     """Score how much a private context influences a model's response.
@@ -273,7 +284,9 @@ def score(**options):
       ctxlite score --context note.txt -q "Summarize." -r "Jane takes insulin." --ngram 4
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
       ctxlite score --context note.txt -q "What was prescribed?" --model smollm2-135m-instruct --chat
+      ctxlite score --data examples.jsonl --fail-above-influence 5 --junit influence.xml
     """
+    from ctxlite.gates import score_verdict
     from ctxlite.identity import engine_part
     from ctxlite.influence.analysis import summarize
     from ctxlite.influence.scorer import InfluenceScorer
@@ -312,15 +325,19 @@ def score(**options):
             "identity": identity,
         }
         records = _score_all(InfluenceScorer(engine, template, settings), examples, log, reused)
+        summary = summarize(records) if o.data else None
+        if log is not None:
+            log.finish({"examples": [key for key, _ in examples], "summary": summary})
     finally:
         if log is not None:
             log.close()
+    verdict = score_verdict([key for key, _ in examples], records, o.fail_above_influence, identity)
     if not o.data:
-        emit_json({"run": meta, "result": records[0]})
-        return
-    summary = summarize(records)
-    _say_summary(summary)
-    emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out})
+        emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
+    else:
+        _say_summary(summary)
+        emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out, **verdict_json(verdict)})
+    conclude(verdict, o.junit)
 
 
 def _score_all(scorer, examples, log, reused: list[str]) -> list[dict]:

@@ -117,3 +117,37 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             },
         }
     return out
+
+
+def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36) -> str:
+    """A readable table of example records: per example and λ, the document influence, the largest
+    n-gram influence τ_i with its character span and text, the noise floor, and how many n-grams
+    stand above it (``-`` where a value was not measured, e.g. ``--doc`` or no null ablations)."""
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    rows = [("example", "λ", "tokens", "doc τ", "max τ_i", "floor", "above", "top n-gram (chars: text)")]
+    for key, rec in zip(keys, records):
+        for r in rec["results"]:
+            lam = f"{r['lam']:g}" + ("" if r.get("context_size") is None else f"@{r['context_size']}")
+            grams = r.get("ngrams") or []
+            flags = [g.get("above_noise") for g in grams]
+            above = "-" if not grams or None in flags else f"{sum(flags)}/{len(grams)}"
+            top = max(grams, key=lambda g: g["influence"], default=None)
+            span = "-"
+            if top is not None:
+                text = top["text"].replace("\n", "⏎")
+                text = text if len(text) <= width else text[: width - 1] + "…"
+                span = f"{top['char_start']}–{top['char_end']}: {text}"
+            floor = (r.get("noise_floor") or {}).get("max")
+            rows.append(
+                (key, lam, str(r.get("context_tokens", "-")), num(r["document_influence"]),
+                 num(max((g["influence"] for g in grams), default=None)), num(floor), above, span)
+            )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join([*cells, row[-1]]))
+    return "\n".join(lines)

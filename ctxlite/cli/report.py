@@ -1,0 +1,134 @@
+"""``ctxlite report``: a score or audit run re-rendered from its ``--out`` log alone (no model)."""
+
+from __future__ import annotations
+
+import click
+
+from ctxlite.cli.options import conclude, emit_json, junit_option, progress, verdict_json
+from ctxlite.errors import DataError
+
+
+@click.command()
+@click.argument("log_path", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout instead of a table.")
+@click.option(
+    "--fail-above-influence",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="NATS",
+    help="Gate a score log: exit 8 if some n-gram's τ_i exceeds NATS and its noise floor.",
+)
+@click.option(
+    "--fail-above-epsilon",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="EPS",
+    help="Gate an audit log: exit 8 if some ε row's lower bound exceeds EPS.",
+)
+@junit_option
+def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
+    """Report a finished or partial run from its log: no model is loaded.
+
+    A score log gives one row per example and λ (document influence, the
+    largest n-gram influence τ_i with its position and text, the noise floor);
+    an audit log gives the audit's table of ε rows. A run that did not finish
+    is reported as partial, and a gate on it fails only on what finished: it
+    refuses (exit 4) rather than pass an unfinished run.
+
+    \b
+    Examples:
+      ctxlite report runs/scores.jsonl
+      ctxlite report runs/scores.jsonl --fail-above-influence 5 --junit influence.xml
+      ctxlite report runs/audit.jsonl --json
+    """
+    from ctxlite.records import read_run_log
+
+    run = read_run_log(log_path)
+    if run.kind == "score-run":
+        if fail_above_epsilon is not None:
+            raise click.UsageError(f"--fail-above-epsilon gates audit logs; {log_path} is a score log")
+        verdict, out, table = _score(run, fail_above_influence)
+    elif run.kind == "audit":
+        if fail_above_influence is not None:
+            raise click.UsageError(f"--fail-above-influence gates score logs; {log_path} is an audit log")
+        verdict, out, table = _audit(run, fail_above_epsilon)
+    else:
+        raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
+    if as_json:
+        emit_json({**out, **(verdict_json(verdict) if verdict else {})})
+    elif table:
+        click.echo(table)
+    if verdict is None:  # a partial audit: no report formed yet
+        return
+    if not run.complete and verdict.gate is not None and not verdict.failures:
+        raise DataError(
+            f"{log_path} is a partial run: nothing finished so far trips the gate, but a gate needs a "
+            "finished run (re-run the same command to finish it)"
+        )
+    conclude(verdict, junit)
+
+
+def _partial(run, what: str) -> None:
+    progress(f"{run.path}: partial run ({what}; it did not finish): re-run the same command to finish it")
+
+
+def _score(run, threshold):
+    from ctxlite.gates import score_verdict
+    from ctxlite.influence.analysis import score_table, summarize
+
+    examples = {k: r for k, r in run.records.items() if r.get("type") == "example"}
+    if run.complete:
+        keys = run.end["examples"]
+        missing = [k for k in keys if k not in examples]
+        if missing:
+            raise DataError(f"{run.path}: corrupt log, its end line names example {missing[0]!r} it does not hold")
+    else:
+        keys = list(examples)
+        _partial(run, f"{len(keys)} example(s) finished")
+    records = [examples[k]["result"] for k in keys]
+    summary = run.end.get("summary") if run.complete else (summarize(records) if len(records) > 1 else None)
+    verdict = score_verdict(keys, records, threshold, run.identity, complete=run.complete)
+    out = {
+        "log": str(run.path),
+        "kind": "score",
+        "complete": run.complete,
+        "identity": run.identity,
+        "summary": summary,
+        "examples": [{"id": k, **_compact(r)} for k, r in zip(keys, records)],
+    }
+    return verdict, out, score_table(keys, records)
+
+
+def _compact(record: dict) -> dict:
+    """One example's result without the per-token arrays: what a report shows."""
+    keep = ("lam", "context_size", "context_tokens", "document_influence", "max_ngram_influence", "noise_floor")
+    return {
+        "context_tokens": record.get("context_tokens"),
+        "results": [
+            {**{k: r.get(k) for k in keep}, "top_spans": [_span(g) for g in r.get("top_spans", [])]}
+            for r in record["results"]
+        ],
+    }
+
+
+def _span(g: dict) -> dict:
+    return {k: g[k] for k in ("start", "n", "char_start", "char_end", "text", "influence", "above_noise")}
+
+
+def _audit(run, threshold):
+    from ctxlite.audit.report import AuditReport
+    from ctxlite.gates import audit_verdict
+
+    if not run.complete:
+        trials = sum("/trial=" in k for k in run.records)
+        _partial(run, f"{trials} trial(s) logged, no report formed yet")
+        if threshold is not None:
+            raise DataError(
+                f"{run.path} is a partial audit: its report is formed when the run finishes, so there is "
+                "no ε to gate yet (re-run the same command with --resume to finish it)"
+            )
+        return None, {"log": str(run.path), "kind": "audit", "complete": False, "trials": trials}, None
+    result = run.end["report"]
+    verdict = audit_verdict(result, threshold, run.identity)
+    out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
+    return verdict, out, AuditReport.from_dict(result).table()

@@ -1,0 +1,139 @@
+"""Gates, JUnit and ``ctxlite report`` end to end on the default model: a run's verdict is the same
+whether it is taken when the run ends or later from its log, and a partial log never passes a gate."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import xmlschema
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from ctxlite.records import read_run_log
+
+pytestmark = pytest.mark.model
+
+SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
+DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data"
+NOTE = (
+    "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971, MRN 5521-8830. "
+    "Prescribed lisinopril 10 mg daily for hypertension; follow up in four weeks."
+)
+
+
+def _run(args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def _drop_end_line(path: Path) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert json.loads(lines[-1]).keys() == {"end"}
+    path.write_text("".join(lines[:-1]), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def score_log(tmp_path_factory):
+    """One scored example with 8-gram ablations and a noise floor, its stdout and its JUnit file."""
+    d = tmp_path_factory.mktemp("score")
+    (d / "note.txt").write_text(NOTE, encoding="utf-8")
+    log, junit = d / "run.jsonl", d / "influence.xml"
+    args = ["score", "--context", d / "note.txt", "-q", "What was prescribed?", "-r", "Lisinopril 10 mg daily."]
+    r = _run([*args, "--ngram", "8", "--out", log, "--fail-above-influence", "0", "--junit", junit])
+    return r, log, junit
+
+
+def test_a_tripped_influence_gate_exits_8_after_writing_everything(score_log):
+    r, log, junit = score_log
+    assert r.exit_code == 8, r.output
+    assert r.stderr.strip().splitlines()[-1].startswith("ctxlite: gate tripped: ctxlite score: 1 of 1 case(s)")
+    out = json.loads(r.stdout)  # the full result is still printed
+    res = out["result"]["results"][0]
+    top = max((g for g in res["ngrams"] if g["above_noise"]), key=lambda g: g["influence"])
+    assert out["verdict"]["failed"][0]["name"] == "example"
+    assert f"context tokens {top['start']}–{top['start'] + 8}" in out["verdict"]["failed"][0]["message"]
+    run = read_run_log(log, "score-run")
+    assert run.complete and run.end["examples"] == ["example"]
+    SCHEMA.validate(str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "1" and suite.find("testcase/failure").get("message").startswith("above 0: ")
+    assert "Whitcombe" not in junit.read_text(encoding="utf-8")  # positions, never the private text
+
+
+def test_report_regates_a_stored_log_with_the_same_verdict(score_log, tmp_path):
+    r, log, _ = score_log
+    message = json.loads(r.stdout)["verdict"]["failed"][0]["message"]
+    table = _run(["report", log])
+    assert table.exit_code == 0 and table.stdout.splitlines()[0].startswith("example")
+    res = json.loads(r.stdout)["result"]["results"][0]
+    assert f"{res['max_ngram_influence']:.2f}" in table.stdout and res["top_spans"][0]["text"][:20] in table.stdout
+    again = _run(["report", log, "--fail-above-influence", "0", "--junit", tmp_path / "again.xml", "--json"])
+    assert again.exit_code == 8
+    out = json.loads(again.stdout)
+    assert out["complete"] and out["verdict"]["failed"][0]["message"] == message
+    assert out["examples"][0]["results"][0]["max_ngram_influence"] == res["max_ngram_influence"]
+    SCHEMA.validate(str(tmp_path / "again.xml"))
+    high = res["max_ngram_influence"] + 1
+    passed = _run(["report", log, "--fail-above-influence", high])
+    assert passed.exit_code == 0 and "passed" in passed.stderr
+    wrong = _run(["report", log, "--fail-above-epsilon", "1"])
+    assert wrong.exit_code == 2 and "gates audit logs" in wrong.output
+
+
+def test_a_partial_log_fails_on_what_finished_and_never_passes(score_log, tmp_path):
+    _, log, _ = score_log
+    partial = tmp_path / "partial.jsonl"
+    partial.write_bytes(log.read_bytes())
+    _drop_end_line(partial)  # as if Ctrl-C came after the example, before the end line
+    r = _run(["report", partial])
+    assert r.exit_code == 0 and "partial run (1 example(s) finished" in r.stderr
+    high = _run(["report", partial, "--fail-above-influence", "1000"])
+    assert high.exit_code == 4 and "a gate needs a finished run" in high.stderr
+    low = _run(["report", partial, "--fail-above-influence", "0"])
+    assert low.exit_code == 8  # what finished already trips it: that verdict cannot change
+
+
+def test_doc_level_scoring_has_no_ngrams_to_gate(tmp_path):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    r = _run(["score", "--context", tmp_path / "note.txt", "-q", "x", "--doc", "--fail-above-influence", "1"])
+    assert r.exit_code == 2 and "--fail-above-influence: no effect with --doc" in r.output
+
+
+@pytest.fixture(scope="module")
+def audit_log(tmp_path_factory):
+    d = tmp_path_factory.mktemp("audit")
+    log, junit = d / "audit.jsonl", d / "audit.xml"
+    args = ["audit", "--data", DATA / "classify_sample.jsonl", "--mechanism", "none", "--trials", "200"]
+    args += ["--reference-runs", "1", "--utility-queries", "1", "--out", log]
+    r = _run([*args, "--fail-above-epsilon", "0", "--junit", junit])
+    return r, log, junit
+
+
+def test_audit_gate_and_report(audit_log, tmp_path):
+    r, log, junit = audit_log
+    out = json.loads(r.stdout)
+    [row] = out["rows"]
+    lb = row["epsilon_lower_bound"]
+    assert lb is not None and lb > 0, out  # the undefended default model leaks its canary
+    assert r.exit_code == 8 and "ctxlite: gate tripped: ctxlite audit: 1 of 1 case(s)" in r.stderr
+    SCHEMA.validate(str(junit))
+    assert ET.parse(junit).getroot().find("testsuite/testcase").get("name") == "epsilon=none"
+    table = _run(["report", log])
+    assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:2] == ["eps", "eps/trial"]
+    assert f"{lb:7.3f}" in table.stdout
+    assert _run(["report", log, "--fail-above-epsilon", lb]).exit_code == 0  # strictly above trips
+    assert _run(["report", log, "--fail-above-epsilon", lb * 0.99]).exit_code == 8
+    partial = tmp_path / "partial.jsonl"
+    partial.write_bytes(log.read_bytes())
+    _drop_end_line(partial)
+    p = _run(["report", partial, "--json"])
+    assert p.exit_code == 0 and json.loads(p.stdout) == {
+        "log": str(partial),
+        "kind": "audit",
+        "complete": False,
+        "trials": 200,
+    }
+    g = _run(["report", partial, "--fail-above-epsilon", "0"])
+    assert g.exit_code == 4 and "no ε to gate yet" in g.stderr
