@@ -137,3 +137,38 @@ def test_audit_gate_and_report(audit_log, tmp_path):
     }
     g = _run(["report", partial, "--fail-above-epsilon", "0"])
     assert g.exit_code == 4 and "no ε to gate yet" in g.stderr
+
+
+def _on_a_terminal(args: list[str]) -> str:
+    """Run ``python -m ctxlite ARGS`` with stdout on a pseudo-terminal; what it printed there."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ctxlite", *args], stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, err = proc.communicate(timeout=300)
+    os.close(master)
+    assert proc.returncode == 0, err
+    return out.decode("utf-8").replace("\r\n", "\n")
+
+
+def test_a_terminal_gets_a_table_and_json_on_request(tmp_path):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = ["score", "--context", str(tmp_path / "note.txt"), "-q", "What?", "-r", "Lisinopril.", "--doc"]
+    table = _on_a_terminal(args)
+    head, row = table.splitlines()[:2]
+    assert head.split()[:4] == ["example", "λ", "tokens", "doc"] and row.split()[0] == "example", table
+    assert "{" not in table
+    assert json.loads(_on_a_terminal([*args, "--json"]))["result"]["id"] == "example"

@@ -23,9 +23,11 @@ from ctxlite.cli.options import (
     engine_kwargs,
     engine_options,
     given_explicitly,
+    json_option,
     junit_option,
     progress,
     verdict_json,
+    wants_json,
 )
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
@@ -268,6 +270,7 @@ def _jsonable(obj):
     help="Gate: exit 8 (after writing all output) if some ε row's lower bound exceeds EPS.",
 )
 @junit_option
+@json_option
 @engine_options
 def audit(**options):
     """Audit private in-context learning with canaries (ContextLeak).
@@ -276,7 +279,8 @@ def audit(**options):
     1/2, asks the fixed audit query and scores what the mechanism releases;
     the scores give audit accuracy, TPR/FPR and empirical epsilon (point,
     Clopper-Pearson lower bound, GDP estimate) per theoretical epsilon. JSON
-    report on stdout, a table and progress on stderr.
+    report on stdout, a table and progress on stderr (on a terminal the table
+    goes to stdout instead of the JSON: --json for JSON there too).
 
     \b
     Examples:
@@ -337,8 +341,11 @@ def audit(**options):
         if log is not None:
             log.close()
     verdict = audit_verdict(result, o.fail_above_epsilon, identity)
-    click.echo(report.table(), err=True)
-    emit_json({**result, **verdict_json(verdict)})
+    if wants_json(o.as_json):
+        click.echo(report.table(), err=True)
+        emit_json({**result, **verdict_json(verdict)})
+    else:
+        click.echo(report.table())
     conclude(verdict, o.junit)
 
 

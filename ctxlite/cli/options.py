@@ -163,6 +163,21 @@ def progress(message: str) -> None:
     sys.stderr.flush()
 
 
+def json_option(f):
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print the full JSON result on stdout (the default when stdout is not a terminal; on a "
+        "terminal a table is printed instead).",
+    )(f)
+
+
+def wants_json(as_json: bool) -> bool:
+    """JSON on stdout when asked for or when stdout is a pipe or file; a table for a person at a terminal."""
+    return as_json or not click.get_text_stream("stdout").isatty()
+
+
 def junit_option(f):
     return click.option(
         "--junit",

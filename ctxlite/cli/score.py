@@ -19,9 +19,11 @@ from ctxlite.cli.options import (
     engine_kwargs,
     engine_options,
     given_explicitly,
+    json_option,
     junit_option,
     progress,
     verdict_json,
+    wants_json,
 )
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
@@ -269,6 +271,7 @@ def _plan(log, examples, out: str, data: str | None):
     help="Gate: exit 8 (after writing all output) if some n-gram's τ_i exceeds NATS and its noise floor.",
 )
 @junit_option
+@json_option
 @engine_options
 def score(**options):
     """Score how much a private context influences a model's response.
@@ -276,7 +279,8 @@ def score(**options):
     For each n-gram of the context: how much removing it changes the
     log-probability of the response (τ_i, summed over response tokens), plus
     the document-level influence, the PMI of each response token, a measured
-    noise floor and regurgitation metrics. JSON goes to stdout.
+    noise floor and regurgitation metrics. JSON goes to stdout (a table when
+    stdout is a terminal: --json for JSON there too).
 
     \b
     Examples:
@@ -288,7 +292,7 @@ def score(**options):
     """
     from ctxlite.gates import score_verdict
     from ctxlite.identity import engine_part
-    from ctxlite.influence.analysis import summarize
+    from ctxlite.influence.analysis import score_table, summarize
     from ctxlite.influence.scorer import InfluenceScorer
     from ctxlite.records import RecordLog
     from ctxlite.runtime.models import resolve_model
@@ -331,11 +335,15 @@ def score(**options):
     finally:
         if log is not None:
             log.close()
-    verdict = score_verdict([key for key, _ in examples], records, o.fail_above_influence, identity)
-    if not o.data:
+    keys = [key for key, _ in examples]
+    verdict = score_verdict(keys, records, o.fail_above_influence, identity)
+    if summary is not None:
+        _say_summary(summary)
+    if not wants_json(o.as_json):
+        click.echo(score_table(keys, records))
+    elif not o.data:
         emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
     else:
-        _say_summary(summary)
         emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out, **verdict_json(verdict)})
     conclude(verdict, o.junit)
 
