@@ -29,12 +29,21 @@ NOTE = (
     "hypertension; follow up in four weeks."
 )
 PLACEHOLDERS = {
-    "examples.jsonl": DATA / "score_sample.jsonl",
     "private.jsonl": DATA / "classify_sample.jsonl",
     "dialogues.jsonl": DATA / "dialogue_sample.jsonl",
     "tickets.jsonl": DATA / "examples" / "support_tickets.jsonl",
     "tickets.toml": DATA / "examples" / "support_tickets.toml",
 }
+
+
+def write_inputs(tmp: Path) -> None:
+    """The placeholder files that are made per test: the note, and ``examples.jsonl`` as the first sample
+    example (it carries its response) cut to its first sentences, so that a λ sweep stays cheap."""
+    (tmp / "note.txt").write_text(NOTE, encoding="utf-8")
+    first = json.loads((DATA / "score_sample.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    first["context"] = first["context"][: first["context"].index(". ", 200) + 1]
+    first["response"] = " ".join(first["response"].split()[:16])
+    (tmp / "examples.jsonl").write_text(json.dumps(first) + "\n", encoding="utf-8")
 
 
 def help_examples(command: str) -> list[str]:
@@ -70,8 +79,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
     for i, a in enumerate(args):
         if a in PLACEHOLDERS:
             args[i] = str(PLACEHOLDERS[a])
-        elif a == "note.txt":
-            args[i] = str(tmp / "note.txt")
+        elif a in ("note.txt", "examples.jsonl"):
+            args[i] = str(tmp / a)
         elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] == "--out":
             args[i] = str(tmp / Path(a).name)
         elif args[i - 1] == "--junit":
@@ -121,6 +130,7 @@ def test_the_documentation_has_examples():
 def run_logs(tmp_path_factory) -> dict[str, Path]:
     """A finished score log and audit log for the ``ctxlite report`` examples (made by documented runs)."""
     d = tmp_path_factory.mktemp("logs")
+    write_inputs(d)
     logs = {"score": d / "scores.jsonl", "audit": d / "audit.jsonl"}
     for kind, line in (
         ("score", "ctxlite score --data examples.jsonl --out runs/scores.jsonl"),
@@ -133,7 +143,7 @@ def run_logs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("line", EXAMPLES)
 def test_documented_command_runs(line, tmp_path, request):
-    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    write_inputs(tmp_path)
     args = runnable(line, tmp_path)
     if args[0] == "report":  # reports a log a documented run wrote
         args[1] = str(request.getfixturevalue("run_logs")["audit" if "audit" in args[1] else "score"])

@@ -177,7 +177,8 @@ def test_ngram_spans_are_the_removed_tokens(engine, with_response, which, n, str
 
     d = dict(with_response[which])
     d["context"] = d["context"][: d["context"].index(". ", chars) + 1]
-    ex = Example(d["context"], d["query"], d["response"], id=d["id"])
+    response = " ".join(d["response"].split()[:3])  # the spans do not depend on it: a short one is cheap
+    ex = Example(d["context"], d["query"], response, id=d["id"])
     scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=n, stride=stride, null_ablations=0))
     ctx = scorer.encode(ex).context
     text = engine.detokenize(ctx)

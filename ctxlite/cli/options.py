@@ -175,7 +175,7 @@ def json_option(f):
 
 def wants_json(as_json: bool) -> bool:
     """JSON on stdout when asked for or when stdout is a pipe or file; a table for a person at a terminal."""
-    return as_json or not click.get_text_stream("stdout").isatty()
+    return as_json or not sys.stdout.isatty()
 
 
 def junit_option(f):
