@@ -218,6 +218,7 @@ class RecordLog:
         self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
         self.end: dict | None = None  # the finished run's summary (see finish)
+        self.appended = 0  # records this session wrote
         self._file = None
         self._keep_bytes: int | None = None  # a torn last line to cut before the first append
         try:
@@ -303,6 +304,7 @@ class RecordLog:
         record = {"key": key, **({"input": input_hash} if input_hash is not None else {}), **record}
         self._write_line(record)
         self.records[key] = record
+        self.appended += 1
         self.end = None  # a record after the end line reopens the run
 
     def _write_line(self, obj: dict) -> None:
@@ -319,9 +321,12 @@ class RecordLog:
         """Mark the run finished: one ``{"end": ...}`` line (the run's summary) after its last record.
 
         A log without one (or with records after it) is a partial run; see :func:`read_run_log`.
+        A re-run that added nothing and ends with the same summary writes nothing.
         """
-        self._write_line({"end": end})
-        self.end = end
+        end = json.loads(json.dumps(end, allow_nan=False))  # as it reads back
+        if end != self.end:
+            self._write_line({"end": end})
+            self.end = end
 
     def __iter__(self) -> Iterator[dict]:
         return iter(self.records.values())

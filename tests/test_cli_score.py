@@ -118,6 +118,10 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     scored_again = [l for l in r.stderr.splitlines() if "scoring" in l]
     assert len(scored_again) == 3 - len(kept)
     lines = [json.loads(l) for l in out.read_text().splitlines()]
+    assert lines[-1] == {
+        "end": {"examples": [l["key"] for l in lines[1:-1]], "summary": json.loads(r.stdout)["summary"]}
+    }
+    lines = lines[:-1]  # the end line: the run finished
     assert lines[0]["type"] == "score-run" and len({l["key"] for l in lines[1:]}) == 3 == len(lines) - 1
     assert [l["result"] for l in lines[1 : len(kept) + 1]] == [k["result"] for k in kept]
     summary = json.loads(r.stdout)["summary"]["1.0"]

@@ -115,6 +115,8 @@ def test_end_line_marks_a_finished_run_and_a_later_record_reopens_it(tmp_path):
     assert run.complete and run.end == {"examples": ["a"], "summary": None} and list(run.records) == ["a"]
     again = RecordLog(path, {"settings": {"n": 1}}, kind="score-run")  # resumed: finished until it appends
     assert again.end == {"examples": ["a"], "summary": None}
+    again.finish({"examples": ["a"], "summary": None})  # nothing new: nothing written
+    assert path.read_text().count('{"end"') == 1
     again.append("b", {"type": "example", "result": {"x": 2}})
     again.close()
     assert not read_run_log(path).complete

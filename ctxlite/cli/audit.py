@@ -22,6 +22,7 @@ from ctxlite.cli.options import (
     engine_config,
     engine_kwargs,
     engine_options,
+    finish_log,
     given_explicitly,
     json_option,
     junit_option,
@@ -336,7 +337,7 @@ def audit(**options):
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress, fmt=fmt, judge=judge)
         result = _jsonable(report.to_dict())
         if log is not None:
-            log.finish({"report": result})
+            finish_log(log, {"report": result})
     finally:
         if log is not None:
             log.close()

@@ -163,6 +163,19 @@ def progress(message: str) -> None:
     sys.stderr.flush()
 
 
+def finish_log(log, end: dict) -> None:
+    """Write the log's end line. A finished log re-reported from a read-only file (nothing new to
+    append) keeps its earlier end line: said on stderr, not an error."""
+    from ctxlite.errors import OutputError
+
+    try:
+        log.finish(end)
+    except OutputError as exc:
+        if log.appended:
+            raise
+        progress(f"{log.path}: its end line keeps the earlier run's summary ({exc})")
+
+
 def json_option(f):
     return click.option(
         "--json",

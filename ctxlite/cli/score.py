@@ -18,6 +18,7 @@ from ctxlite.cli.options import (
     engine_config,
     engine_kwargs,
     engine_options,
+    finish_log,
     given_explicitly,
     json_option,
     junit_option,
@@ -331,7 +332,7 @@ def score(**options):
         records = _score_all(InfluenceScorer(engine, template, settings), examples, log, reused)
         summary = summarize(records) if o.data else None
         if log is not None:
-            log.finish({"examples": [key for key, _ in examples], "summary": summary})
+            finish_log(log, {"examples": [key for key, _ in examples], "summary": summary})
     finally:
         if log is not None:
             log.close()
