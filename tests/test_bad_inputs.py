@@ -438,6 +438,29 @@ def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path
 
 
 # ---------------------------------------------------------------------------
+# ctxlite report: a log it cannot use, or a gate of the other kind
+
+
+@pytest.mark.parametrize(
+    "content, args, code, message",
+    [
+        (None, [], 4, "result log not found"),
+        ('{"hello": 1}\n', [], 4, "is not a ctxlite result log (score or audit)"),
+        ('{"type": "score-run", "identity": {}}\nnot json\n', [], 4, ":2: corrupt record in the result log"),
+        ('{"type": "score-run", "identity": {}}\n', ["--fail-above-epsilon", "1"], 2, "gates audit logs"),
+        ('{"type": "audit", "identity": {}}\n', ["--fail-above-influence", "1"], 2, "gates score logs"),
+        ('{"type": "audit", "identity": {}}\n', ["--fail-above-epsilon", "1"], 4, "no ε to gate yet"),
+        ('{"type": "score-run", "identity": {}}\n', ["--fail-above-influence", "-1"], 2, "-1"),
+    ],
+)
+def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
+    log = tmp_path / "run.jsonl"
+    if content is not None:
+        log.write_text(content, encoding="utf-8")
+    check_error(ctxlite(["report", str(log), *args]), code, message)
+
+
+# ---------------------------------------------------------------------------
 # models list / path say which check was made
 
 
