@@ -22,6 +22,7 @@ from ctxlite.cli.options import (
     engine_config,
     engine_kwargs,
     engine_options,
+    fail_above_epsilon_option,
     finish_log,
     given_explicitly,
     json_option,
@@ -263,13 +264,7 @@ def _jsonable(obj):
     help="Append every trial to this JSONL log (resumable).",
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
-@click.option(
-    "--fail-above-epsilon",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="EPS",
-    help="Gate: exit 8 (after writing all output) if some ε row's lower bound exceeds EPS.",
-)
+@fail_above_epsilon_option
 @junit_option
 @json_option
 @engine_options

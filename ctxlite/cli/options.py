@@ -191,6 +191,26 @@ def wants_json(as_json: bool) -> bool:
     return as_json or not sys.stdout.isatty()
 
 
+def fail_above_influence_option(f):
+    return click.option(
+        "--fail-above-influence",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="NATS",
+        help="Gate (score): exit 8, after writing all output, if some n-gram's τ_i exceeds NATS and its noise floor.",
+    )(f)
+
+
+def fail_above_epsilon_option(f):
+    return click.option(
+        "--fail-above-epsilon",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="EPS",
+        help="Gate (audit): exit 8, after writing all output, if some ε row's lower bound exceeds EPS.",
+    )(f)
+
+
 def junit_option(f):
     return click.option(
         "--junit",

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import click
 
-from ctxlite.cli.options import conclude, emit_json, junit_option, progress, verdict_json
+from ctxlite.cli.options import (
+    conclude,
+    emit_json,
+    fail_above_epsilon_option,
+    fail_above_influence_option,
+    junit_option,
+    progress,
+    verdict_json,
+)
 from ctxlite.errors import DataError
 
 
 @click.command()
 @click.argument("log_path", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout instead of a table.")
-@click.option(
-    "--fail-above-influence",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="NATS",
-    help="Gate a score log: exit 8 if some n-gram's τ_i exceeds NATS and its noise floor.",
-)
-@click.option(
-    "--fail-above-epsilon",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="EPS",
-    help="Gate an audit log: exit 8 if some ε row's lower bound exceeds EPS.",
-)
+@fail_above_influence_option
+@fail_above_epsilon_option
 @junit_option
 def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
     """Report a finished or partial run from its log: no model is loaded.

@@ -18,6 +18,7 @@ from ctxlite.cli.options import (
     engine_config,
     engine_kwargs,
     engine_options,
+    fail_above_influence_option,
     finish_log,
     given_explicitly,
     json_option,
@@ -264,13 +265,7 @@ def _plan(log, examples, out: str, data: str | None):
     show_default=True,
     help="Most influential spans to list per example.",
 )
-@click.option(
-    "--fail-above-influence",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="NATS",
-    help="Gate: exit 8 (after writing all output) if some n-gram's τ_i exceeds NATS and its noise floor.",
-)
+@fail_above_influence_option
 @junit_option
 @json_option
 @engine_options
