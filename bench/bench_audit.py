@@ -189,7 +189,7 @@ def cost_breakdown(eng: Engine, emb: Engine, repeats: int = 16) -> None:
 
     def no_logits():
         eng.clear()
-        eng._decode(
+        eng.decode(
             np.asarray(toks, np.int32), np.arange(n, dtype=np.int32), np.zeros(n, np.int32), np.zeros(n, np.int8), None
         )
 

@@ -22,7 +22,7 @@ Same model, same examples (the first --examples of ctxlite/data/score_sample.jso
 
 Reported: time ratio (target >= 20x at |y| = 32), ablations per second, where
 ctxlite's time goes (llama_decode vs Python vs kernels, by wrapping
-Engine._decode and llama_cpp.llama_decode inside this process only) and the
+Engine.decode and llama_cpp.llama_decode inside this process only) and the
 agreement of the two influence estimates against ctxlite's measured noise floor.
 
     python bench/bench_score.py [--examples 3] [--ngram 8] [--response-tokens 32]
@@ -62,7 +62,7 @@ def load_avg() -> str:
 
 
 class Probe:
-    """Accumulates seconds spent in llama_decode, in Engine._decode, in the row
+    """Accumulates seconds spent in llama_decode, in Engine.decode, in the row
     callbacks it hands logits to, and in KV sequence copies/removals."""
 
     def __init__(self):
@@ -72,7 +72,7 @@ class Probe:
 
     def install(self):
         llama = engine_mod._llama
-        orig_decode = engine_mod.Engine._decode
+        orig_decode = engine_mod.Engine.decode
         probe = self
 
         def timed_c(name, fn):
@@ -86,7 +86,7 @@ class Probe:
 
             return wrapper
 
-        def _decode(self_, tokens, pos, seqs, want, on_rows):
+        def decode(self_, tokens, pos, seqs, want, on_rows, first_chunk=None):
             cb = None
             if on_rows is not None:
 
@@ -99,10 +99,10 @@ class Probe:
 
             t0 = time.perf_counter()
             try:
-                return orig_decode(self_, tokens, pos, seqs, want, cb)
+                return orig_decode(self_, tokens, pos, seqs, want, cb, first_chunk)
             finally:
-                probe.t["Engine._decode"] += time.perf_counter() - t0
-                probe.calls["Engine._decode"] += 1
+                probe.t["Engine.decode"] += time.perf_counter() - t0
+                probe.calls["Engine.decode"] += 1
 
         self._saved = {
             "decode": orig_decode,
@@ -110,14 +110,14 @@ class Probe:
             "seq_cp": llama.llama_memory_seq_cp,
             "seq_rm": llama.llama_memory_seq_rm,
         }
-        engine_mod.Engine._decode = _decode
+        engine_mod.Engine.decode = decode
         llama.llama_decode = timed_c("llama_decode", self._saved["llama_decode"])
         llama.llama_memory_seq_cp = timed_c("kv seq_cp/seq_rm", self._saved["seq_cp"])
         llama.llama_memory_seq_rm = timed_c("kv seq_cp/seq_rm", self._saved["seq_rm"])
 
     def uninstall(self):
         llama = engine_mod._llama
-        engine_mod.Engine._decode = self._saved["decode"]
+        engine_mod.Engine.decode = self._saved["decode"]
         llama.llama_decode = self._saved["llama_decode"]
         llama.llama_memory_seq_cp = self._saved["seq_cp"]
         llama.llama_memory_seq_rm = self._saved["seq_rm"]
@@ -365,14 +365,14 @@ def main() -> None:
         for kk, v in e["prof"].items():
             prof[kk] += v
     tot = prof["total"]
-    dec, c_dec, cbs, kv = prof["Engine._decode"], prof["llama_decode"], prof["callbacks"], prof["kv seq_cp/seq_rm"]
+    dec, c_dec, cbs, kv = prof["Engine.decode"], prof["llama_decode"], prof["callbacks"], prof["kv seq_cp/seq_rm"]
     print(
         f"\nWhere ctxlite's time goes (null_ablations=0, all {args.repeats} runs x {len(per_ex)} examples, {tot:.1f} s):"
     )
     print(f"  llama_decode (model forward, C)                 {c_dec:7.2f} s  {c_dec / tot * 100:5.1f} %")
     print(f"  row callbacks (kernels.mixed_logprob, row copy) {cbs:7.2f} s  {cbs / tot * 100:5.1f} %")
     print(
-        f"  Engine._decode Python (batch fill, chunking)    {dec - c_dec - cbs:7.2f} s  {(dec - c_dec - cbs) / tot * 100:5.1f} %"
+        f"  Engine.decode Python (batch fill, chunking)    {dec - c_dec - cbs:7.2f} s  {(dec - c_dec - cbs) / tot * 100:5.1f} %"
     )
     print(f"  KV seq_cp / seq_rm                              {kv:7.2f} s  {kv / tot * 100:5.1f} %")
     rest = tot - dec - kv
