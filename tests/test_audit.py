@@ -652,7 +652,8 @@ def test_cli_audit_json_and_table(tmp_path):
     assert [r["epsilon"] for r in report["rows"]] == [1.0, "inf"]
     assert "acc*" in res.stderr
     lines = out.read_text().splitlines()
-    assert len(lines) == 1 + 2 * (8 + 2 * 2)  # header, then every reference run and trial of both epsilons
+    assert len(lines) == 1 + 2 * (8 + 2 * 2) + 1  # header, every reference run and trial of both ε, the end
+    assert json.loads(lines[-1]) == {"end": {"report": report}}
     res2 = _cli(args)
     assert res2.exit_code == 2  # exists without --resume
     assert "exists" in res2.output and "--resume" in res2.output
@@ -669,8 +670,10 @@ def test_cli_audit_json_and_table(tmp_path):
     # the finished log, re-reported with the subsampled-over-T accounting: no new trial, same estimates
     res4 = _cli([*args, "--resume", "--accounting-queries", "50", "--sampling-rate", "0.2"])
     assert res4.exit_code == 0, res4.output
+    reported = json.loads(res4.stdout[res4.stdout.index("{") :])
+    lines = [*lines, json.dumps({"end": {"report": reported}})]  # the same records, a new end line
     assert out.read_text().splitlines() == lines
-    rows = json.loads(res4.stdout[res4.stdout.index("{") :])["rows"]
+    rows = reported["rows"]
     for new, old in zip(rows, report["rows"]):
         assert {k: v for k, v in new.items() if k not in ("epsilon_subsampled", "accounting")} == {
             k: v for k, v in old.items() if k not in ("epsilon_subsampled", "accounting")
