@@ -246,7 +246,7 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
 
 def test_influence_trends(engine, with_response):
     """Rises with λ; document level exceeds every single n-gram; rises with n (trends Flemings et al. report)."""
-    examples = [_example(d) for d in with_response[:3]]
+    examples = [_short(d, 300) for d in with_response[:3]]  # ~120-token contexts: the first sentences
     by_lam = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0, 1.5), ngram=16, null_ablations=0))
     res = [by_lam.score(ex) for ex in examples]
     doc = np.array([[r.document_influence for r in er.results] for er in res])
