@@ -104,7 +104,7 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args += ["--ensembles", "2"]
         if generate:
             args += ["--max-new-tokens", "6"]
-        if "judge" in args:  # the judge reads every private record for each output it judges
+        if "judge" in args or "--format" in args:  # the judge reads every private record; chat prompts are long
             _set(args, "--shots", "4")
     return args
 
