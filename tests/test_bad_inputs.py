@@ -449,7 +449,10 @@ def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path
         ('{"type": "score-run", "identity": {}}\nnot json\n', [], 4, ":2: corrupt record in the result log"),
         ('{"type": "score-run", "identity": {}}\n', ["--fail-above-epsilon", "1"], 2, "gates audit logs"),
         ('{"type": "audit", "identity": {}}\n', ["--fail-above-influence", "1"], 2, "gates score logs"),
-        ('{"type": "audit", "identity": {}}\n', ["--fail-above-epsilon", "1"], 4, "no ε to gate yet"),
+        ('{"type": "audit", "identity": {}}\n', ["--fail-above-epsilon", "1"], 4, "no ε to gate or write as JUnit yet"),
+        ('{"type": "audit", "identity": {}}\n', ["--junit", "a.xml"], 4, "no ε to gate or write as JUnit yet"),
+        ('{"type": "audit", "identity": {}}\n{"end": {}}\n', [], 4, "its end line has no 'report'"),
+        ('{"type": "score-run", "identity": {}}\n{"end": {"x": 1}}\n', [], 4, "its end line has no 'examples'"),
         ('{"type": "score-run", "identity": {}}\n', ["--fail-above-influence", "-1"], 2, "-1"),
     ],
 )

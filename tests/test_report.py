@@ -136,7 +136,7 @@ def test_audit_gate_and_report(audit_log, tmp_path):
         "trials": 200,
     }
     g = _run(["report", partial, "--fail-above-epsilon", "0"])
-    assert g.exit_code == 4 and "no ε to gate yet" in g.stderr
+    assert g.exit_code == 4 and "no ε to gate or write as JUnit yet" in g.stderr
 
 
 def _on_a_terminal(args: list[str]) -> str:

@@ -47,7 +47,7 @@ def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
     elif run.kind == "audit":
         if fail_above_influence is not None:
             raise click.UsageError(f"--fail-above-influence gates score logs; {log_path} is an audit log")
-        verdict, out, table = _audit(run, fail_above_epsilon)
+        verdict, out, table = _audit(run, fail_above_epsilon, junit)
     else:
         raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
     if as_json:
@@ -74,7 +74,7 @@ def _score(run, threshold):
 
     examples = {k: r for k, r in run.records.items() if r.get("type") == "example"}
     if run.complete:
-        keys = run.end["examples"]
+        keys = _end(run, "examples")
         missing = [k for k in keys if k not in examples]
         if missing:
             raise DataError(f"{run.path}: corrupt log, its end line names example {missing[0]!r} it does not hold")
@@ -111,20 +111,27 @@ def _span(g: dict) -> dict:
     return {k: g[k] for k in ("start", "n", "char_start", "char_end", "text", "influence", "above_noise")}
 
 
-def _audit(run, threshold):
+def _end(run, key: str):
+    """What the log's end line holds under ``key``; a hand-edited end line without it is refused."""
+    if not isinstance(run.end.get(key), (dict, list)):
+        raise DataError(f"{run.path}: corrupt log, its end line has no {key!r}")
+    return run.end[key]
+
+
+def _audit(run, threshold, junit):
     from ctxlite.audit.report import AuditReport
     from ctxlite.gates import audit_verdict
 
     if not run.complete:
         trials = sum("/trial=" in k for k in run.records)
         _partial(run, f"{trials} trial(s) logged, no report formed yet")
-        if threshold is not None:
+        if threshold is not None or junit:
             raise DataError(
                 f"{run.path} is a partial audit: its report is formed when the run finishes, so there is "
-                "no ε to gate yet (re-run the same command with --resume to finish it)"
+                "no ε to gate or write as JUnit yet (re-run the same command with --resume to finish it)"
             )
         return None, {"log": str(run.path), "kind": "audit", "complete": False, "trials": trials}, None
-    result = run.end["report"]
+    result = _end(run, "report")
     verdict = audit_verdict(result, threshold, run.identity)
     out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
     return verdict, out, AuditReport.from_dict(result).table()
