@@ -44,7 +44,7 @@ from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.report import report_row
 from ctxlite.audit.settings import AuditSettings, audit_identity
 from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
-from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, describe_selection, gdp_epsilon
 from ctxlite.records import RecordLog
 from ctxlite.runtime.templates import audit_templates
 
@@ -548,6 +548,7 @@ def test_report_figures_are_recomputed_from_the_log(play):
         fpr=0.2,
         confidence=0.9,
         split_fraction=0.4,
+        bound="split",
         accounting_queries=20,
         sampling_rate=0.3,
         utility_queries=0,
@@ -572,6 +573,11 @@ def test_report_figures_are_recomputed_from_the_log(play):
         _expect_estimate(row, "epsilon_gdp", a.epsilon_gdp(1e-4, 0.2), len(outs), 0.2)
         cp = a.epsilon_clopper_pearson(alpha=0.1, delta=1e-4, selection=Split(0.4, seed=3))
         assert row["epsilon_lower_bound"] == cp.epsilon and row["confidence"] == 0.9
+        assert row["lower_bound_method"] == describe_selection(Split(0.4, seed=3))
+        gdp = a.mu_lower_bound(alpha=0.1, delta=1e-4, selection=Split(0.4, seed=3))
+        assert row["mu_lower_bound"] == gdp.mu and row["epsilon_gdp_bound"] == gdp.epsilon
+        assert row["auroc"] == a.auroc() and row["tpr_interpolated"] == a.tpr_at_fpr_interpolated(0.2)
+        assert row["accuracy_upper_bound"] == a.accuracy_upper_bound(0.1)
         counts = row["lower_bound_counts"]
         assert (counts["tp"], counts["n_in"], counts["fp"], counts["n_out"]) == (
             cp.true_positives,

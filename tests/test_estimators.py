@@ -17,15 +17,18 @@ from ctxlite.privacy.estimators import (
     Bonferroni,
     CanaryScoreAuditor,
     ClopperPearsonBound,
+    CornerGrid,
     Explicit,
+    MultiSplit,
     Split,
     clopper_pearson_epsilon,
     gdp_delta,
     gdp_epsilon,
     gdp_mu,
-    one_run_epsilon,
+    gdp_mu_lower_array,
     point_epsilon,
 )
+from ctxlite.privacy.one_run import one_run_epsilon
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -218,10 +221,76 @@ def test_clopper_pearson_matches_binomial_inversion(c, alpha, delta):
 def test_bonferroni_matches_loop(ins, outs, thresholds, alpha):
     auditor = CanaryScoreAuditor(ins, outs)
     res = auditor.epsilon_clopper_pearson(alpha=alpha, selection=Bonferroni(tuple(thresholds)))
-    k = min(len(thresholds), max(len(ins), len(outs)))
+    k = min(len(thresholds), (len(ins) + len(outs)) / 2)
     assert res.alpha_per_threshold == pytest.approx(alpha / k)
     slow = ref.best_clopper_pearson_loop(ins, outs, alpha / k, 0.0, thresholds)
     assert res.epsilon == pytest.approx(slow, abs=1e-6, rel=1e-6)
+
+
+tied_lists = st.lists(st.integers(0, 3).map(float), min_size=2, max_size=25)  # atoms: the grid count matters
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(score_lists, tied_lists),
+    st.one_of(score_lists, tied_lists),
+    alphas,
+    deltas,
+    st.sampled_from([1.5, 2.0, 4.0]),
+)
+def test_corner_grid_matches_loop(ins, outs, alpha, delta, ratio):
+    auditor = CanaryScoreAuditor(ins, outs)
+    res = auditor.epsilon_clopper_pearson(alpha=alpha, delta=delta, selection=CornerGrid(ratio))
+    assert res.alpha_per_threshold == pytest.approx(alpha / CornerGrid(ratio).k(len(ins), len(outs)))
+    slow = ref.corner_grid_loop(ins, outs, alpha, delta, ratio)
+    assert res.epsilon == pytest.approx(slow, abs=1e-6, rel=1e-6)
+
+
+def test_corner_grid_uses_the_grid_count_where_ties_skip_it():
+    """Ties put 30 OUT scores and 30 IN scores on atoms between the grid counts 16 and 32: both
+    corners at 32 must be bounded with the count 32 (the proof's event), not the observed 30."""
+    ins, outs = [0.5] * 30 + [3.0] * 170, [3.0] * 30 + [1.0] * 170
+    res = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(alpha=0.05, selection=CornerGrid())
+    a = 0.05 / CornerGrid().k(200, 200)
+    expected = max(clopper_pearson_epsilon(170, 200, 32, 200, a), clopper_pearson_epsilon(168, 200, 30, 200, a))
+    assert expected > 0 and res.epsilon == pytest.approx(expected, rel=1e-12)
+    assert res.epsilon == pytest.approx(ref.corner_grid_loop(ins, outs, 0.05, 0.0), rel=1e-9)
+    assert res.epsilon < clopper_pearson_epsilon(170, 200, 30, 200, a)
+
+
+@FAST
+@given(counts, alphas)
+def test_mu_lower_bound_matches_binomial_inversion(c, alpha):
+    tp, n_in, fp, n_out = c
+    fast = float(gdp_mu_lower_array(tp, n_in, fp, n_out, alpha))
+    assert fast == pytest.approx(ref.mu_lower_by_binomial(tp, n_in, fp, n_out, alpha), abs=1e-6)
+
+
+@FAST
+@given(score_lists, score_lists)
+def test_roc_hull_auroc_and_interpolation_match_brute_force(ins, outs):
+    auditor = CanaryScoreAuditor(ins, outs)
+    _, f, t = auditor.roc()
+    hull = list(zip(*auditor.roc_hull()))
+    np.testing.assert_allclose(np.array(hull), np.array(ref.roc_hull_brute(f, t)), atol=1e-12)
+    assert auditor.auroc() == pytest.approx(ref.auroc_pairs(ins, outs))
+    hull_area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(hull, hull[1:]))
+    assert auditor.auroc(hull=True) == pytest.approx(hull_area) and hull_area >= auditor.auroc() - 1e-12
+    for target in (0.0, 0.1, 0.37, 1.0):  # the hull at the target: np.interp on its vertices
+        xs, ys = zip(*hull)
+        expected = max(y for x, y in hull if x == target) if target in xs else float(np.interp(target, xs, ys))
+        assert auditor.tpr_at_fpr_interpolated(target) == pytest.approx(expected)
+        assert auditor.tpr_at_fpr_interpolated(target) >= auditor.tpr_at_given_fpr(target) - 1e-12
+
+
+@FAST
+@given(score_lists, score_lists, alphas, st.floats(0, 1))
+def test_accuracy_upper_bound_matches_loop(ins, outs, alpha, prevalence):
+    auditor = CanaryScoreAuditor(ins, outs)
+    fast = auditor.accuracy_upper_bound(alpha, prevalence)
+    assert fast == pytest.approx(ref.accuracy_upper_loop(ins, outs, alpha, prevalence), abs=1e-6)
+    if prevalence == 0.5:
+        assert fast >= auditor.audit_accuracy() - 1e-12
 
 
 @FAST
@@ -319,7 +388,7 @@ def test_auditor_symmetry_negated_scores(ins, outs, alpha):
 )
 def test_all_selections_nonnegative_and_below_point(ins, outs, alpha, delta, fraction, seed):
     auditor = CanaryScoreAuditor(ins, outs)
-    for sel in (Split(fraction, seed), Bonferroni(), Explicit(ins[0])):
+    for sel in (Split(fraction, seed), MultiSplit(3, fraction, seed), Bonferroni(), CornerGrid(), Explicit(ins[0])):
         res = auditor.epsilon_clopper_pearson(alpha=alpha, delta=delta, selection=sel)
         assert res.epsilon >= 0.0
         assert res.selection == sel

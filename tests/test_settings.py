@@ -69,7 +69,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
     """The CLI's choice lists are the members of the library's enums, in the same order."""
     from ctxlite.audit.canaries import CanaryKind
     from ctxlite.audit.queries import QueryKind
-    from ctxlite.audit.settings import Attack, DetectorKind
+    from ctxlite.audit.settings import Attack, BoundKind, DetectorKind
     from ctxlite.cli.audit import audit
 
     kinds = {
@@ -80,6 +80,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
         "query_alias": QueryKind,
         "attack": Attack,
         "detector": DetectorKind,
+        "bound": BoundKind,
     }
     params = _options(audit)
     for name, kind in kinds.items():

@@ -1,11 +1,15 @@
-"""Soundness of the split threshold selection, and the privacy accounting's sensitivities.
+"""Soundness of the lower bounds by simulation, and the privacy accounting's sensitivities.
 
 * The Split selection must choose the threshold from the selection half only:
   replacing every evaluation-half score must not move it.
-* On a mechanism where *every* threshold is tight, the (1 - alpha) lower bound
-  over-claims epsilon in at most alpha of the audits; a copy of the selection
-  that peeks at the evaluation half (:class:`LeakySplitAuditor`, kept here as
-  a fixture) fails that check.
+* On a mechanism where *every* threshold is tight, each (1 - alpha) lower bound
+  (split, multi-split, Bonferroni, corner grid) over-claims epsilon in at most
+  alpha of the audits; broken copies kept here as fixtures -- a selection that
+  peeks at the evaluation half (:class:`LeakySplitAuditor`), corrections
+  dropped (:class:`UncorrectedAuditor`) -- fail that check.
+* The same for the Gaussian-DP mu bound on the Gaussian mechanism and for the
+  one-run bounds on canaries included by fair coins; and the one-run audit
+  refuses unfair inclusion, where it would report epsilon ~ 3 from noise.
 * The declared L2 sensitivities of RNM and ESA are the true maxima, found by
   enumerating neighbouring record sets through the mechanisms' own pre-noise
   code, and the subsampled accounting uses them.
@@ -25,13 +29,24 @@ from scipy import stats
 from ctxlite.audit import mechanisms
 from ctxlite.audit.formats import AuditFormat
 from ctxlite.audit.mechanisms import EmbeddingSpaceAggregation, ReportNoisyMax
+from ctxlite.errors import InvalidParameter
+from ctxlite.privacy import one_run
 from ctxlite.privacy.calibration import (
     Neighbouring,
     analytic_gaussian_sigma,
     esa_l2_sensitivity,
     rnm_l2_sensitivity,
 )
-from ctxlite.privacy.estimators import CanaryScoreAuditor, ClopperPearsonBound, Split, clopper_pearson_epsilon_array
+from ctxlite.privacy.estimators import (
+    Bonferroni,
+    CanaryScoreAuditor,
+    CornerGrid,
+    MultiSplit,
+    Split,
+    _best,
+    gdp_epsilon,
+)
+from ctxlite.privacy.one_run import one_run_audit
 
 # ---------------------------------------------------------------------------
 # the leaky selection (test fixture: what the checks below must catch)
@@ -40,34 +55,25 @@ from ctxlite.privacy.estimators import CanaryScoreAuditor, ClopperPearsonBound, 
 class LeakySplitAuditor(CanaryScoreAuditor):
     """A broken copy of the Split selection: it picks the threshold on the *evaluation* half.
 
-    Same halves, same candidates and the same Clopper--Pearson bound as
-    :meth:`CanaryScoreAuditor._split_bound`, except that the threshold maximises
-    the bound on the very trials the bound is then computed from.
+    Same halves, candidates and Clopper--Pearson bound as
+    :meth:`CanaryScoreAuditor._split_choice`, except that the threshold
+    maximises the bound on the very trials the bound is then computed from.
     """
 
-    def _split_bound(self, alpha, delta, selection):
+    def _split_choice(self, objective, alpha, selection):
         (_, in_e), (_, out_e) = selection.halves(self.n_in, self.n_out)
-        in_eval, out_eval = np.sort(self.in_scores[in_e]), np.sort(self.out_scores[out_e])
-        cands = np.append(np.unique(np.concatenate([in_eval, out_eval])), np.inf)
-        tp_s = self._count_at_least(in_eval, cands)
-        fp_s = self._count_at_least(out_eval, cands)
-        eps_s = clopper_pearson_epsilon_array(tp_s, in_eval.size, fp_s, out_eval.size, alpha, delta)
-        best = int(np.argmax(eps_s))
-        return ClopperPearsonBound(
-            float(eps_s[best]),
-            float(cands[best]),
-            int(tp_s[best]),
-            int(in_eval.size),
-            int(fp_s[best]),
-            int(out_eval.size),
-            1.0 - alpha,
-            alpha,
-            delta,
-            selection,
-        )
+        ev = CanaryScoreAuditor(self.in_scores[in_e], self.out_scores[out_e])
+        tp, fp = ev._counts(ev._candidates)
+        return _best(objective, ev._candidates, tp, ev.n_in, fp, ev.n_out, alpha)
 
 
-AUDITORS = [CanaryScoreAuditor, LeakySplitAuditor]
+class UncorrectedAuditor(CanaryScoreAuditor):
+    """A broken copy of every corrected selection: Bonferroni, the corner grid and each of a
+    multi-split's splits test at the full alpha (K = 1) instead of alpha / K."""
+
+    @staticmethod
+    def _level(alpha, k):
+        return alpha
 
 
 # ---------------------------------------------------------------------------
@@ -148,12 +154,25 @@ N_AUDITS = 2000
 N_IN, N_OUT = 600, 4000  # trials per audit (each Split half gets 300 / 2000)
 LEVELS = 50  # jitter levels K: 2K + 1 candidate thresholds
 P_FALSE_ALARM = 1e-3  # one-sided binomial test: Bin(N_AUDITS, ALPHA) exceeds this with prob <= 1e-3
-MAX_OVERCLAIMS = int(stats.binom.ppf(1.0 - P_FALSE_ALARM, N_AUDITS, ALPHA))
-MAX_OVERCLAIMS_POOLED = int(stats.binom.ppf(1.0 - P_FALSE_ALARM, len(EPSILONS) * N_AUDITS, ALPHA))
+# a second setting with teeth: at a large alpha and balanced sides each bound errs often enough that
+# a selection without its correction over-claims beyond alpha (a bound's nominal level is reachable)
+LOOSE_ALPHA, LOOSE_N_OUT, MUTANT_AUDITS = 0.3, 600, 500
+
+SELECTIONS = {  # audit k's selection
+    "split": lambda k: Split(0.5, seed=k),
+    "multi-split": lambda k: MultiSplit(3, 0.5, seed=k),
+    "bonferroni": lambda k: Bonferroni(),
+    "corner-grid": lambda k: CornerGrid(),
+}
 
 
-def _tight_audits(eps: float, seed: int):
-    """N_AUDITS (in_scores, out_scores) pairs of the jittered randomised response.
+def max_overclaims(n_audits: int, alpha: float) -> int:
+    """The most over-claims a level-alpha bound may show in n_audits before the check fails."""
+    return int(stats.binom.ppf(1.0 - P_FALSE_ALARM, n_audits, alpha))
+
+
+def _tight_audits(eps: float, seed: int, n_out: int = N_OUT, n_audits: int = N_AUDITS):
+    """n_audits (in_scores, out_scores) pairs of the jittered randomised response.
 
     The trials are i.i.d. over the 2K score values, so each audit's scores are
     drawn as multinomial counts (vectorised over audits) and listed in sorted
@@ -164,35 +183,162 @@ def _tight_audits(eps: float, seed: int):
     p = 1.0 / (1.0 + math.exp(-eps))
     values = np.r_[np.arange(LEVELS), LEVELS + np.arange(LEVELS)] / LEVELS  # b + J/K, ascending
     probs_in = np.r_[np.full(LEVELS, (1 - p) / LEVELS), np.full(LEVELS, p / LEVELS)]
-    counts_in = rng.multinomial(N_IN, probs_in, size=N_AUDITS)
-    counts_out = rng.multinomial(N_OUT, probs_in[::-1], size=N_AUDITS)
+    counts_in = rng.multinomial(N_IN, probs_in, size=n_audits)
+    counts_out = rng.multinomial(n_out, probs_in[::-1], size=n_audits)
     for ci, co in zip(counts_in, counts_out):
         yield np.repeat(values, ci), np.repeat(values, co)
 
 
 @functools.cache
-def _overclaims(auditor_cls, eps: float, seed: int = 0) -> int:
-    """How many of N_AUDITS audits give a (1 - ALPHA) lower bound above the true eps."""
+def _overclaims(auditor_cls, kind: str, eps: float, alpha=ALPHA, n_out=N_OUT, n_audits=N_AUDITS) -> int:
+    """How many of n_audits audits give a (1 - alpha) lower bound above the true eps."""
     count = 0
-    for k, (ins, outs) in enumerate(_tight_audits(eps, seed)):
-        res = auditor_cls(ins, outs).epsilon_clopper_pearson(alpha=ALPHA, delta=0.0, selection=Split(0.5, seed=k))
+    for k, (ins, outs) in enumerate(_tight_audits(eps, 0, n_out, n_audits)):
+        res = auditor_cls(ins, outs).epsilon_clopper_pearson(alpha=alpha, delta=0.0, selection=SELECTIONS[kind](k))
         count += res.epsilon > eps
     return count
 
 
-@pytest.mark.parametrize("eps", EPSILONS)
-def test_split_bound_sound_when_every_threshold_is_tight(eps):
-    assert _overclaims(CanaryScoreAuditor, eps) <= MAX_OVERCLAIMS
+TIGHT_CASES = [(kind, eps) for kind in ("split", "bonferroni", "corner-grid") for eps in EPSILONS] + [
+    ("multi-split", 2.0),  # three splits' worth of time: one epsilon per setting
+]
+
+
+@pytest.mark.parametrize("kind, eps", TIGHT_CASES)
+def test_bound_sound_when_every_threshold_is_tight(kind, eps):
+    assert _overclaims(CanaryScoreAuditor, kind, eps) <= max_overclaims(N_AUDITS, ALPHA)
 
 
 def test_split_bound_sound_when_every_threshold_is_tight_pooled():
-    assert sum(_overclaims(CanaryScoreAuditor, eps) for eps in EPSILONS) <= MAX_OVERCLAIMS_POOLED
+    pooled = sum(_overclaims(CanaryScoreAuditor, "split", eps) for eps in EPSILONS)
+    assert pooled <= max_overclaims(len(EPSILONS) * N_AUDITS, ALPHA)
 
 
+LOOSE_CASES = [(kind, eps) for kind in ("split", "bonferroni", "corner-grid") for eps in (1.0, 2.0)] + [
+    ("multi-split", 1.0)
+]
+
+
+@pytest.mark.parametrize("kind, eps", LOOSE_CASES)
+def test_bound_sound_at_a_loose_level_with_balanced_sides(kind, eps):
+    overclaims = _overclaims(CanaryScoreAuditor, kind, eps, LOOSE_ALPHA, LOOSE_N_OUT)
+    assert overclaims <= max_overclaims(N_AUDITS, LOOSE_ALPHA)
+
+
+MUTANTS = [  # (broken auditor, the selection it breaks); multi-split: see test_multi_split_is_the_median_of_its_splits
+    (LeakySplitAuditor, "split"),
+    (UncorrectedAuditor, "bonferroni"),
+    (UncorrectedAuditor, "corner-grid"),
+]
+
+
+@pytest.mark.parametrize("auditor_cls, kind", MUTANTS, ids=[f"{a.__name__}-{k}" for a, k in MUTANTS])
 @pytest.mark.parametrize("eps", [1.0, 2.0])
-def test_tight_threshold_check_catches_the_leaky_selection(eps):
-    """(c) the same per-epsilon check fails for the selection that peeks at the evaluation half."""
-    assert _overclaims(LeakySplitAuditor, eps) > MAX_OVERCLAIMS
+def test_tight_threshold_check_catches_the_broken_selections(auditor_cls, kind, eps):
+    """(c) the same check fails for a selection that peeks at its evaluation trials or drops its correction."""
+    overclaims = _overclaims(auditor_cls, kind, eps, LOOSE_ALPHA, LOOSE_N_OUT, MUTANT_AUDITS)
+    assert overclaims > max_overclaims(MUTANT_AUDITS, LOOSE_ALPHA)
+
+
+def test_multi_split_is_the_median_of_its_splits():
+    """A multi-split's soundness is its members' (the split checks above, the leaky mutant caught) plus
+    Markov's inequality on the median at alpha / 2: it must report the lower median of its member
+    splits' bounds at alpha / 2. Taking the max, or the members at the full alpha, fails here."""
+    rng = np.random.default_rng(5)
+    auditor = CanaryScoreAuditor(rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 300))
+    for splits in (1, 4, 5):
+        selection = MultiSplit(splits, 0.5, seed=9)
+        res = auditor.epsilon_clopper_pearson(alpha=0.1, selection=selection)
+        members = sorted(auditor.epsilon_clopper_pearson(alpha=0.05, selection=m).epsilon for m in selection.members())
+        assert len(set(members)) > 1 or splits == 1  # the splits differ, so the rule is visible
+        assert res.epsilon == members[(splits - 1) // 2] and res.alpha_per_threshold == 0.05
+
+
+# ---------------------------------------------------------------------------
+# (d) the Gaussian-DP mu bound, on the Gaussian mechanism (IN ~ N(mu, 1), OUT ~ N(0, 1)), whose
+# trade-off curve is exactly G_mu: every threshold is tight for mu
+
+GDP_N = 200  # trials per side
+
+
+@functools.cache
+def _gdp_overclaims(auditor_cls, mu: float, alpha: float, n_audits: int) -> int:
+    rng = np.random.default_rng([7, int(mu * 100)])
+    ins, outs = rng.normal(mu, 1.0, (n_audits, GDP_N)), rng.normal(0.0, 1.0, (n_audits, GDP_N))
+    return sum(auditor_cls(i, o).mu_lower_bound(alpha, selection=CornerGrid()).mu > mu for i, o in zip(ins, outs))
+
+
+@pytest.mark.parametrize("mu", [0.5, 2.0])
+@pytest.mark.parametrize("alpha", [ALPHA, LOOSE_ALPHA])
+def test_mu_bound_sound_on_the_gaussian_mechanism(mu, alpha):
+    assert _gdp_overclaims(CanaryScoreAuditor, mu, alpha, N_AUDITS) <= max_overclaims(N_AUDITS, alpha)
+
+
+def test_mu_bound_check_catches_the_uncorrected_grid():
+    assert _gdp_overclaims(UncorrectedAuditor, 1.0, LOOSE_ALPHA, MUTANT_AUDITS) > max_overclaims(
+        MUTANT_AUDITS, LOOSE_ALPHA
+    )
+
+
+# ---------------------------------------------------------------------------
+# (e) one run: m canaries each in by a fair coin; the epsilon-DP randomised response with jitter
+# (tight at every guess count) for Steinke et al.'s bound, the Gaussian mechanism for the f-DP one
+
+ONE_RUN_M = 200
+
+
+def _one_run_overclaims(fdp: bool, alpha: float, n_audits: int, seed: int = 0) -> int:
+    rng = np.random.default_rng([seed, int(fdp)])
+    count = 0
+    for _ in range(n_audits):
+        z = rng.random(ONE_RUN_M) < 0.5
+        if fdp:  # mu = 1: the f-DP claim holds for every epsilon >= the mechanism's epsilon(delta)
+            scores, delta = rng.normal(z * 1.0, 1.0), 1e-5
+            true_eps = gdp_epsilon(1.0, delta)
+        else:
+            true_eps, delta = 1.0, 0.0
+            p = 1.0 / (1.0 + math.exp(-true_eps))
+            scores = np.where(z, rng.random(ONE_RUN_M) < p, rng.random(ONE_RUN_M) < 1 - p) + rng.random(ONE_RUN_M)
+        res = one_run_audit(scores[z], scores[~z], alpha=alpha, delta=delta, fdp=fdp, check_inclusion=False)
+        count += res.epsilon > true_eps
+    return count
+
+
+@pytest.mark.parametrize("fdp", [False, True], ids=["steinke", "f-dp"])
+def test_one_run_bounds_sound(fdp):
+    assert _one_run_overclaims(fdp, ALPHA, N_AUDITS) <= max_overclaims(N_AUDITS, ALPHA)
+
+
+def test_one_run_check_catches_uncorrected_guess_counts(monkeypatch):
+    """Trying every guess count at the full alpha (no Bonferroni over the grid) over-claims."""
+    monkeypatch.setattr(one_run, "_level", lambda alpha, k: alpha)
+    assert _one_run_overclaims(False, LOOSE_ALPHA, MUTANT_AUDITS) > max_overclaims(MUTANT_AUDITS, LOOSE_ALPHA)
+
+
+def test_one_run_check_catches_an_f_dp_recursion_without_its_significance(monkeypatch):
+    """The f-DP recursion started from the full probability budgets v / m and (r - v) / m (alpha
+    dropped) falsifies true claims: on the Gaussian mechanism the f-DP check is not tight enough for
+    the grid correction to show, so this is its mutant."""
+    margin = one_run._fdp_margin
+    monkeypatch.setattr(one_run, "_fdp_margin", lambda eps, m, r, v, alpha, delta: margin(eps, m, r, v, 1.0, delta))
+    assert _one_run_overclaims(True, ALPHA, MUTANT_AUDITS) > max_overclaims(MUTANT_AUDITS, ALPHA)
+
+
+def test_one_run_refuses_unfair_inclusion_where_noise_reads_as_leakage():
+    """4,000 IN and 100 OUT canaries with identical score distributions (no leakage at all): both
+    one-run bounds read the imbalance as epsilon > 3, and the inclusion check refuses."""
+    rng = np.random.default_rng(1)
+    ins, outs = rng.normal(0.0, 1.0, 4000), rng.normal(0.0, 1.0, 100)
+    for fdp in (False, True):
+        assert one_run_audit(ins, outs, fdp=fdp, check_inclusion=False).epsilon > 3.0
+        with pytest.raises(InvalidParameter, match="included with probability 1/2"):
+            one_run_audit(ins, outs, fdp=fdp)
+
+
+def test_inclusion_check_rarely_refuses_fair_coins():
+    n_in = np.random.default_rng(2).binomial(ONE_RUN_M, 0.5, N_AUDITS)
+    refused = sum(one_run.inclusion_p_value(int(k), ONE_RUN_M) < one_run.INCLUSION_LEVEL for k in n_in)
+    assert refused <= max_overclaims(N_AUDITS, one_run.INCLUSION_LEVEL)
 
 
 # ---------------------------------------------------------------------------

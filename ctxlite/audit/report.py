@@ -7,10 +7,19 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ctxlite.audit.mechanisms import Mechanism
-from ctxlite.audit.settings import AuditSettings
+from ctxlite.audit.settings import AuditSettings, BoundKind
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import subsampled_gaussian_epsilon
-from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, gdp_epsilon
+from ctxlite.privacy.estimators import (
+    Bonferroni,
+    CanaryScoreAuditor,
+    CornerGrid,
+    MultiSplit,
+    Split,
+    ThresholdSelection,
+    describe_selection,
+    gdp_epsilon,
+)
 
 
 @dataclass
@@ -23,9 +32,15 @@ class AuditReport:
     ``audit_accuracy`` (threshold optimised on the same trials:
     **optimistic**), ``threshold``/``tpr``/``fpr`` at the empirical FPR
     target, ``epsilon_point`` (plug-in at that FPR, an estimate),
-    ``epsilon_lower_bound`` (Clopper--Pearson at ``confidence``, threshold
-    chosen on a split: the only **guarantee**, Jagielski et al. 2020),
-    ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
+    ``epsilon_lower_bound`` (Clopper--Pearson at ``confidence``, the
+    threshold chosen by the ``bound`` setting, named in
+    ``lower_bound_method``: the **guarantee**, Jagielski et al. 2020),
+    ``mu_lower_bound`` (a lower bound on the GDP parameter mu at the same
+    confidence, same selection) with ``epsilon_gdp_bound``, its ε at δ (a
+    bound for Gaussian-curve mechanisms only), ``auroc`` (threshold-free),
+    ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
+    test), ``accuracy_upper_bound`` (a confidence limit on any threshold
+    test's balanced accuracy), ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
     a Gaussian trade-off curve (Dong, Roth & Su 2022) and overshoots the true
     ε of a pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
     (accuracy or ROUGE-1 on held-out queries), ``withheld_rate`` (prompt-l2 and judge:
@@ -87,7 +102,7 @@ class AuditReport:
         sub = self.settings.get("accounting_queries") is not None
         head = (
             f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
-            f"{'eps_lb':>7} {'gdp_est':>8} {'utility':>8}"
+            f"{'eps_lb':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
         )
         head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
@@ -116,6 +131,8 @@ class AuditReport:
                         f(r["fpr"], 6),
                         est(r, "epsilon_point", 7),
                         f(r["epsilon_lower_bound"], 7),
+                        f(r.get("mu_lower_bound"), 6),
+                        f(r.get("auroc"), 6),
                         est(r, "epsilon_gdp", 8),
                         f(r["utility"], 8),
                     ]
@@ -124,8 +141,10 @@ class AuditReport:
             )
         lines.append(
             f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
-            f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} (split threshold; "
-            f"the guarantee); gdp_est = GDP estimate (model-based, not a bound); "
+            f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} "
+            f"({self.rows[0].get('lower_bound_method', 'split') if self.rows else 'split'}; the guarantee); "
+            f"mu_lb = Gaussian-DP mu lower bound at the same confidence; "
+            f"gdp_est = GDP estimate (model-based, not a bound); "
             f"theoretical eps: {self.epsilon_kind}"
             + (
                 f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
@@ -160,6 +179,16 @@ def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> s
     return "the estimate is not finite on these trials"  # pragma: no cover - the cases above are exhaustive
 
 
+def selection(s: AuditSettings) -> ThresholdSelection:
+    """The threshold selection the ``bound`` setting names, seeded by the audit's seed."""
+    return {
+        BoundKind.CORNER_GRID: CornerGrid(),
+        BoundKind.SPLIT: Split(s.split_fraction, s.seed),
+        BoundKind.MULTI_SPLIT: MultiSplit(fraction=s.split_fraction, seed=s.seed),
+        BoundKind.BONFERRONI: Bonferroni(),
+    }[s.bound]
+
+
 def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility, withheld=None) -> dict:
     """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
     IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge)."""
@@ -169,7 +198,9 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
     auditor = CanaryScoreAuditor(ins, outs)
     t = auditor.threshold_at_fpr(s.fpr)
     tpr, fpr = auditor.tpr_fpr(t)
-    cp = auditor.epsilon_clopper_pearson(alpha=s.alpha, delta=s.delta, selection=Split(s.split_fraction, s.seed))
+    chosen = selection(s)
+    cp = auditor.epsilon_clopper_pearson(alpha=s.alpha, delta=s.delta, selection=chosen)
+    gdp = auditor.mu_lower_bound(alpha=s.alpha, delta=s.delta, selection=chosen)
     dp = s.mechanism.is_dp
     if dp and mech.sigma > 0:
         per_trial = gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma, s.delta)
@@ -194,9 +225,7 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
     if not math.isfinite(t):
         reasons["threshold"] = no_call.format(s.fpr)
     if not math.isfinite(cp.threshold):
-        reasons["lower_bound_threshold"] = (
-            "the selection half preferred +inf (no trial called present); the bound at it is 0"
-        )
+        reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -210,6 +239,7 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
         "fpr": fpr,
         "epsilon_point": estimates["epsilon_point"],
         "epsilon_lower_bound": cp.epsilon,
+        "lower_bound_method": describe_selection(chosen),
         "lower_bound_counts": {
             "tp": cp.true_positives,
             "n_in": cp.n_in,
@@ -218,6 +248,11 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
             "threshold": _finite(cp.threshold),
         },
         "confidence": s.confidence,
+        "mu_lower_bound": gdp.mu,
+        "epsilon_gdp_bound": _finite(gdp.epsilon),
+        "auroc": auditor.auroc(),
+        "tpr_interpolated": auditor.tpr_at_fpr_interpolated(s.fpr),
+        "accuracy_upper_bound": auditor.accuracy_upper_bound(s.alpha),
         "epsilon_gdp": estimates["epsilon_gdp"],
         "epsilon_gdp_kind": "model-based estimate, not a bound",
         "reasons": reasons,

@@ -40,6 +40,21 @@ class DetectorKind(Choice):
     COUNT = "count"
 
 
+class BoundKind(Choice):
+    """How the epsilon lower bound chooses its threshold (:mod:`ctxlite.privacy.estimators`' selections).
+
+    corner-grid (the default: the most certified epsilon per trial in
+    bench/bench_power.py, valid by a Bonferroni argument over a fixed grid),
+    split (ContextLeak's and earlier ctxlite's), multi-split (the median of
+    many splits) and bonferroni (every observed score).
+    """
+
+    CORNER_GRID = "corner-grid"
+    SPLIT = "split"
+    MULTI_SPLIT = "multi-split"
+    BONFERRONI = "bonferroni"
+
+
 @dataclass(frozen=True)
 class AuditSettings:
     """Everything that defines an audit (validated on construction).
@@ -82,6 +97,7 @@ class AuditSettings:
     confidence: float = 0.95
     fpr: float = 0.1
     split_fraction: float = 0.5
+    bound: BoundKind = BoundKind.CORNER_GRID
     utility_queries: int = 20
     resample_data: bool = False
     accounting_queries: int | None = None
@@ -162,7 +178,7 @@ class AuditSettings:
     def private_size(self) -> int:
         return self.ensembles * self.shots
 
-    REPORT_ONLY = ("confidence", "fpr", "split_fraction", "accounting_queries", "sampling_rate")
+    REPORT_ONLY = ("confidence", "fpr", "split_fraction", "bound", "accounting_queries", "sampling_rate")
     """Settings that change the estimates but no trial: a resume may change them."""
 
     def params(self) -> dict:

@@ -10,7 +10,7 @@ import click
 from ctxlite.audit.canaries import CanaryKind
 from ctxlite.audit.formats import Task
 from ctxlite.audit.queries import QueryKind
-from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind
+from ctxlite.audit.settings import Attack, AuditSettings, BoundKind, DetectorKind, MechanismKind
 from ctxlite.cli.options import (
     TEXT,
     NumberList,
@@ -212,6 +212,14 @@ def _jsonable(obj):
     default=_d("confidence"),
     show_default=True,
     help="Confidence 1 - α of the epsilon lower bound.",
+)
+@click.option(
+    "--bound",
+    type=choice(BoundKind),
+    default=_d("bound"),
+    show_default=True,
+    help="How the epsilon lower bound picks its threshold: corner-grid (most power), split, multi-split, "
+    "bonferroni (all valid at the confidence).",
 )
 @click.option(
     "--accounting-queries",

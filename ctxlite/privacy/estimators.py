@@ -18,14 +18,18 @@ rates into epsilon estimates:
   through one (TPR, FPR) point (Dong, Roth & Su 2022, "Gaussian differential
   privacy", Corollary 2.13; Nasr et al. 2023, "Tight auditing of DP ML"): a
   model-based estimate, not a bound (it overshoots on non-Gaussian curves);
-* :func:`one_run_epsilon` -- many canaries in one run (Steinke, Nasr &
-  Jagielski 2023, "Privacy auditing with one (1) training run").
+* :meth:`CanaryScoreAuditor.mu_lower_bound` -- a (1 - alpha) lower bound on
+  the GDP parameter mu from Clopper--Pearson limits;
+* the attack's ROC, its convex hull, the interpolated TPR at a fixed FPR,
+  AUROC and an upper confidence limit on its accuracy.
+
+Many canaries in one run are :mod:`ctxlite.privacy.one_run`'s.
 
 :class:`CanaryScoreAuditor` wraps them around a pair of score arrays, in the
 style of jax_privacy's ``auditing.py`` and TF-Privacy's ``epsilon_lower_bound.py``.
 A threshold picked on the same data it is evaluated on inflates the bound, so
-:meth:`CanaryScoreAuditor.epsilon_clopper_pearson` takes a typed selection mode:
-:class:`Split`, :class:`Bonferroni` or :class:`Explicit`.
+the bounds take a typed selection mode: :class:`Split`, :class:`MultiSplit`,
+:class:`Bonferroni`, :class:`CornerGrid` or :class:`Explicit`.
 
 Threshold convention everywhere: a trial is called "canary present" when
 ``score >= threshold``.
@@ -44,17 +48,21 @@ from ctxlite.errors import InvalidParameter
 
 __all__ = [
     "Split",
+    "MultiSplit",
     "Bonferroni",
+    "CornerGrid",
     "Explicit",
     "ThresholdSelection",
+    "describe_selection",
     "ClopperPearsonBound",
+    "GdpBound",
     "CanaryScoreAuditor",
     "point_epsilon",
     "clopper_pearson_epsilon",
     "gdp_mu",
+    "gdp_mu_lower_array",
     "gdp_delta",
     "gdp_epsilon",
-    "one_run_epsilon",
 ]
 
 
@@ -168,18 +176,64 @@ class Split:
 
 
 @dataclass(frozen=True)
+class MultiSplit:
+    """Many independent :class:`Split` s at alpha / 2 each; report their median.
+
+    Split ``i`` (of ``splits``) draws its halves with seed
+    ``SeedSequence([seed, i])``. If the median of the S bounds exceeded the
+    true epsilon, at least S / 2 of them would; each does so with probability
+    <= alpha / 2, so by Markov's inequality that happens with probability
+    <= (S * alpha / 2) / (S / 2) = alpha (the median-aggregation rule of
+    Meinshausen, Meier & Buehlmann 2009, Theorem 3.1, as in jax_privacy).
+    One split's result depends on the luck of its draw; the median of many
+    does not, at the price of half the level.
+
+    >>> [s.seed for s in MultiSplit(splits=3, seed=0).members()]
+    [2968811710, 3964924996, 3141116543]
+    """
+
+    splits: int = 25
+    fraction: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self):
+        _check_count("MultiSplit.splits", self.splits, minimum=1)
+        Split(self.fraction, self.seed)  # the same checks as one split's
+
+    def members(self) -> tuple[Split, ...]:
+        """The splits, each with its own seed derived from (``seed``, its index)."""
+        return tuple(
+            Split(self.fraction, int(np.random.SeedSequence([self.seed, i]).generate_state(1)[0]))
+            for i in range(self.splits)
+        )
+
+
+@dataclass(frozen=True)
 class Bonferroni:
     """Use every trial for both choosing and bounding; correct alpha for the choice.
 
-    Every candidate threshold is evaluated at level ``alpha / K`` and the best
-    bound is reported. With ``thresholds`` given (fixed before looking at the
-    data) ``K = len(thresholds)``. With ``thresholds=None`` the candidates are
-    all observed scores and ``K = max(n_in, n_out)``: a rate bound can only fail
-    at one of the n order statistics of its sample, and the k-th order
-    statistic's true survival probability is Beta(k, n - k + 1) distributed, so
-    a union over the n order statistics covers *every* threshold at once (the
-    same argument as a simultaneous Clopper--Pearson band). When thresholds are
-    given, ``K = min(len(thresholds), max(n_in, n_out))``.
+    Every candidate threshold is evaluated at level ``alpha / K`` (each of its
+    two one-sided rate limits at ``alpha / 2K``) and the best bound is
+    reported. With ``thresholds`` given (fixed before looking at the data)
+    ``K = min(len(thresholds), (n_in + n_out) / 2)``; with ``thresholds=None``
+    the candidates are all observed scores and ``K = (n_in + n_out) / 2``.
+
+    Proof that K = (n_in + n_out) / 2 covers *every* threshold at once. The
+    bound at t fails only if the FPR limit fails, S_out(t) > U(fp(t)), or the
+    TPR limit fails, S_in(t) < L(tp(t)), where S(t) = P[score >= t]. Take the
+    OUT side and a count m < n_out; the worst threshold with fp(t) = m lies
+    just above the (m + 1)-th largest OUT score X, so "the limit fails at some
+    t with fp(t) = m" implies P[score > X] > U(m). The set of x with
+    P[score > x] > U(m) is a lower set whose complement has probability
+    p >= U(m), and X falls in it only if at most m scores fall in the
+    complement: probability P[Bin(n_out, p) <= m] <= a, by the definition of
+    the Clopper--Pearson limit U at level a. Ties and atoms change nothing.
+    So the OUT limits fail somewhere with probability <= n_out * a, the IN
+    limits (mirror image, counts 1..n_in) <= n_in * a, and a = alpha / (n_in +
+    n_out) per one-sided limit (= (alpha / K) / 2) keeps the total <= alpha.
+    This is the union over order statistics behind a simultaneous
+    Clopper--Pearson band; it allows (n_in + n_out) / 2 where a bound per side
+    needs max(n_in, n_out).
 
     >>> Bonferroni()
     Bonferroni(thresholds=None)
@@ -207,6 +261,62 @@ class Bonferroni:
 
 
 @dataclass(frozen=True)
+class CornerGrid:
+    """Bonferroni over a few ROC corners, fixed by their error counts rather than by the scores.
+
+    The ε bound is largest at the ends of the ROC curve (few false positives,
+    or few false negatives), so only those corners are tested: for each count
+    c in the grid G(n) = {0, 1, then round(ratio^j)} up to n / 2,
+
+    * corner A_c: the lowest threshold with at most c of the n_out OUT scores
+      at or above it (the most true positives for <= c false positives);
+    * corner B_c: the highest threshold with at most c of the n_in IN scores
+      below it (the fewest false positives for <= c false negatives).
+
+    K = |G(n_out)| + |G(n_in)| (14 at 100 trials a side, against 100 for
+    :class:`Bonferroni`), and each corner is bounded at alpha / K.
+
+    Proof. At A_c the bound uses the FPR limit U(c) >= U(fp(A_c)) (the grid
+    count, not the observed one, which ties can make smaller). A_c lies above
+    the (c + 1)-th largest OUT score X, so a failure S_out(A_c) > U(c) implies
+    P[score > X] > U(c), which has probability <= a (the argument in
+    :class:`Bonferroni`'s proof, for the one count c). Given the OUT scores,
+    A_c is a fixed threshold, independent of the IN scores, so the TPR limit
+    at A_c fails with probability <= a. B_c mirrors this with the sides
+    swapped. 2K one-sided limits at a = alpha / 2K each: total <= alpha. The
+    grid depends only on (n_in, n_out), never on the scores; a corner set
+    chosen from the scores (e.g. the convex hull's vertices) would not have a
+    fixed K.
+
+    >>> CornerGrid().counts(100).tolist()
+    [0, 1, 2, 4, 8, 16, 32]
+    >>> CornerGrid(ratio=4).counts(100).tolist()
+    [0, 1, 4, 16]
+    """
+
+    ratio: float = 2.0
+
+    def __post_init__(self):
+        ratio = _check_real("CornerGrid.ratio", self.ratio)
+        if not ratio > 1.0:
+            raise InvalidParameter(f"CornerGrid.ratio must be > 1, got {self.ratio!r}")
+
+    def counts(self, n: int) -> np.ndarray:
+        """The grid G(n): 0, 1 and the distinct round(ratio^j) up to n // 2 (at least {0})."""
+        top = n // 2
+        grid = {0, 1} if top >= 1 else {0}
+        power = float(self.ratio)
+        while round(power) <= top:
+            grid.add(int(round(power)))
+            power *= self.ratio
+        return np.array(sorted(grid), dtype=np.int64)
+
+    def k(self, n_in: int, n_out: int) -> int:
+        """The Bonferroni K: the number of corners tested."""
+        return int(self.counts(n_out).size + self.counts(n_in).size)
+
+
+@dataclass(frozen=True)
 class Explicit:
     """Use a threshold fixed in advance (e.g. chosen on earlier, separate trials).
 
@@ -220,7 +330,27 @@ class Explicit:
         object.__setattr__(self, "threshold", _check_real("Explicit.threshold", self.threshold, allow_inf=True))
 
 
-ThresholdSelection = Split | Bonferroni | Explicit
+ThresholdSelection = Split | MultiSplit | Bonferroni | CornerGrid | Explicit
+
+
+def describe_selection(selection: ThresholdSelection) -> str:
+    """One line naming a selection mode and its parameters, for reports.
+
+    >>> describe_selection(CornerGrid())
+    'corner grid (Bonferroni over ROC corners at error counts 0, 1, 2, 4, ..., ratio 2)'
+    """
+    if isinstance(selection, Split):
+        return f"split (threshold chosen on {selection.fraction:g} of the trials, seed {selection.seed})"
+    if isinstance(selection, MultiSplit):
+        return f"multi-split (median of {selection.splits} splits at alpha/2, fraction {selection.fraction:g})"
+    if isinstance(selection, Bonferroni):
+        what = "every observed score" if selection.thresholds is None else f"{len(selection.thresholds)} thresholds"
+        return f"Bonferroni over {what}"
+    if isinstance(selection, CornerGrid):
+        return f"corner grid (Bonferroni over ROC corners at error counts 0, 1, 2, 4, ..., ratio {selection.ratio:g})"
+    if isinstance(selection, Explicit):
+        return f"explicit threshold {selection.threshold:g}"
+    raise InvalidParameter(f"not a threshold selection: {selection!r}")
 
 
 @dataclass(frozen=True)
@@ -230,10 +360,37 @@ class ClopperPearsonBound:
     ``epsilon`` is a lower bound on the mechanism's epsilon (at the given delta)
     that holds with probability ``confidence`` over the audit's randomness.
     The counts are those the bound was computed from: for :class:`Split` they
-    are the held-out trials only. ``alpha_per_threshold`` is the level each
-    candidate threshold was tested at (``alpha / K`` under Bonferroni).
+    are the held-out trials only; for :class:`CornerGrid` the grid count stands
+    in for the observed one on the side that fixed the corner.
+    ``alpha_per_threshold`` is the level each candidate threshold was tested
+    at (``alpha / K`` under Bonferroni and the corner grid).
     """
 
+    epsilon: float
+    threshold: float
+    true_positives: int
+    n_in: int
+    false_positives: int
+    n_out: int
+    confidence: float
+    alpha_per_threshold: float
+    delta: float
+    selection: ThresholdSelection
+
+
+@dataclass(frozen=True)
+class GdpBound:
+    """Result of :meth:`CanaryScoreAuditor.mu_lower_bound`.
+
+    ``mu``: with probability ``confidence``, the mechanism is *not* mu'-GDP
+    for any mu' < mu. ``epsilon`` is the epsilon at ``delta`` of the mu-GDP
+    curve: a lower bound on epsilon only for a mechanism whose privacy is a
+    Gaussian trade-off curve (the Gaussian mechanism and its compositions);
+    for others it is the GDP reading of the audit, not an (epsilon, delta)
+    bound. Counts as in :class:`ClopperPearsonBound`.
+    """
+
+    mu: float
     epsilon: float
     threshold: float
     true_positives: int
@@ -360,6 +517,22 @@ def clopper_pearson_epsilon(tp: int, n_in: int, fp: int, n_out: int, alpha: floa
     return float(clopper_pearson_epsilon_array(tp, n_in, fp, n_out, alpha, delta))
 
 
+def gdp_mu_lower_array(tp, n_in, fp, n_out, alpha: float) -> np.ndarray:
+    """Vectorised mu lower bound of :meth:`CanaryScoreAuditor.mu_lower_bound` (no validation).
+
+    max(Phi^-1(TPR_lo) - Phi^-1(FPR_hi), 0), each limit one-sided at alpha / 2.
+
+    >>> round(float(gdp_mu_lower_array(90, 100, 10, 100, 0.05)), 3)
+    1.86
+    """
+    half = alpha / 2.0
+    tpr_lo = _cp_lower(np.asarray(tp), n_in, half)
+    fpr_hi = _cp_upper(np.asarray(fp), n_out, half)
+    with np.errstate(invalid="ignore"):
+        mu = special.ndtri(tpr_lo) - special.ndtri(fpr_hi)
+    return np.where(np.isnan(mu), 0.0, np.maximum(mu, 0.0))
+
+
 def gdp_mu(tpr: float, fpr: float) -> float:
     """Gaussian-DP parameter mu of the trade-off curve through (TPR, FPR).
 
@@ -445,66 +618,6 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     while gdp_delta_unchecked(mu, hi) > delta:
         hi *= 2.0
     return float(optimize.brentq(lambda e: gdp_delta_unchecked(mu, e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-14))
-
-
-def _one_run_p_value(epsilon: float, m: int, r: int, v: int, delta: float) -> float:
-    q = special.expit(epsilon)
-    p = stats.binom.sf(v - 1, r, q)  # P[Bin(r, q) >= v]
-    if delta > 0 and v > 0:
-        i = np.arange(1, v + 1)
-        cdf_v = stats.binom.cdf(v - 1, r, q)
-        window = cdf_v - stats.binom.cdf(v - i - 1, r, q)  # P[v > Bin >= v - i]
-        p += 2.0 * m * delta * float(np.max(window / i))
-    return float(min(p, 1.0))
-
-
-def one_run_epsilon(m: int, r: int, v: int, alpha: float = 0.05, delta: float = 0.0) -> float:
-    """Lower bound on epsilon from one run with many canaries (Steinke et al. 2023).
-
-    ``m`` canaries are each included independently with probability 1/2; the
-    auditor guesses "in"/"out" for ``r`` of them and ``v`` guesses are right.
-    Under (eps, delta)-DP each guess is right with probability at most
-    q = sigmoid(eps) = e^eps / (1 + e^eps), up to the delta slack, so
-
-        p(eps) = P[Bin(r, q) >= v] + 2*m*delta * max_i P[v > Bin(r, q) >= v - i] / i
-
-    is a p-value for "the mechanism is (eps, delta)-DP" (Steinke, Nasr &
-    Jagielski 2023, "Privacy auditing with one (1) training run"). The bound
-    is the largest eps with p(eps) <= alpha, found by bisection (0 if even
-    eps = 0 is not rejected).
-
-    >>> round(one_run_epsilon(1000, 100, 100), 3)
-    3.493
-    >>> one_run_epsilon(1000, 100, 50)
-    0.0
-    """
-    m = _check_count("m", m, minimum=1)
-    r = _check_count("r", r, minimum=1)
-    v = _check_count("v", v)
-    if r > m:
-        raise InvalidParameter(f"r (guesses) must be <= m = {m} canaries, got {r}")
-    if v > r:
-        raise InvalidParameter(f"v (correct guesses) must be <= r = {r}, got {v}")
-    alpha = _check_open_unit("alpha", alpha)
-    delta = _check_delta(delta)
-
-    def rejected(eps: float) -> bool:
-        return _one_run_p_value(eps, m, r, v, delta) <= alpha
-
-    if not rejected(0.0):
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while rejected(hi):
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e4:  # p-value never exceeds alpha: unbounded evidence
-            return math.inf
-    while hi - lo > 1e-10 * max(1.0, hi):
-        mid = 0.5 * (lo + hi)
-        if rejected(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 # --------------------------------------------------------------------------
@@ -618,6 +731,115 @@ class CanaryScoreAuditor:
         acc = 0.5 * (tp / self.n_in + 1.0 - fp / self.n_out)
         return float(np.max(acc))
 
+    def roc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The empirical ROC: ``(thresholds, fpr, tpr)``, thresholds descending from +inf.
+
+        One point per candidate threshold (+inf first, at (0, 0); the lowest
+        observed score last, at (1, 1)); FPR and TPR never decrease along it.
+
+        >>> t, fpr, tpr = CanaryScoreAuditor([1, 2], [0, 1]).roc()
+        >>> t.tolist(), fpr.tolist(), tpr.tolist()
+        ([inf, 2.0, 1.0, 0.0], [0.0, 0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 1.0])
+        """
+        t = self._candidates[::-1]
+        tp, fp = self._counts(t)
+        return t.copy(), fp / self.n_out, tp / self.n_in
+
+    def roc_hull(self) -> tuple[np.ndarray, np.ndarray]:
+        """Vertices ``(fpr, tpr)`` of the ROC's upper convex hull, from (0, 0) to (1, 1).
+
+        Every point of the hull is the (FPR, TPR) of a randomised test: call
+        "present" at the higher of two adjacent vertices' thresholds, and at
+        the lower one with a fixed probability. No test built from these
+        scores does better. Collinear points are dropped.
+
+        >>> f, t = CanaryScoreAuditor([0, 4, 6, 7], [1, 2, 3, 5]).roc_hull()
+        >>> f.tolist(), t.tolist()
+        ([0.0, 0.0, 0.25, 1.0], [0.0, 0.5, 0.75, 1.0])
+        """
+        _, f, t = self.roc()
+        hull: list[tuple[float, float]] = []
+        for p in zip(f.tolist(), t.tolist()):  # Andrew's monotone chain, upper half
+            while len(hull) >= 2:
+                (x0, y0), (x1, y1) = hull[-2], hull[-1]
+                if (x1 - x0) * (p[1] - y0) - (y1 - y0) * (p[0] - x0) < 0:
+                    break  # a right turn: hull[-1] stays a vertex
+                hull.pop()
+            if not hull or hull[-1] != p:
+                hull.append(p)
+        xs, ys = zip(*hull)
+        return np.array(xs), np.array(ys)
+
+    def tpr_at_fpr_interpolated(self, fpr: float) -> float:
+        """TPR of the best randomised test with FPR exactly ``fpr``: the ROC hull at ``fpr``.
+
+        If the hull vertices (F1, T1) and (F2, T2) bracket the target
+        (F1 <= fpr < F2), calling "present" at F1's threshold, and at F2's
+        with probability (fpr - F1) / (F2 - F1), has FPR = fpr and TPR =
+        T1 + (fpr - F1) / (F2 - F1) * (T2 - T1). The DP inequalities hold
+        for randomised tests too, so this point is as valid an input to
+        :func:`point_epsilon` as a deterministic one, and it does not jump
+        with the score that happens to sit at the target FPR.
+
+        >>> a = CanaryScoreAuditor([1, 3], [0, 2])
+        >>> [a.tpr_at_fpr_interpolated(f) for f in (0, 0.25, 0.5, 1)]
+        [0.5, 0.75, 1.0, 1.0]
+        """
+        fpr = _check_rate("fpr", fpr)
+        f, t = self.roc_hull()
+        i = int(np.searchsorted(f, fpr, side="right")) - 1  # the last vertex with F <= fpr
+        if i == f.size - 1 or f[i] == fpr:
+            return float(t[i])
+        w = (fpr - f[i]) / (f[i + 1] - f[i])
+        return float(t[i] + w * (t[i + 1] - t[i]))
+
+    def auroc(self, hull: bool = False) -> float:
+        """Area under the ROC curve.
+
+        Default: P[IN score > OUT score] + P[equal] / 2 (Mann--Whitney U /
+        (n_in * n_out)), the trapezoid area under :meth:`roc`: 0.5 for an
+        attack that cannot tell the sides apart, 1 for perfect separation.
+        ``hull=True``: the area under :meth:`roc_hull`, i.e. allowing
+        randomised tests (jax_privacy's ``attack_auroc`` convention); never
+        smaller.
+
+        >>> a = CanaryScoreAuditor([0, 4, 6, 7], [1, 2, 3, 5])
+        >>> a.auroc(), a.auroc(hull=True)   # 11/16, 13/16
+        (0.6875, 0.8125)
+        """
+        if hull:
+            f, t = self.roc_hull()
+            return float(np.sum(np.diff(f) * (t[1:] + t[:-1]) / 2.0))
+        ranks = stats.rankdata(np.concatenate([self._in, self._out]))  # ties get their mean rank
+        u = float(np.sum(ranks[: self.n_in])) - self.n_in * (self.n_in + 1) / 2.0
+        return u / (self.n_in * self.n_out)
+
+    def accuracy_upper_bound(self, alpha: float = 0.05, prevalence: float = 0.5) -> float:
+        """(1 - alpha) upper confidence limit on the best accuracy any threshold test can reach.
+
+        Accuracy of the test ``score >= t`` when the canary is present with
+        probability ``prevalence`` (pi): pi * TPR + (1 - pi) * TNR. The limit
+        is the maximum over thresholds of pi * TPR_hi + (1 - pi) * TNR_hi,
+        each a one-sided Clopper--Pearson limit at alpha / 2. No correction
+        for the maximum is needed: the best threshold t* of the true curve is
+        fixed, its limits hold with probability >= 1 - alpha, its counts are
+        some candidate's, and the maximum is at least that candidate's value.
+        Randomised tests cannot do better (accuracy is linear in the rates).
+        An (epsilon, 0)-DP mechanism caps the balanced accuracy at
+        e^epsilon / (1 + e^epsilon); :meth:`audit_accuracy` is the optimistic
+        estimate this limit brackets from above.
+
+        >>> a = CanaryScoreAuditor([1] * 500 + [3] * 500, [0] * 500 + [2] * 500)
+        >>> a.audit_accuracy(), round(a.accuracy_upper_bound(), 4)
+        (0.75, 0.7657)
+        """
+        alpha = _check_open_unit("alpha", alpha)
+        prevalence = _check_rate("prevalence", prevalence)
+        tp, fp = self._counts(self._candidates)
+        tpr_hi = _cp_upper(tp, self.n_in, alpha / 2.0)
+        tnr_hi = _cp_upper(self.n_out - fp, self.n_out, alpha / 2.0)
+        return float(np.max(prevalence * tpr_hi + (1.0 - prevalence) * tnr_hi))
+
     # -- epsilon estimates -------------------------------------------------
 
     def epsilon_point(self, fpr: float = 0.1, delta: float = 0.0) -> float:
@@ -667,7 +889,7 @@ class CanaryScoreAuditor:
         self,
         alpha: float = 0.05,
         delta: float = 0.0,
-        selection: ThresholdSelection = Split(),
+        selection: ThresholdSelection = CornerGrid(),
     ) -> ClopperPearsonBound:
         """(1 - alpha)-confidence lower bound on epsilon (Clopper--Pearson).
 
@@ -675,8 +897,11 @@ class CanaryScoreAuditor:
 
         * :class:`Split` -- pick it on a random ``fraction`` of the trials
           (maximising the bound there), bound on the others with full alpha;
+        * :class:`MultiSplit` -- the median of many splits at alpha / 2;
         * :class:`Bonferroni` -- every candidate on all trials at alpha / K,
           report the best;
+        * :class:`CornerGrid` -- the ROC corners at a fixed grid of error
+          counts, on all trials at alpha / K with a small K;
         * :class:`Explicit` -- a threshold fixed in advance, full alpha.
 
         The bound at the chosen threshold is :func:`clopper_pearson_epsilon`.
@@ -689,55 +914,117 @@ class CanaryScoreAuditor:
         (238, 8, 2.624, 0.95)
         >>> round(auditor.epsilon_clopper_pearson(selection=Bonferroni()).epsilon, 3)
         2.475
+        >>> round(auditor.epsilon_clopper_pearson(selection=CornerGrid()).epsilon, 3)
+        2.95
         >>> round(auditor.epsilon_clopper_pearson(selection=Split(0.5, seed=1)).epsilon, 3)
         2.942
         """
         alpha = _check_open_unit("alpha", alpha)
         delta = _check_delta(delta)
+
+        def objective(tp, n_in, fp, n_out, a):
+            return clopper_pearson_epsilon_array(tp, n_in, fp, n_out, a, delta)
+
+        c = self._choose(objective, alpha, selection)
+        return ClopperPearsonBound(
+            c.value, c.threshold, c.tp, c.n_in, c.fp, c.n_out, 1.0 - alpha, c.alpha, delta, selection
+        )
+
+    def mu_lower_bound(
+        self, alpha: float = 0.05, delta: float = 1e-5, selection: ThresholdSelection = CornerGrid()
+    ) -> GdpBound:
+        """(1 - alpha)-confidence lower bound on the Gaussian-DP parameter mu.
+
+        A mu-GDP mechanism forces TPR <= Phi(Phi^-1(FPR) + mu) for every test
+        (Dong, Roth & Su 2022, Definition 2.6), so with the Clopper--Pearson
+        limits at the chosen threshold
+
+            mu_lb = max(Phi^-1(TPR_lo) - Phi^-1(FPR_hi), 0)
+
+        holds with probability 1 - alpha (the TNR/FNR form gives the same
+        number: the Gaussian curve is symmetric). The threshold is chosen by
+        ``selection`` exactly as in :meth:`epsilon_clopper_pearson`, with mu
+        as the objective. Unlike :meth:`epsilon_gdp` (a plug-in estimate)
+        this is a bound on mu; its ``epsilon`` is :func:`gdp_epsilon`
+        (mu_lb, delta), an epsilon bound only for Gaussian-curve mechanisms.
+
+        >>> rng = np.random.default_rng(0)
+        >>> auditor = CanaryScoreAuditor(rng.normal(2.0, 1.0, 500), rng.normal(0.0, 1.0, 500))
+        >>> res = auditor.mu_lower_bound(selection=CornerGrid())
+        >>> round(res.mu, 3), round(res.epsilon, 3)
+        (1.801, 8.795)
+        """
+        alpha = _check_open_unit("alpha", alpha)
+        delta = _check_open_unit("delta", delta)
+        c = self._choose(gdp_mu_lower_array, alpha, selection)
+        return GdpBound(
+            c.value,
+            gdp_epsilon(c.value, delta),
+            c.threshold,
+            c.tp,
+            c.n_in,
+            c.fp,
+            c.n_out,
+            1.0 - alpha,
+            c.alpha,
+            delta,
+            selection,
+        )
+
+    # -- threshold selection ------------------------------------------------
+
+    def _choose(self, objective, alpha: float, selection: ThresholdSelection) -> _Choice:
+        """The best ``objective(tp, n_in, fp, n_out, a)`` over ``selection``'s thresholds, valid at 1 - alpha."""
         if isinstance(selection, Explicit):
             t = selection.threshold
             tp, fp = self._counts(t)
-            eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, alpha, delta)
-            return ClopperPearsonBound(
-                float(eps),
-                t,
-                int(tp),
-                self.n_in,
-                int(fp),
-                self.n_out,
-                1.0 - alpha,
-                alpha,
-                delta,
-                selection,
+            return _Choice(
+                float(objective(tp, self.n_in, fp, self.n_out, alpha)), t, tp, self.n_in, fp, self.n_out, alpha
             )
         if isinstance(selection, Bonferroni):
-            k_max = max(self.n_in, self.n_out)
+            k = (self.n_in + self.n_out) / 2.0
             if selection.thresholds is None:
-                cands, k = self._candidates, k_max
+                cands = self._candidates
             else:
                 cands = np.asarray(selection.thresholds, dtype=np.float64)
-                k = min(len(cands), k_max)
-            a = alpha / k
+                k = min(float(len(cands)), k)
             tp, fp = self._counts(cands)
-            eps = clopper_pearson_epsilon_array(tp, self.n_in, fp, self.n_out, a, delta)
-            best = int(np.argmax(eps))
-            return ClopperPearsonBound(
-                float(eps[best]),
-                float(cands[best]),
-                int(tp[best]),
-                self.n_in,
-                int(fp[best]),
-                self.n_out,
-                1.0 - alpha,
-                a,
-                delta,
-                selection,
-            )
+            return _best(objective, cands, tp, self.n_in, fp, self.n_out, self._level(alpha, k))
+        if isinstance(selection, CornerGrid):
+            tp, fp = self._counts(self._candidates)  # fp falls and fn = n_in - tp rises with the threshold
+            c_out, c_in = selection.counts(self.n_out), selection.counts(self.n_in)
+            lowest = np.argmax(fp[None, :] <= c_out[:, None], axis=1)  # A_c; +inf (fp 0) always qualifies
+            highest = np.sum((self.n_in - tp)[None, :] <= c_in[:, None], axis=1) - 1  # B_c; the minimum has fn 0
+            cands = np.r_[self._candidates[lowest], self._candidates[highest]]
+            tp_used = np.r_[tp[lowest], self.n_in - c_in]  # the grid count on the side that fixed the corner
+            fp_used = np.r_[c_out, fp[highest]]
+            level = self._level(alpha, selection.k(self.n_in, self.n_out))
+            return _best(objective, cands, tp_used, self.n_in, fp_used, self.n_out, level)
         if isinstance(selection, Split):
-            return self._split_bound(alpha, delta, selection)
-        raise InvalidParameter(f"selection must be Split(...), Bonferroni(...) or Explicit(...), got {selection!r}")
+            return self._split_choice(objective, alpha, selection)
+        if isinstance(selection, MultiSplit):
+            a = self._level(alpha, 2)
+            choices = sorted((self._split_choice(objective, a, m) for m in selection.members()), key=lambda c: c.value)
+            return choices[(len(choices) - 1) // 2]  # the lower median: a split's own bound and counts
+        raise InvalidParameter(
+            "selection must be Split(...), MultiSplit(...), Bonferroni(...), CornerGrid(...) or Explicit(...), "
+            f"got {selection!r}"
+        )
 
-    def _split_bound(self, alpha: float, delta: float, selection: Split) -> ClopperPearsonBound:
+    @staticmethod
+    def _level(alpha: float, k: float) -> float:
+        """The Bonferroni level of each of ``k`` simultaneous tests (alpha / k: they all hold w.p. >= 1 - alpha)."""
+        return alpha / k
+
+    def _split_choice(self, objective, alpha: float, selection: Split) -> _Choice:
+        """Choose on the selection half, bound on the evaluation half.
+
+        Ties in the selection half's bound (all 0 on weak evidence) are broken
+        by the same bound at 50 % confidence (each rate at its median limit:
+        finite, and larger where the evidence is larger), and only then by the
+        plug-in estimate, which is +inf at any threshold with TPR = 1 or
+        FPR = 0 and so would pull the choice to an extreme threshold.
+        """
         if self.n_in < 2 or self.n_out < 2:
             raise InvalidParameter(f"Split needs >= 2 trials per side, got n_in={self.n_in}, n_out={self.n_out}")
         (in_s, in_e), (out_s, out_e) = selection.halves(self.n_in, self.n_out)
@@ -747,25 +1034,43 @@ class CanaryScoreAuditor:
         cands = np.append(np.unique(np.concatenate([in_sel, out_sel])), np.inf)
         tp_s = self._count_at_least(in_sel, cands)
         fp_s = self._count_at_least(out_sel, cands)
-        eps_s = clopper_pearson_epsilon_array(tp_s, in_sel.size, fp_s, out_sel.size, alpha, delta)
-        # ties in the selection bound (e.g. all zero): prefer the higher plug-in estimate
-        pt_a = _log_ratio(tp_s / in_sel.size - delta, fp_s / out_sel.size)
-        pt_b = _log_ratio(1.0 - fp_s / out_sel.size - delta, 1.0 - tp_s / in_sel.size)
-        pt = np.maximum(pt_a, pt_b)
-        best = int(np.lexsort((-pt, -eps_s))[0])
+        bound = objective(tp_s, in_sel.size, fp_s, out_sel.size, alpha)
+        median = objective(tp_s, in_sel.size, fp_s, out_sel.size, _TIE_BREAK_ALPHA)
+        tpr_s, fpr_s = tp_s / in_sel.size, fp_s / out_sel.size
+        plug_in = np.maximum(_log_ratio(tpr_s, fpr_s), _log_ratio(1.0 - fpr_s, 1.0 - tpr_s))
+        best = int(np.lexsort((-plug_in, -median, -bound))[0])
         t = float(cands[best])
-        tp = int(self._count_at_least(in_eval, t))
-        fp = int(self._count_at_least(out_eval, t))
-        eps = clopper_pearson_epsilon_array(tp, in_eval.size, fp, out_eval.size, alpha, delta)
-        return ClopperPearsonBound(
-            float(eps),
-            t,
-            tp,
-            int(in_eval.size),
-            fp,
-            int(out_eval.size),
-            1.0 - alpha,
-            alpha,
-            delta,
-            selection,
+        tp = self._count_at_least(in_eval, t)
+        fp = self._count_at_least(out_eval, t)
+        return _Choice(
+            float(objective(tp, in_eval.size, fp, out_eval.size, alpha)), t, tp, in_eval.size, fp, out_eval.size, alpha
         )
+
+
+_TIE_BREAK_ALPHA = 1.0 - 1e-9
+"""Level of the split's tie-break bound: each one-sided limit at ~1/2, i.e. the rates' median limits."""
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """A chosen threshold: the objective there, the counts it was computed from and the level used."""
+
+    value: float
+    threshold: float
+    tp: int
+    n_in: int
+    fp: int
+    n_out: int
+    alpha: float
+
+    def __post_init__(self):
+        for name in ("tp", "n_in", "fp", "n_out"):
+            object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "threshold", float(self.threshold))
+
+
+def _best(objective, cands: np.ndarray, tp, n_in: int, fp, n_out: int, a: float) -> _Choice:
+    """The candidate with the largest objective at level ``a`` (the first of equals)."""
+    values = objective(tp, n_in, fp, n_out, a)
+    i = int(np.argmax(values))
+    return _Choice(float(values[i]), cands[i], np.asarray(tp)[i], n_in, np.asarray(fp)[i], n_out, a)

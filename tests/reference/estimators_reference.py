@@ -22,6 +22,11 @@ __all__ = [
     "point_epsilon_plain",
     "clopper_pearson_epsilon_by_binomial",
     "best_clopper_pearson_loop",
+    "corner_grid_loop",
+    "mu_lower_by_binomial",
+    "roc_hull_brute",
+    "auroc_pairs",
+    "accuracy_upper_loop",
     "gdp_mu_plain",
     "gdp_epsilon_grid",
     "gaussian_delta_by_integration",
@@ -107,6 +112,83 @@ def best_clopper_pearson_loop(in_scores, out_scores, alpha, delta, thresholds) -
         tp = round(tpr * len(in_scores))
         fp = round(fpr * len(out_scores))
         best = max(best, clopper_pearson_epsilon_by_binomial(tp, len(in_scores), fp, len(out_scores), alpha, delta))
+    return best
+
+
+def _grid(n: int, ratio: float) -> list[int]:
+    counts, power = [0], 1.0
+    while round(power) <= n // 2:
+        if round(power) not in counts:
+            counts.append(round(power))
+        power *= ratio
+    return counts
+
+
+def corner_grid_loop(in_scores, out_scores, alpha, delta, ratio=2.0) -> float:
+    """The corner grid by its definition: walk the thresholds for each grid count, bound at alpha / K
+    with the grid count on the side that fixed the corner."""
+    n_in, n_out = len(in_scores), len(out_scores)
+    thresholds = thresholds_loop(in_scores, out_scores)  # ascending, then +inf
+    out_grid, in_grid = _grid(n_out, ratio), _grid(n_in, ratio)
+    a = alpha / (len(out_grid) + len(in_grid))
+    best = 0.0
+    for c in out_grid:  # the lowest threshold with at most c OUT scores at or above it
+        t = next(t for t in thresholds if sum(s >= t for s in out_scores) <= c)
+        tp = sum(s >= t for s in in_scores)
+        best = max(best, clopper_pearson_epsilon_by_binomial(tp, n_in, c, n_out, a, delta))
+    for c in in_grid:  # the highest threshold with at most c IN scores below it
+        t = [t for t in thresholds if sum(s < t for s in in_scores) <= c][-1]
+        fp = sum(s >= t for s in out_scores)
+        best = max(best, clopper_pearson_epsilon_by_binomial(n_in - c, n_in, fp, n_out, a, delta))
+    return best
+
+
+def mu_lower_by_binomial(tp, n_in, fp, n_out, alpha) -> float:
+    """Phi^-1(TPR_lo) - Phi^-1(FPR_hi), both limits by binomial inversion, floored at 0."""
+    tpr_lo = _binomial_lower(tp, n_in, alpha / 2)
+    fpr_hi = _binomial_upper(fp, n_out, alpha / 2)
+    if tpr_lo == 0.0 or fpr_hi == 1.0:
+        return 0.0
+    return max(float(stats.norm.ppf(tpr_lo) - stats.norm.ppf(fpr_hi)), 0.0)
+
+
+def roc_hull_brute(fpr: Sequence[float], tpr: Sequence[float]) -> list[tuple[float, float]]:
+    """The upper hull by its definition: a distinct ROC point stays unless it lies on or below the
+    segment between two others on either side of it (O(n^3); jax_privacy's test uses the same rule)."""
+    points = sorted(set(zip(fpr, tpr)))
+    keep = []
+    for j, (xj, yj) in enumerate(points):
+        dominated = False
+        for i in range(j):
+            for k in range(j + 1, len(points)):
+                (xi, yi), (xk, yk) = points[i], points[k]
+                if (xj - xi) * (yk - yi) - (yj - yi) * (xk - xi) >= 0:
+                    dominated = True
+        if not dominated:
+            keep.append((xj, yj))
+    return keep
+
+
+def auroc_pairs(in_scores, out_scores) -> float:
+    """P[IN > OUT] + P[IN = OUT] / 2 over all pairs."""
+    total = 0.0
+    for a in in_scores:
+        for b in out_scores:
+            total += 1.0 if a > b else (0.5 if a == b else 0.0)
+    return total / (len(in_scores) * len(out_scores))
+
+
+def accuracy_upper_loop(in_scores, out_scores, alpha, prevalence=0.5) -> float:
+    """Max over thresholds of pi * TPR_hi + (1 - pi) * TNR_hi, each limit by binomial inversion at alpha / 2."""
+    n_in, n_out = len(in_scores), len(out_scores)
+    best = 0.0
+    for t in thresholds_loop(in_scores, out_scores):
+        tp = sum(s >= t for s in in_scores)
+        tn = sum(s < t for s in out_scores)
+        value = prevalence * _binomial_upper(tp, n_in, alpha / 2) + (1 - prevalence) * _binomial_upper(
+            tn, n_out, alpha / 2
+        )
+        best = max(best, value)
     return best
 
 
