@@ -242,20 +242,24 @@ def test_corner_grid_matches_loop(ins, outs, alpha, delta, ratio):
     auditor = CanaryScoreAuditor(ins, outs)
     res = auditor.epsilon_clopper_pearson(alpha=alpha, delta=delta, selection=CornerGrid(ratio))
     assert res.alpha_per_threshold == pytest.approx(alpha / CornerGrid(ratio).k(len(ins), len(outs)))
-    slow = ref.corner_grid_loop(ins, outs, alpha, delta, ratio)
+    slow = ref.corner_grid_loop(ins, outs, alpha, delta, ratio, seed=0)
     assert res.epsilon == pytest.approx(slow, abs=1e-6, rel=1e-6)
 
 
-def test_corner_grid_uses_the_grid_count_where_ties_skip_it():
-    """Ties put 30 OUT scores and 30 IN scores on atoms between the grid counts 16 and 32: both
-    corners at 32 must be bounded with the count 32 (the proof's event), not the observed 30."""
-    ins, outs = [0.5] * 30 + [3.0] * 170, [3.0] * 30 + [1.0] * 170
-    res = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(alpha=0.05, selection=CornerGrid())
-    a = 0.05 / CornerGrid().k(200, 200)
-    expected = max(clopper_pearson_epsilon(170, 200, 32, 200, a), clopper_pearson_epsilon(168, 200, 30, 200, a))
-    assert expected > 0 and res.epsilon == pytest.approx(expected, rel=1e-12)
-    assert res.epsilon == pytest.approx(ref.corner_grid_loop(ins, outs, 0.05, 0.0), rel=1e-9)
-    assert res.epsilon < clopper_pearson_epsilon(170, 200, 30, 200, a)
+def test_corner_grid_randomises_ties_so_discrete_scores_reach_every_corner():
+    """Bits (randomised response at eps = 1, 500 trials a side): the natural threshold has ~134 false
+    positives, between the grid counts 128 and 256 (and ~125 false negatives). The tie-broken corners
+    call part of a tie present (A_128: 128 of the 136 tied OUT trials), so the bound is positive;
+    without the tie-break A_128 falls on "call nothing" and B_128 must use the count 128 for 125."""
+    rng = np.random.default_rng(3)
+    p = 1 / (1 + math.exp(-1.0))
+    ins, outs = (rng.random(500) < p).astype(float), (rng.random(500) < 1 - p).astype(float)
+    assert 128 < outs.sum() < 250 and 64 < 500 - ins.sum() < 250  # 136 false positives, 125 false negatives
+    res = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(selection=CornerGrid(seed=1))
+    assert res.epsilon > 0.3 and res.threshold == 1.0 and 128 in (res.false_positives, 500 - res.true_positives)
+    assert res.epsilon == pytest.approx(ref.corner_grid_loop(ins, outs, 0.05, 0.0, seed=1), rel=1e-9)
+    again = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(selection=CornerGrid(seed=1))
+    assert again == res  # the seed fixes the randomisation
 
 
 @FAST

@@ -182,7 +182,7 @@ def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> s
 def selection(s: AuditSettings) -> ThresholdSelection:
     """The threshold selection the ``bound`` setting names, seeded by the audit's seed."""
     return {
-        BoundKind.CORNER_GRID: CornerGrid(),
+        BoundKind.CORNER_GRID: CornerGrid(seed=s.seed),
         BoundKind.SPLIT: Split(s.split_fraction, s.seed),
         BoundKind.MULTI_SPLIT: MultiSplit(fraction=s.split_fraction, seed=s.seed),
         BoundKind.BONFERRONI: Bonferroni(),

@@ -276,6 +276,14 @@ class CornerGrid:
     K = |G(n_out)| + |G(n_in)| (14 at 100 trials a side, against 100 for
     :class:`Bonferroni`), and each corner is bounded at alpha / K.
 
+    Ties are broken at random first (an independent uniform draw from
+    ``default_rng(seed)`` orders equal scores): the test at a tied score then
+    calls a random part of the tie "present", a randomised test. Appending
+    independent noise to the scores is post-processing, so the randomised
+    mechanism is at least as private and bounding it is valid; without it,
+    discrete scores (labels, counts, bits) jump past the grid counts and a
+    corner can fall on a threshold that calls nothing present.
+
     Proof. At A_c the bound uses the FPR limit U(c) >= U(fp(A_c)) (the grid
     count, not the observed one, which ties can make smaller). A_c lies above
     the (c + 1)-th largest OUT score X, so a failure S_out(A_c) > U(c) implies
@@ -295,11 +303,25 @@ class CornerGrid:
     """
 
     ratio: float = 2.0
+    seed: int = 0
 
     def __post_init__(self):
         ratio = _check_real("CornerGrid.ratio", self.ratio)
         if not ratio > 1.0:
             raise InvalidParameter(f"CornerGrid.ratio must be > 1, got {self.ratio!r}")
+        _check_count("CornerGrid.seed", self.seed)
+
+    def ranks(self, in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct ranks 0..n_in + n_out - 1 of the pooled scores, ties in a seeded random order.
+
+        >>> [r.tolist() for r in CornerGrid(seed=0).ranks(np.array([1.0, 1.0]), np.array([0.0, 1.0]))]
+        [[3, 2], [0, 1]]
+        """
+        scores = np.concatenate([in_scores, out_scores])
+        order = np.lexsort((np.random.default_rng(self.seed).random(scores.size), scores))
+        rank = np.empty(scores.size, dtype=np.int64)
+        rank[order] = np.arange(scores.size)
+        return rank[: in_scores.size], rank[in_scores.size :]
 
     def counts(self, n: int) -> np.ndarray:
         """The grid G(n): 0, 1 and the distinct round(ratio^j) up to n // 2 (at least {0})."""
@@ -336,8 +358,8 @@ ThresholdSelection = Split | MultiSplit | Bonferroni | CornerGrid | Explicit
 def describe_selection(selection: ThresholdSelection) -> str:
     """One line naming a selection mode and its parameters, for reports.
 
-    >>> describe_selection(CornerGrid())
-    'corner grid (Bonferroni over ROC corners at error counts 0, 1, 2, 4, ..., ratio 2)'
+    >>> describe_selection(Bonferroni())
+    'Bonferroni over every observed score'
     """
     if isinstance(selection, Split):
         return f"split (threshold chosen on {selection.fraction:g} of the trials, seed {selection.seed})"
@@ -347,7 +369,10 @@ def describe_selection(selection: ThresholdSelection) -> str:
         what = "every observed score" if selection.thresholds is None else f"{len(selection.thresholds)} thresholds"
         return f"Bonferroni over {what}"
     if isinstance(selection, CornerGrid):
-        return f"corner grid (Bonferroni over ROC corners at error counts 0, 1, 2, 4, ..., ratio {selection.ratio:g})"
+        return (
+            f"corner grid (Bonferroni over ROC corners at error counts 0, 1, 2, 4, ..., ratio {selection.ratio:g}; "
+            f"ties randomised, seed {selection.seed})"
+        )
     if isinstance(selection, Explicit):
         return f"explicit threshold {selection.threshold:g}"
     raise InvalidParameter(f"not a threshold selection: {selection!r}")
@@ -991,15 +1016,7 @@ class CanaryScoreAuditor:
             tp, fp = self._counts(cands)
             return _best(objective, cands, tp, self.n_in, fp, self.n_out, self._level(alpha, k))
         if isinstance(selection, CornerGrid):
-            tp, fp = self._counts(self._candidates)  # fp falls and fn = n_in - tp rises with the threshold
-            c_out, c_in = selection.counts(self.n_out), selection.counts(self.n_in)
-            lowest = np.argmax(fp[None, :] <= c_out[:, None], axis=1)  # A_c; +inf (fp 0) always qualifies
-            highest = np.sum((self.n_in - tp)[None, :] <= c_in[:, None], axis=1) - 1  # B_c; the minimum has fn 0
-            cands = np.r_[self._candidates[lowest], self._candidates[highest]]
-            tp_used = np.r_[tp[lowest], self.n_in - c_in]  # the grid count on the side that fixed the corner
-            fp_used = np.r_[c_out, fp[highest]]
-            level = self._level(alpha, selection.k(self.n_in, self.n_out))
-            return _best(objective, cands, tp_used, self.n_in, fp_used, self.n_out, level)
+            return self._corner_choice(objective, alpha, selection)
         if isinstance(selection, Split):
             return self._split_choice(objective, alpha, selection)
         if isinstance(selection, MultiSplit):
@@ -1010,6 +1027,24 @@ class CanaryScoreAuditor:
             "selection must be Split(...), MultiSplit(...), Bonferroni(...), CornerGrid(...) or Explicit(...), "
             f"got {selection!r}"
         )
+
+    def _corner_choice(self, objective, alpha: float, grid: CornerGrid) -> _Choice:
+        """The corners A_c and B_c of :class:`CornerGrid` on the tie-broken ranks, each at alpha / K."""
+        r_in, r_out = grid.ranks(self._in, self._out)
+        n = self.n_in + self.n_out
+        cuts = np.arange(n + 1)  # rank threshold t: ranks >= t are called present; t = n calls none
+        tp = self._count_at_least(np.sort(r_in), cuts)  # falls with t, as fp does; fn = n_in - tp rises
+        fp = self._count_at_least(np.sort(r_out), cuts)
+        c_out, c_in = grid.counts(self.n_out), grid.counts(self.n_in)
+        lowest = np.argmax(fp[None, :] <= c_out[:, None], axis=1)  # A_c; t = n (fp 0) always qualifies
+        highest = np.sum((self.n_in - tp)[None, :] <= c_in[:, None], axis=1) - 1  # B_c; t = 0 has fn 0
+        picked = np.r_[lowest, highest]
+        tp_used = np.r_[tp[lowest], self.n_in - c_in]  # the grid count on the side that fixed the corner
+        fp_used = np.r_[c_out, fp[highest]]  # (equal to the observed count: ranks have no ties)
+        sorted_scores = np.sort(np.concatenate([self._in, self._out]))
+        thresholds = np.append(sorted_scores, np.inf)[picked]  # the score at the cut (randomised if tied)
+        level = self._level(alpha, grid.k(self.n_in, self.n_out))
+        return _best(objective, thresholds, tp_used, self.n_in, fp_used, self.n_out, level)
 
     @staticmethod
     def _level(alpha: float, k: float) -> float:

@@ -124,10 +124,16 @@ def _grid(n: int, ratio: float) -> list[int]:
     return counts
 
 
-def corner_grid_loop(in_scores, out_scores, alpha, delta, ratio=2.0) -> float:
-    """The corner grid by its definition: walk the thresholds for each grid count, bound at alpha / K
-    with the grid count on the side that fixed the corner."""
+def corner_grid_loop(in_scores, out_scores, alpha, delta, ratio=2.0, seed=0) -> float:
+    """The corner grid by its definition: rank the pooled scores (ties by the seeded uniform draws),
+    walk the rank thresholds for each grid count, bound at alpha / K with the grid count on the side
+    that fixed the corner."""
     n_in, n_out = len(in_scores), len(out_scores)
+    u = np.random.default_rng(seed).random(n_in + n_out)
+    pooled = sorted((float(s), float(u[i]), i) for i, s in enumerate(list(in_scores) + list(out_scores)))
+    rank = {i: r for r, (_, _, i) in enumerate(pooled)}
+    in_scores = [rank[i] for i in range(n_in)]
+    out_scores = [rank[n_in + j] for j in range(n_out)]
     thresholds = thresholds_loop(in_scores, out_scores)  # ascending, then +inf
     out_grid, in_grid = _grid(n_out, ratio), _grid(n_in, ratio)
     a = alpha / (len(out_grid) + len(in_grid))
