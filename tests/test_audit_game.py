@@ -571,13 +571,14 @@ def test_report_figures_are_recomputed_from_the_log(play):
         assert (row["tpr"], row["fpr"]) == (tpr, fpr)
         _expect_estimate(row, "epsilon_point", a.epsilon_point(0.2, 1e-4), len(outs), 0.2)
         _expect_estimate(row, "epsilon_gdp", a.epsilon_gdp(1e-4, 0.2), len(outs), 0.2)
-        cp = a.epsilon_clopper_pearson(alpha=0.1, delta=1e-4, selection=Split(0.4, seed=3))
+        alpha = 1 - 0.9  # as AuditSettings.alpha computes it (not exactly 0.1)
+        cp = a.epsilon_clopper_pearson(alpha=alpha, delta=1e-4, selection=Split(0.4, seed=3))
         assert row["epsilon_lower_bound"] == cp.epsilon and row["confidence"] == 0.9
         assert row["lower_bound_method"] == describe_selection(Split(0.4, seed=3))
-        gdp = a.mu_lower_bound(alpha=0.1, delta=1e-4, selection=Split(0.4, seed=3))
+        gdp = a.mu_lower_bound(alpha=alpha, delta=1e-4, selection=Split(0.4, seed=3))
         assert row["mu_lower_bound"] == gdp.mu and row["epsilon_gdp_bound"] == gdp.epsilon
         assert row["auroc"] == a.auroc() and row["tpr_interpolated"] == a.tpr_at_fpr_interpolated(0.2)
-        assert row["accuracy_upper_bound"] == a.accuracy_upper_bound(0.1)
+        assert row["accuracy_upper_bound"] == a.accuracy_upper_bound(alpha)
         counts = row["lower_bound_counts"]
         assert (counts["tp"], counts["n_in"], counts["fp"], counts["n_out"]) == (
             cp.true_positives,

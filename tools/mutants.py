@@ -63,6 +63,7 @@ KERN = "tests/test_kernels.py"
 INFL = "tests/test_influence.py"
 NGRAM = "tests/test_ngrams.py"
 EST = "tests/test_estimators.py"
+SOUND = "tests/test_soundness.py"
 CAL = "tests/test_calibration.py"
 ENG = "tests/test_engine.py"
 REC = "tests/test_records.py"
@@ -168,8 +169,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A7",
         "ctxlite/audit/report.py",
-        "selection=Split(s.split_fraction, s.seed)",
-        "selection=Split(s.split_fraction, 0)",
+        "BoundKind.SPLIT: Split(s.split_fraction, s.seed)",
+        "BoundKind.SPLIT: Split(s.split_fraction, 0)",
         (GAME,),
         "report_figures",
         "the Clopper-Pearson split ignores the audit seed",
@@ -298,8 +299,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "E1",
         "ctxlite/privacy/estimators.py",
-        "half = alpha / 2.0",
-        "half = alpha",
+        "    half = alpha / 2.0\n    tpr_lo = _cp_lower(tp, n_in, half)",
+        "    half = alpha\n    tpr_lo = _cp_lower(tp, n_in, half)",
         (EST,),
         None,
         "Clopper-Pearson spends alpha on each of the two rates",
@@ -307,8 +308,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "E2",
         "ctxlite/privacy/estimators.py",
-        "tp = int(self._count_at_least(in_eval, t))",
-        "tp = int(self._count_at_least(in_sel, t))",
+        "        tp = self._count_at_least(in_eval, t)",
+        "        tp = self._count_at_least(in_sel, t)",
         (EST,),
         None,
         "the split bound counts true positives on the selection half",
@@ -535,6 +536,51 @@ MUTANTS: list[Mutant] = [
         (REG,),
         "any_script or emoji",
         "emoji are dropped from ROUGE tokens",
+    ),
+    Mutant(
+        "E20",
+        "ctxlite/privacy/estimators.py",
+        "        return alpha / k\n",
+        "        return alpha\n",
+        (SOUND,),
+        "loose_level",
+        "Bonferroni, the corner grid and the multi-split drop their alpha correction",
+    ),
+    Mutant(
+        "E21",
+        "ctxlite/privacy/estimators.py",
+        "        tp_used = np.r_[tp[lowest], self.n_in - c_in]",
+        "        tp_used = np.r_[tp[lowest], tp[lowest]]",
+        (EST,),
+        "corner_grid or randomises",
+        "the corner grid's B corners are bounded with the A corners' counts",
+    ),
+    Mutant(
+        "E22",
+        "ctxlite/privacy/estimators.py",
+        "        order = np.lexsort((np.random.default_rng(self.seed).random(scores.size), scores))",
+        "        order = np.lexsort((np.arange(scores.size), scores))",
+        (EST,),
+        "corner_grid or randomises",
+        "the corner grid's ties are broken in input order, not at random",
+    ),
+    Mutant(
+        "E23",
+        "ctxlite/privacy/one_run.py",
+        "    return alpha / k\n",
+        "    return alpha\n",
+        (SOUND,),
+        "one_run_bounds_sound",
+        "one-run auditing tries every guess count at the full alpha",
+    ),
+    Mutant(
+        "E24",
+        "ctxlite/privacy/one_run.py",
+        "    if check_inclusion and p_incl < INCLUSION_LEVEL:",
+        "    if False:",
+        (SOUND,),
+        "unfair_inclusion",
+        "one-run auditing accepts canaries that were not included by fair coins",
     ),
     Mutant(
         "R8",

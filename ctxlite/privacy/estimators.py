@@ -70,7 +70,7 @@ __all__ = [
 # validation helpers
 
 
-def _check_real(name: str, value, *, allow_inf: bool = False) -> float:
+def check_real(name: str, value, *, allow_inf: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidParameter(f"{name} must be a real number, got {value!r}")
     value = float(value)
@@ -79,28 +79,28 @@ def _check_real(name: str, value, *, allow_inf: bool = False) -> float:
     return value
 
 
-def _check_open_unit(name: str, value) -> float:
-    value = _check_real(name, value)
+def check_open_unit(name: str, value) -> float:
+    value = check_real(name, value)
     if not 0.0 < value < 1.0:
         raise InvalidParameter(f"{name} must be in (0, 1), got {value!r}")
     return value
 
 
-def _check_delta(value) -> float:
-    value = _check_real("delta", value)
+def check_delta(value) -> float:
+    value = check_real("delta", value)
     if not 0.0 <= value < 1.0:
         raise InvalidParameter(f"delta must be in [0, 1), got {value!r}")
     return value
 
 
-def _check_rate(name: str, value) -> float:
-    value = _check_real(name, value)
+def check_rate(name: str, value) -> float:
+    value = check_real(name, value)
     if not 0.0 <= value <= 1.0:
         raise InvalidParameter(f"{name} must be in [0, 1], got {value!r}")
     return value
 
 
-def _check_count(name: str, value, *, minimum: int = 0) -> int:
+def check_count(name: str, value, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidParameter(f"{name} must be an integer, got {value!r}")
     value = int(value)
@@ -109,7 +109,7 @@ def _check_count(name: str, value, *, minimum: int = 0) -> int:
     return value
 
 
-def _check_scores(name: str, scores) -> np.ndarray:
+def check_scores(name: str, scores) -> np.ndarray:
     try:
         arr = np.array(scores, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -147,10 +147,10 @@ class Split:
     seed: int = 0
 
     def __post_init__(self):
-        fraction = _check_real("Split.fraction", self.fraction)
+        fraction = check_real("Split.fraction", self.fraction)
         if not 0.0 < fraction < 1.0:
             raise InvalidParameter(f"Split.fraction must be in (0, 1), got {self.fraction!r}")
-        _check_count("Split.seed", self.seed)
+        check_count("Split.seed", self.seed)
 
     def halves(self, n_in: int, n_out: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """Trial indices ``((in_select, in_eval), (out_select, out_eval))``.
@@ -163,8 +163,8 @@ class Split:
         >>> [(a.tolist(), b.tolist()) for a, b in Split(0.5, seed=0).halves(4, 2)]
         [([2, 0], [1, 3]), ([1], [0])]
         """
-        n_in = _check_count("n_in", n_in, minimum=2)
-        n_out = _check_count("n_out", n_out, minimum=2)
+        n_in = check_count("n_in", n_in, minimum=2)
+        n_out = check_count("n_out", n_out, minimum=2)
         rng = np.random.default_rng(self.seed)
 
         def split(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +197,7 @@ class MultiSplit:
     seed: int = 0
 
     def __post_init__(self):
-        _check_count("MultiSplit.splits", self.splits, minimum=1)
+        check_count("MultiSplit.splits", self.splits, minimum=1)
         Split(self.fraction, self.seed)  # the same checks as one split's
 
     def members(self) -> tuple[Split, ...]:
@@ -306,10 +306,10 @@ class CornerGrid:
     seed: int = 0
 
     def __post_init__(self):
-        ratio = _check_real("CornerGrid.ratio", self.ratio)
+        ratio = check_real("CornerGrid.ratio", self.ratio)
         if not ratio > 1.0:
             raise InvalidParameter(f"CornerGrid.ratio must be > 1, got {self.ratio!r}")
-        _check_count("CornerGrid.seed", self.seed)
+        check_count("CornerGrid.seed", self.seed)
 
     def ranks(self, in_scores: np.ndarray, out_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Distinct ranks 0..n_in + n_out - 1 of the pooled scores, ties in a seeded random order.
@@ -349,7 +349,7 @@ class Explicit:
     threshold: float
 
     def __post_init__(self):
-        object.__setattr__(self, "threshold", _check_real("Explicit.threshold", self.threshold, allow_inf=True))
+        object.__setattr__(self, "threshold", check_real("Explicit.threshold", self.threshold, allow_inf=True))
 
 
 ThresholdSelection = Split | MultiSplit | Bonferroni | CornerGrid | Explicit
@@ -463,9 +463,9 @@ def point_epsilon(tpr: float, fpr: float, delta: float = 0.0) -> float:
     >>> point_epsilon(0.1, 0.2)
     0.0
     """
-    tpr = _check_rate("tpr", tpr)
-    fpr = _check_rate("fpr", fpr)
-    delta = _check_delta(delta)
+    tpr = check_rate("tpr", tpr)
+    fpr = check_rate("fpr", fpr)
+    delta = check_delta(delta)
     a = _log_ratio(tpr - delta, fpr)
     b = _log_ratio(1.0 - fpr - delta, 1.0 - tpr)
     return float(max(a, b, 0.0))
@@ -529,16 +529,16 @@ def clopper_pearson_epsilon(tp: int, n_in: int, fp: int, n_out: int, alpha: floa
     >>> round(clopper_pearson_epsilon(50, 100, 10, 100), 3)
     0.816
     """
-    n_in = _check_count("n_in", n_in, minimum=1)
-    n_out = _check_count("n_out", n_out, minimum=1)
-    tp = _check_count("tp", tp)
-    fp = _check_count("fp", fp)
+    n_in = check_count("n_in", n_in, minimum=1)
+    n_out = check_count("n_out", n_out, minimum=1)
+    tp = check_count("tp", tp)
+    fp = check_count("fp", fp)
     if tp > n_in:
         raise InvalidParameter(f"tp must be <= n_in = {n_in}, got {tp}")
     if fp > n_out:
         raise InvalidParameter(f"fp must be <= n_out = {n_out}, got {fp}")
-    alpha = _check_open_unit("alpha", alpha)
-    delta = _check_delta(delta)
+    alpha = check_open_unit("alpha", alpha)
+    delta = check_delta(delta)
     return float(clopper_pearson_epsilon_array(tp, n_in, fp, n_out, alpha, delta))
 
 
@@ -575,8 +575,8 @@ def gdp_mu(tpr: float, fpr: float) -> float:
     >>> gdp_mu(0.3, 0.3)
     0.0
     """
-    tpr = _check_rate("tpr", tpr)
-    fpr = _check_rate("fpr", fpr)
+    tpr = check_rate("tpr", tpr)
+    fpr = check_rate("fpr", fpr)
     if tpr == fpr:
         return 0.0
     return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))
@@ -596,8 +596,8 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     >>> f"{gdp_delta(1.2816, 5.849):.2e}"
     '1.00e-05'
     """
-    mu = _check_real("mu", mu, allow_inf=True)
-    epsilon = _check_real("epsilon", epsilon, allow_inf=True)
+    mu = check_real("mu", mu, allow_inf=True)
+    epsilon = check_real("epsilon", epsilon, allow_inf=True)
     if mu < 0:
         raise InvalidParameter(f"mu must be >= 0, got {mu!r}")
     if epsilon < 0:
@@ -631,8 +631,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     >>> gdp_epsilon(-0.3, 1e-5)
     0.0
     """
-    mu = _check_real("mu", mu, allow_inf=True)
-    delta = _check_open_unit("delta", delta)
+    mu = check_real("mu", mu, allow_inf=True)
+    delta = check_open_unit("delta", delta)
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
@@ -665,8 +665,8 @@ class CanaryScoreAuditor:
     """
 
     def __init__(self, in_scores, out_scores):
-        self._in = _check_scores("in_scores", in_scores)
-        self._out = _check_scores("out_scores", out_scores)
+        self._in = check_scores("in_scores", in_scores)
+        self._out = check_scores("out_scores", out_scores)
         self._in_sorted = np.sort(self._in)
         self._out_sorted = np.sort(self._out)
         # candidate thresholds: every observed score, then +inf ("call nothing")
@@ -713,7 +713,7 @@ class CanaryScoreAuditor:
         >>> CanaryScoreAuditor([1, 2, 3, 4], [0, 1, 2, 5]).tpr_fpr(2)
         (0.75, 0.5)
         """
-        threshold = _check_real("threshold", threshold, allow_inf=True)
+        threshold = check_real("threshold", threshold, allow_inf=True)
         tp, fp = self._counts(threshold)
         return float(tp) / self.n_in, float(fp) / self.n_out
 
@@ -727,7 +727,7 @@ class CanaryScoreAuditor:
         >>> CanaryScoreAuditor([1, 2, 3, 4], [0, 1, 2, 5]).threshold_at_fpr(0.25)
         3.0
         """
-        fpr = _check_rate("fpr", fpr)
+        fpr = check_rate("fpr", fpr)
         _, fp = self._counts(self._candidates)
         ok = fp / self.n_out <= fpr + 1e-12
         return float(self._candidates[int(np.argmax(ok))])
@@ -810,7 +810,7 @@ class CanaryScoreAuditor:
         >>> [a.tpr_at_fpr_interpolated(f) for f in (0, 0.25, 0.5, 1)]
         [0.5, 0.75, 1.0, 1.0]
         """
-        fpr = _check_rate("fpr", fpr)
+        fpr = check_rate("fpr", fpr)
         f, t = self.roc_hull()
         i = int(np.searchsorted(f, fpr, side="right")) - 1  # the last vertex with F <= fpr
         if i == f.size - 1 or f[i] == fpr:
@@ -858,8 +858,8 @@ class CanaryScoreAuditor:
         >>> a.audit_accuracy(), round(a.accuracy_upper_bound(), 4)
         (0.75, 0.7657)
         """
-        alpha = _check_open_unit("alpha", alpha)
-        prevalence = _check_rate("prevalence", prevalence)
+        alpha = check_open_unit("alpha", alpha)
+        prevalence = check_rate("prevalence", prevalence)
         tp, fp = self._counts(self._candidates)
         tpr_hi = _cp_upper(tp, self.n_in, alpha / 2.0)
         tnr_hi = _cp_upper(self.n_out - fp, self.n_out, alpha / 2.0)
@@ -882,7 +882,7 @@ class CanaryScoreAuditor:
         >>> round(auditor.epsilon_point(fpr=0.1), 4)   # log(0.3 / 0.1)
         1.0986
         """
-        delta = _check_delta(delta)
+        delta = check_delta(delta)
         tpr, fpr_emp = self.tpr_fpr(self.threshold_at_fpr(fpr))
         return point_epsilon(tpr, fpr_emp, delta)
 
@@ -906,7 +906,7 @@ class CanaryScoreAuditor:
         >>> round(auditor.epsilon_gdp(1e-5), 3)
         3.181
         """
-        delta = _check_open_unit("delta", delta)
+        delta = check_open_unit("delta", delta)
         tpr, fpr_emp = self.tpr_fpr(self.threshold_at_fpr(fpr))
         return gdp_epsilon(gdp_mu(tpr, fpr_emp), delta)
 
@@ -944,8 +944,8 @@ class CanaryScoreAuditor:
         >>> round(auditor.epsilon_clopper_pearson(selection=Split(0.5, seed=1)).epsilon, 3)
         2.942
         """
-        alpha = _check_open_unit("alpha", alpha)
-        delta = _check_delta(delta)
+        alpha = check_open_unit("alpha", alpha)
+        delta = check_delta(delta)
 
         def objective(tp, n_in, fp, n_out, a):
             return clopper_pearson_epsilon_array(tp, n_in, fp, n_out, a, delta)
@@ -979,8 +979,8 @@ class CanaryScoreAuditor:
         >>> round(res.mu, 3), round(res.epsilon, 3)
         (1.801, 8.795)
         """
-        alpha = _check_open_unit("alpha", alpha)
-        delta = _check_open_unit("delta", delta)
+        alpha = check_open_unit("alpha", alpha)
+        delta = check_open_unit("delta", delta)
         c = self._choose(gdp_mu_lower_array, alpha, selection)
         return GdpBound(
             c.value,

@@ -33,7 +33,7 @@ from scipy import optimize, special, stats
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import analytic_gaussian_sigma
-from ctxlite.privacy.estimators import _check_count, _check_delta, _check_open_unit, _check_scores
+from ctxlite.privacy.estimators import check_count, check_delta, check_open_unit, check_scores
 
 __all__ = [
     "one_run_epsilon",
@@ -46,9 +46,9 @@ __all__ = [
 
 
 def _check_counts(m: int, r: int, v: int) -> tuple[int, int, int]:
-    m = _check_count("m", m, minimum=1)
-    r = _check_count("r", r, minimum=1)
-    v = _check_count("v", v)
+    m = check_count("m", m, minimum=1)
+    r = check_count("r", r, minimum=1)
+    v = check_count("v", v)
     if r > m:
         raise InvalidParameter(f"r (guesses) must be <= m = {m} canaries, got {r}")
     if v > r:
@@ -104,8 +104,8 @@ def one_run_epsilon(m: int, r: int, v: int, alpha: float = 0.05, delta: float = 
     0.0
     """
     m, r, v = _check_counts(m, r, v)
-    alpha = _check_open_unit("alpha", alpha)
-    delta = _check_delta(delta)
+    alpha = check_open_unit("alpha", alpha)
+    delta = check_delta(delta)
     return _largest_rejected(lambda eps: alpha - _one_run_p_value(eps, m, r, v, delta))
 
 
@@ -155,8 +155,8 @@ def one_run_epsilon_fdp(m: int, r: int, v: int, alpha: float = 0.05, delta: floa
     2.4564
     """
     m, r, v = _check_counts(m, r, v)
-    alpha = _check_open_unit("alpha", alpha)
-    delta = _check_open_unit("delta", delta)
+    alpha = check_open_unit("alpha", alpha)
+    delta = check_open_unit("delta", delta)
     return _largest_rejected(lambda eps: _fdp_margin(eps, m, r, v, alpha, delta))
 
 
@@ -166,8 +166,8 @@ def inclusion_p_value(n_in: int, m: int) -> float:
     >>> round(inclusion_p_value(50, 100), 3), f"{inclusion_p_value(100, 4100):.1e}"
     (1.0, '0.0e+00')
     """
-    m = _check_count("m", m, minimum=1)
-    n_in = _check_count("n_in", n_in)
+    m = check_count("m", m, minimum=1)
+    n_in = check_count("n_in", n_in)
     if n_in > m:
         raise InvalidParameter(f"n_in must be <= m = {m}, got {n_in}")
     return float(stats.binomtest(n_in, m, 0.5).pvalue)
@@ -183,7 +183,7 @@ def guess_counts(in_scores, out_scores, seed: int = 0) -> np.ndarray:
     >>> guess_counts([3.0, 2.0, 0.5], [1.0, 0.0]).tolist()
     [0, 1, 2, 2, 3, 3]
     """
-    ins, outs = _check_scores("in_scores", in_scores), _check_scores("out_scores", out_scores)
+    ins, outs = check_scores("in_scores", in_scores), check_scores("out_scores", out_scores)
     m = ins.size + outs.size
     scores = np.concatenate([ins, outs])
     tie_order = np.random.default_rng(seed).permutation(m)
@@ -245,9 +245,9 @@ def one_run_audit(
     >>> res.guesses, res.correct, round(res.epsilon, 3)
     (128, 128, 3.03)
     """
-    ins, outs = _check_scores("in_scores", in_scores), _check_scores("out_scores", out_scores)
-    alpha = _check_open_unit("alpha", alpha)
-    delta = _check_open_unit("delta", delta) if fdp else _check_delta(delta)
+    ins, outs = check_scores("in_scores", in_scores), check_scores("out_scores", out_scores)
+    alpha = check_open_unit("alpha", alpha)
+    delta = check_open_unit("delta", delta) if fdp else check_delta(delta)
     m = ins.size + outs.size
     p_incl = inclusion_p_value(ins.size, m)
     if check_inclusion and p_incl < INCLUSION_LEVEL:
@@ -258,7 +258,7 @@ def one_run_audit(
         )
     if guesses is None:
         grid = sorted({min(2**j, m) for j in range(int(math.ceil(math.log2(m))) + 1)})
-    elif _check_count("guesses", guesses, minimum=1) <= m:
+    elif check_count("guesses", guesses, minimum=1) <= m:
         grid = [guesses]
     else:
         raise InvalidParameter(f"guesses must be <= the {m} canaries, got {guesses}")
