@@ -54,6 +54,7 @@ __all__ = [
     "Explicit",
     "ThresholdSelection",
     "describe_selection",
+    "ThresholdBound",
     "ClopperPearsonBound",
     "GdpBound",
     "CanaryScoreAuditor",
@@ -379,19 +380,17 @@ def describe_selection(selection: ThresholdSelection) -> str:
 
 
 @dataclass(frozen=True)
-class ClopperPearsonBound:
-    """Result of :meth:`CanaryScoreAuditor.epsilon_clopper_pearson`.
+class ThresholdBound:
+    """Where a bound was computed: the chosen threshold and the counts there.
 
-    ``epsilon`` is a lower bound on the mechanism's epsilon (at the given delta)
-    that holds with probability ``confidence`` over the audit's randomness.
     The counts are those the bound was computed from: for :class:`Split` they
     are the held-out trials only; for :class:`CornerGrid` the grid count stands
     in for the observed one on the side that fixed the corner.
     ``alpha_per_threshold`` is the level each candidate threshold was tested
-    at (``alpha / K`` under Bonferroni and the corner grid).
+    at (``alpha / K`` under Bonferroni and the corner grid). The bound holds
+    with probability ``confidence`` over the audit's randomness.
     """
 
-    epsilon: float
     threshold: float
     true_positives: int
     n_in: int
@@ -404,7 +403,15 @@ class ClopperPearsonBound:
 
 
 @dataclass(frozen=True)
-class GdpBound:
+class ClopperPearsonBound(ThresholdBound):
+    """Result of :meth:`CanaryScoreAuditor.epsilon_clopper_pearson`: ``epsilon`` is a lower bound on the
+    mechanism's epsilon at ``delta``."""
+
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class GdpBound(ThresholdBound):
     """Result of :meth:`CanaryScoreAuditor.mu_lower_bound`.
 
     ``mu``: with probability ``confidence``, the mechanism is *not* mu'-GDP
@@ -412,20 +419,11 @@ class GdpBound:
     curve: a lower bound on epsilon only for a mechanism whose privacy is a
     Gaussian trade-off curve (the Gaussian mechanism and its compositions);
     for others it is the GDP reading of the audit, not an (epsilon, delta)
-    bound. Counts as in :class:`ClopperPearsonBound`.
+    bound.
     """
 
     mu: float
     epsilon: float
-    threshold: float
-    true_positives: int
-    n_in: int
-    false_positives: int
-    n_out: int
-    confidence: float
-    alpha_per_threshold: float
-    delta: float
-    selection: ThresholdSelection
 
 
 # --------------------------------------------------------------------------
@@ -951,9 +949,7 @@ class CanaryScoreAuditor:
             return clopper_pearson_epsilon_array(tp, n_in, fp, n_out, a, delta)
 
         c = self._choose(objective, alpha, selection)
-        return ClopperPearsonBound(
-            c.value, c.threshold, c.tp, c.n_in, c.fp, c.n_out, 1.0 - alpha, c.alpha, delta, selection
-        )
+        return ClopperPearsonBound(**c.where(alpha, delta, selection), epsilon=c.value)
 
     def mu_lower_bound(
         self, alpha: float = 0.05, delta: float = 1e-5, selection: ThresholdSelection = CornerGrid()
@@ -982,19 +978,7 @@ class CanaryScoreAuditor:
         alpha = check_open_unit("alpha", alpha)
         delta = check_open_unit("delta", delta)
         c = self._choose(gdp_mu_lower_array, alpha, selection)
-        return GdpBound(
-            c.value,
-            gdp_epsilon(c.value, delta),
-            c.threshold,
-            c.tp,
-            c.n_in,
-            c.fp,
-            c.n_out,
-            1.0 - alpha,
-            c.alpha,
-            delta,
-            selection,
-        )
+        return GdpBound(**c.where(alpha, delta, selection), mu=c.value, epsilon=gdp_epsilon(c.value, delta))
 
     # -- threshold selection ------------------------------------------------
 
@@ -1102,6 +1086,20 @@ class _Choice:
         for name in ("tp", "n_in", "fp", "n_out"):
             object.__setattr__(self, name, int(getattr(self, name)))
         object.__setattr__(self, "threshold", float(self.threshold))
+
+    def where(self, alpha: float, delta: float, selection: ThresholdSelection) -> dict:
+        """The :class:`ThresholdBound` fields of a bound at overall level ``alpha``."""
+        return dict(
+            threshold=self.threshold,
+            true_positives=self.tp,
+            n_in=self.n_in,
+            false_positives=self.fp,
+            n_out=self.n_out,
+            confidence=1.0 - alpha,
+            alpha_per_threshold=self.alpha,
+            delta=delta,
+            selection=selection,
+        )
 
 
 def _best(objective, cands: np.ndarray, tp, n_in: int, fp, n_out: int, a: float) -> _Choice:
