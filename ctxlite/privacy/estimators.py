@@ -1054,10 +1054,12 @@ class CanaryScoreAuditor:
         tp_s = self._count_at_least(in_sel, cands)
         fp_s = self._count_at_least(out_sel, cands)
         bound = objective(tp_s, in_sel.size, fp_s, out_sel.size, alpha)
-        median = objective(tp_s, in_sel.size, fp_s, out_sel.size, _TIE_BREAK_ALPHA)
-        tpr_s, fpr_s = tp_s / in_sel.size, fp_s / out_sel.size
-        plug_in = np.maximum(_log_ratio(tpr_s, fpr_s), _log_ratio(1.0 - fpr_s, 1.0 - tpr_s))
-        best = int(np.lexsort((-plug_in, -median, -bound))[0])
+        tied = np.flatnonzero(bound == bound.max())  # the tie-break keys only where they can matter
+        tp_t, fp_t = tp_s[tied], fp_s[tied]
+        median = objective(tp_t, in_sel.size, fp_t, out_sel.size, _TIE_BREAK_ALPHA)
+        tpr_t, fpr_t = tp_t / in_sel.size, fp_t / out_sel.size
+        plug_in = np.maximum(_log_ratio(tpr_t, fpr_t), _log_ratio(1.0 - fpr_t, 1.0 - tpr_t))
+        best = int(tied[np.lexsort((-plug_in, -median))[0]])
         t = float(cands[best])
         tp = self._count_at_least(in_eval, t)
         fp = self._count_at_least(out_eval, t)
