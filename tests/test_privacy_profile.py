@@ -1,0 +1,113 @@
+"""The privacy profile of a known vote pair (:mod:`ctxlite.privacy.privacy_profile`) against closed
+forms and slow references: the Gaussian mechanism (Balle & Wang 2018), every outcome sequence of a
+composed discrete release, and a Monte Carlo integral of the noisy vote in all k dimensions."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxlite.errors import InvalidParameter
+from ctxlite.privacy.calibration import analytic_gaussian_epsilon, gaussian_delta
+from ctxlite.privacy.privacy_profile import VotePair, pair_profile
+from tests.reference.privacy_profile_reference import discrete_delta_by_enumeration, noisy_vote_delta_monte_carlo
+
+SQRT2 = math.sqrt(2)
+
+
+def one_hot(k, v):
+    return np.eye(k)[v]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 2.5])
+def test_point_mass_votes_under_noise_are_the_gaussian_mechanism(k, sigma):
+    """Votes for different outcomes, always: the release is e_a or e_b plus N(0, σ²I), the Gaussian
+    mechanism with sensitivity √2, whose δ(ε) and ε(δ) have closed forms. The grid and the pessimistic
+    rounding may over-state, never under-state (beyond 1e-9), and by little."""
+    profile = pair_profile([VotePair(1.0, one_hot(k, 0), one_hot(k, 1))], sigma)
+    for eps in (0.3, 1.0, 3.0):
+        exact = gaussian_delta(sigma, eps, SQRT2)
+        assert exact - 1e-9 <= profile.delta(eps) <= exact * 1.003 + 1e-7, (eps, exact)
+    for delta in (1e-5, 1e-2):
+        exact = analytic_gaussian_epsilon(sigma, delta, SQRT2)
+        assert exact - 1e-6 <= profile.epsilon(delta) <= exact + 3e-3
+
+
+def test_composition_of_point_mass_votes_is_the_composed_gaussian():
+    """n releases of the Gaussian mechanism compose to one with μ·√n (Dong, Roth & Su 2022)."""
+    sigma, n = 2.0, 9
+    profile = pair_profile([VotePair(1.0, one_hot(3, 0), one_hot(3, 2))], sigma, queries=n)
+    exact = analytic_gaussian_epsilon(sigma / math.sqrt(n), 1e-5, SQRT2)
+    assert exact - 1e-6 <= profile.epsilon(1e-5) <= exact + 5e-3
+
+
+def _dist(raw):
+    x = np.asarray(raw, float)
+    return x / x.sum()
+
+
+probs = st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3).filter(lambda v: sum(v) > 0.05).map(_dist)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.1, 1.0), probs, probs), min_size=1, max_size=3),
+    st.integers(1, 3),
+    st.floats(0.0, 3.0),
+)
+def test_discrete_mixture_profile_matches_enumeration(pairs, queries, eps):
+    """Votes released as they are (σ = 0), the component public: δ(ε) of the composed release equals
+    the sum over every outcome sequence, zeros and infinite losses included (pessimistic by at most
+    the loss grid)."""
+    profile = pair_profile([VotePair(w, p, q) for w, p, q in pairs], 0.0, queries, discretization=1e-4)
+    exact = discrete_delta_by_enumeration(pairs, queries, eps)
+    got = profile.delta(eps)
+    assert exact - 1e-9 <= got <= exact + queries * 1e-4 * math.exp(eps) + 1e-9
+
+
+@settings(max_examples=6, deadline=None)
+@given(probs, probs, st.sampled_from([0.6, 1.0, 2.0]), st.sampled_from([0.2, 1.0]))
+def test_noisy_vote_profile_matches_monte_carlo(p, q, sigma, eps):
+    """A noisy vote drawn from any p vs q (a Gaussian mixture pair): δ(ε) agrees with a Monte Carlo
+    integral in all 3 dimensions to within 5 standard errors."""
+    got = pair_profile([VotePair(1.0, p, q)], sigma).delta(eps)
+    mc, se = noisy_vote_delta_monte_carlo(p, q, sigma, eps, samples=40_000, seed=1)
+    assert abs(got - mc) <= 5 * se + 2e-3, (got, mc, se)
+
+
+def test_identical_and_disjoint_pairs():
+    p = np.array([0.2, 0.5, 0.3])
+    assert pair_profile([VotePair(1.0, p, p)], 0.0, 16).epsilon(1e-5) == 0.0
+    assert pair_profile([VotePair(1.0, p, p)], 0.8, 4).epsilon(1e-5) == pytest.approx(0.0, abs=1e-3)
+    # disjoint supports without noise: told apart with certainty, no finite ε at any δ < 1
+    assert pair_profile([VotePair(1.0, one_hot(3, 0), one_hot(3, 1))], 0.0).epsilon(0.5) == math.inf
+    # half the mass told apart: ε is finite only above δ = 1/2
+    half = pair_profile([VotePair(1.0, np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5]))], 0.0)
+    assert half.epsilon(0.4) == math.inf and half.epsilon(0.6) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_more_queries_never_lower_the_profile():
+    p, q = np.array([0.6, 0.3, 0.1]), np.array([0.45, 0.35, 0.2])
+    eps = [pair_profile([VotePair(1.0, p, q)], 0.0, n).epsilon(1e-5) for n in (1, 4, 16, 64)]
+    assert eps == sorted(eps) and eps[0] < eps[-1]
+
+
+@pytest.mark.parametrize(
+    "call, needle",
+    [
+        (lambda: pair_profile([]), "at least one"),
+        (lambda: pair_profile([VotePair(1.0, [0.5, 0.5], [0.2, 0.3, 0.5])]), "same"),
+        (lambda: pair_profile([VotePair(1.0, [0.5, 0.6], [0.5, 0.5])]), "probability vector"),
+        (lambda: pair_profile([VotePair(0.0, [0.5, 0.5], [0.5, 0.5])]), "weights"),
+        (lambda: pair_profile([VotePair(1.0, [0.5, 0.5], [0.5, 0.5])], sigma=-1.0), "sigma"),
+        (lambda: pair_profile([VotePair(1.0, [0.5, 0.5], [0.5, 0.5])], queries=0), "queries"),
+        (lambda: pair_profile([VotePair(1.0, [0.5, 0.5], [0.5, 0.5])]).epsilon(1.5), "delta"),
+        (lambda: pair_profile([VotePair(1.0, np.eye(5)[0], np.eye(5)[1])], sigma=0.05), "too many outcomes"),
+    ],
+)
+def test_bad_arguments_are_refused(call, needle):
+    with pytest.raises(InvalidParameter, match=needle):
+        call()
