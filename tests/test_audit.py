@@ -394,6 +394,69 @@ def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_runs):
         assert r1["epsilon_lower_bound"] <= 1.0, seed  # ... and the noise at ε = 1 stops it
 
 
+@pytest.mark.model
+def test_rnm_exact_profile_is_the_gaussian_mechanism(rnm_runs):
+    """One-shot ensembles with greedy votes: the canary's ensemble votes one label with the canary and
+    another without, so the noisy histogram's pair is the Gaussian mechanism with sensitivity √2 and
+    its exact ε at δ is the theoretical ε (pessimistic grid: up to 3e-3 above); without noise the
+    pair is told apart with certainty (ε = inf). No lower bound may exceed it."""
+    for seed, (report, _) in rnm_runs.items():
+        r1, r8, rinf = report.rows
+        for row in (r1, r8):
+            assert row["epsilon"] - 1e-6 <= row["epsilon_exact"] <= row["epsilon"] + 3e-3, (seed, row["epsilon"])
+            assert row["audit_tightness"] == pytest.approx(row["epsilon_lower_bound"] / row["epsilon_exact"])
+            assert "partner groups" in row["epsilon_exact_method"]
+        assert rinf["epsilon_exact"] == math.inf and rinf["audit_tightness"] is None
+        assert "audit_tightness" in rinf["reasons"]
+        for row in report.rows:
+            assert row["epsilon_lower_bound"] <= row["epsilon_exact"], seed
+            curve = row["privacy_profile"]
+            assert [d for d, _ in curve] == sorted(d for d, _ in curve)
+            assert all(a >= b for (_, a), (_, b) in zip(curve, curve[1:]))  # ε(δ) falls as δ grows
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    "mechanism, extra",
+    [
+        ("none", {}),
+        ("prompt-l1", {}),
+        ("prompt-l2", {}),
+        ("judge", {"judge_model": None}),
+        ("rnm", {"epsilons": (8.0, math.inf), "shots": 2, "ensembles": 2, "temperature": 0.0}),
+    ],
+)
+def test_lower_bound_never_exceeds_the_audited_pairs_exact_epsilon(engine, mechanism, extra):
+    """Every classification mechanism: the report gives the audited pair's exact ε (the model's
+    answer distributions with and without the canary, through the defence, composed over the
+    trial's queries), and the certified lower bound stays under it; the audit certifies something,
+    so an exact ε that is too small (or a bound that is too large) fails here."""
+    s = AuditSettings(task="classify", mechanism=mechanism, canary="semantic", trials=200, utility_queries=0, **extra)
+    report = run_audit(engine, classify_records(), s)
+    assert min(r["epsilon_lower_bound"] for r in report.rows) > 0.3, "the audit must certify something"
+    for row in report.rows:
+        assert row["epsilon_exact"] is not None, row["reasons"]
+        assert row["epsilon_lower_bound"] <= row["epsilon_exact"], (mechanism, row["epsilon"])
+        if math.isfinite(row["epsilon_exact"]):
+            assert 0 <= row["audit_tightness"] <= 1
+    assert not any("exceeds the pair's exact eps" in n for n in report.notes)
+
+
+def test_exact_profile_is_refused_for_generation_and_resampled_data():
+    """No exact answer without an exact output distribution or a fixed pair: null, with the reason."""
+    from ctxlite.audit.game import AuditGame
+    from ctxlite.audit.mechanisms import NoDefense
+
+    game = AuditGame.__new__(AuditGame)
+    game.text_outputs = False
+    game.s = AuditSettings(task="generate", mechanism="none")
+    assert game.exact_profile(NoDefense())[0] is None
+    assert "generated texts" in game.exact_profile(NoDefense())[1]
+    game.s = AuditSettings(task="classify", mechanism="none", resample_data=True)
+    profile, why = game.exact_profile(NoDefense())
+    assert profile is None and "no fixed pair" in why
+
+
 def _null_accuracy_quantile(ins, outs, q, n_perm=400, seed=0):
     """The q-quantile of the (optimistic) audit accuracy when IN/OUT labels carry no information."""
     from ctxlite.privacy.estimators import CanaryScoreAuditor

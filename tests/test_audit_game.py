@@ -655,9 +655,12 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
         seed=1,
     )
     report, log, oracle = play(s)
-    calls = oracle.take()  # what ran after the last trial: the utility queries
-    assert len(calls) == 7 and all(k == "label" for k, _, _ in calls)
+    calls = oracle.take()  # what ran after the last trial: the utility queries, then the exact profile's pair
+    assert len(calls) == 9 and all(k == "label" for k, _, _ in calls)
     d0 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 0)
+    d1 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 1)
+    assert [prompt for _, prompt, _ in calls[7:]] == [FMT.prompt(d, report.query["text"]) for d in (d1, d0)]
+    calls = calls[:7]
     answers = list(FMT.labels) + [OTHER]
     hits, items = [], []
     for _, prompt, p in calls:

@@ -83,7 +83,8 @@ def test_identical_and_disjoint_pairs():
     assert pair_profile([VotePair(1.0, p, p)], 0.0, 16).epsilon(1e-5) == 0.0
     assert pair_profile([VotePair(1.0, p, p)], 0.8, 4).epsilon(1e-5) == pytest.approx(0.0, abs=1e-3)
     # disjoint supports without noise: told apart with certainty, no finite ε at any δ < 1
-    assert pair_profile([VotePair(1.0, one_hot(3, 0), one_hot(3, 1))], 0.0).epsilon(0.5) == math.inf
+    for queries in (1, 5):
+        assert pair_profile([VotePair(1.0, one_hot(3, 0), one_hot(3, 1))], 0.0, queries).epsilon(0.5) == math.inf
     # half the mass told apart: ε is finite only above δ = 1/2
     half = pair_profile([VotePair(1.0, np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5]))], 0.0)
     assert half.epsilon(0.4) == math.inf and half.epsilon(0.6) == pytest.approx(0.0, abs=1e-9)

@@ -24,6 +24,8 @@ _WHERE = {
     "AuditFormat": "formats",
     "load_format": "formats",
     "run_audit": "game",
+    "audit_game": "game",
+    "make_mechanism": "game",
     "AuditReport": "report",
     "TemplateSearch": "template_search",
     "search_template": "template_search",

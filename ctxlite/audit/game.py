@@ -62,6 +62,7 @@ from ctxlite.audit.report import AuditReport, report_row
 from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, audit_identity
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
+from ctxlite.privacy.privacy_profile import PairProfile, VotePair, pair_profile
 from ctxlite.records import RecordLog
 from ctxlite.runtime.backend import Backend, Capability, require
 
@@ -219,6 +220,35 @@ class AuditGame:
                 log.append(key, rec)
         return rec
 
+    def exact_profile(self, mech: Mechanism) -> tuple[PairProfile | None, str]:
+        """The privacy profile of one trial's release on the audited pair -- the private set with and
+        without the canary -- and how it was computed; or None and why it cannot be.
+
+        Classification only, where the model's answer distribution is exact: the heuristic
+        defences release answers drawn i.i.d. from a known distribution per neighbour (the
+        auditor's answer frequencies are a function of them); rnm releases a noisy histogram whose
+        only pair-dependent part is the canary's ensemble's vote (:meth:`ReportNoisyMax.vote_pairs`).
+        Composed over the trial's ``queries_per_trial`` releases."""
+        s = self.s
+        if s.task is not Task.CLASSIFY or self.text_outputs:
+            return None, "the distribution of generated texts is not known exactly: no exact privacy profile"
+        if s.resample_data:
+            return None, "resample_data draws a new private set every trial: there is no fixed pair to profile"
+        recs_in, recs_out = self.dataset(True, None), self.dataset(False, None)
+        try:
+            if isinstance(mech, ReportNoisyMax):
+                pairs = mech.vote_pairs(self.oracle, self.fmt, recs_in, recs_out, self.query.text)
+                how = (
+                    f"noisy vote histogram, mixed over the {len(pairs)} partner groups of the canary's ensemble; "
+                    "exact if the group and the other ensembles' votes were released, an upper bound as they are not"
+                )
+                return pair_profile(pairs, mech.sigma, s.queries_per_trial), how
+            p, q = (mech.released_distribution(self.oracle, self.fmt, r, self.query.text) for r in (recs_in, recs_out))
+        except InvalidParameter as e:
+            return None, str(e)
+        how = "exact: the released answer's distribution under each neighbour, composed over the trial's queries"
+        return pair_profile([VotePair(1.0, p, q)], 0.0, s.queries_per_trial), how
+
     def utility(self, mech: Mechanism) -> float | None:
         """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
         if self.s.utility_queries == 0 or not self.held_out:
@@ -260,16 +290,13 @@ def run_audit(
     the engine of ``settings.judge_model`` for the judge defence.
     """
     s = settings
-    records, fmt = _check_inputs(engine, records, s, log, embedder, fmt, judge)
-    labels = [fmt.answer_prefix + label for label in fmt.labels]
-    oracle = ModelOracle(engine, labels, s.temperature, embedder, s.max_new_tokens, special=fmt.chat)
-    canary = make_canary(s.canary, fmt, records, s.seed, engine=engine)
-    game = AuditGame(oracle, records, s, canary, fmt)
+    game = audit_game(engine, records, s, log=log, embedder=embedder, fmt=fmt, judge=judge)
+    canary, fmt = game.canary, game.fmt
     rows = []
     for eps in s.epsilons:
         mech = make_mechanism(s, eps, judge_from_engine(judge))
         ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
-        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld))
+        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.exact_profile(mech)))
     return AuditReport(
         settings=s.params(),
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
@@ -278,11 +305,31 @@ def run_audit(
         epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
-        forward_passes=oracle.forward_passes,
-        notes=_notes(s, len(records), bool(game.held_out)),
+        forward_passes=game.oracle.forward_passes,
+        notes=_notes(s, len(game.pool), bool(game.held_out)) + _above_exact(rows, s.alpha),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
     )
+
+
+def audit_game(
+    engine: Backend,
+    records: Sequence[dict],
+    settings: AuditSettings,
+    *,
+    log: RecordLog | None = None,
+    embedder: Backend | None = None,
+    fmt: AuditFormat | str | None = None,
+    judge: Backend | None = None,
+) -> AuditGame:
+    """The game :func:`run_audit` plays (its arguments validated the same way): the model behind
+    its caches, the canary, the private set and the query, for playing trials one by one."""
+    s = settings
+    records, fmt = _check_inputs(engine, records, s, log, embedder, fmt, judge)
+    labels = [fmt.answer_prefix + label for label in fmt.labels]
+    oracle = ModelOracle(engine, labels, s.temperature, embedder, s.max_new_tokens, special=fmt.chat)
+    canary = make_canary(s.canary, fmt, records, s.seed, engine=engine)
+    return AuditGame(oracle, records, s, canary, fmt)
 
 
 def audit_format(engine, fmt, settings: AuditSettings, records: Sequence[dict]) -> AuditFormat:
@@ -379,6 +426,17 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
             "disjoint from the evaluated trials"
         )
     return notes
+
+
+def _above_exact(rows: list[dict], alpha: float) -> list[str]:
+    """A warning for each row whose lower bound exceeds the pair's exact ε: a valid bound does so
+    with probability at most alpha; more often than that is a bug."""
+    return [
+        f"eps_lb = {r['epsilon_lower_bound']:.4g} exceeds the pair's exact eps = {r['epsilon_exact']:.4g} "
+        f"at eps = {r['epsilon']}: a valid bound does so with probability <= {alpha:g}; if it recurs, report it"
+        for r in rows
+        if r.get("epsilon_exact") is not None and r["epsilon_lower_bound"] > r["epsilon_exact"] + 1e-9
+    ]
 
 
 def _detector(s: AuditSettings, fmt: AuditFormat, canary: Canary) -> Detector:

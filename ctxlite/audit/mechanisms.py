@@ -39,6 +39,7 @@ replacing one record changes exactly one ensemble's prompt.
 from __future__ import annotations
 
 import abc
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,10 +54,13 @@ from ctxlite.privacy.calibration import (
     esa_l2_sensitivity,
     rnm_l2_sensitivity,
 )
+from ctxlite.privacy.privacy_profile import VotePair
 from ctxlite.runtime import kernels
 from ctxlite.runtime.templates import audit_templates
 
 OTHER = "other"
+MAX_PARTNER_GROUPS = 2000
+"""The most partner groups :meth:`ReportNoisyMax.vote_pairs` enumerates (two label distributions each)."""
 
 
 @dataclass
@@ -151,6 +155,17 @@ class NoDefense(Mechanism):
         if text_outputs:  # the injection baseline scores the texts themselves: no embedding
             return Release(signal=np.zeros(1), outputs=texts, withheld=withheld)
         return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts, withheld=withheld)
+
+    def released_distribution(self, oracle, fmt: AuditFormat, records: Sequence[dict], query: str) -> np.ndarray:
+        """The exact distribution of one released answer over (labels..., other) (classification):
+        the model's label distribution for the prompt pushed through the defence's filter, which maps
+        each answer the same way every time (the keyword filter; the judge's verdict on ``records``)."""
+        dist = oracle.label_distribution(fmt.prompt(records, query, self.defense_text))
+        answers = list(fmt.labels) + [OTHER]
+        released, _ = self._defend(oracle, fmt, records, answers)
+        out = np.zeros(len(answers))
+        np.add.at(out, [answers.index(a) for a in released], dist)
+        return out
 
     def _defend(self, oracle, fmt, records, outputs: list[str]) -> tuple[list[str], int]:
         """The outputs as released (withheld ones replaced) and how many were withheld."""
@@ -274,6 +289,36 @@ class ReportNoisyMax(Mechanism):
             p = oracle.label_distribution(fmt.prompt([records[i] for i in group], query))
             votes[e] = int(rng.choice(len(p), p=p))
         return votes
+
+    def vote_pairs(
+        self, oracle, fmt: AuditFormat, records_in: Sequence[dict], records_out: Sequence[dict], query: str
+    ) -> list[VotePair]:
+        """The vote distributions of the ensemble holding the one record where ``records_in`` and
+        ``records_out`` differ, under each neighbour, for every group of partners :func:`partition`
+        can give it (each of the C(N−1, shots−1) groups equally likely: the positions are shuffled
+        uniformly). The other ensembles' votes do not depend on that record."""
+        n = self.ensembles * self.shots
+        differ = [i for i, (a, b) in enumerate(zip(records_in, records_out)) if a != b]
+        if len(records_in) != n or len(records_out) != n or len(differ) != 1:
+            raise InvalidParameter(
+                f"need two sets of {n} records differing in exactly one, got {len(differ)} differences"
+            )
+        slot = differ[0]
+        others = [i for i in range(n) if i != slot]
+        groups = math.comb(n - 1, self.shots - 1)
+        if groups > MAX_PARTNER_GROUPS:
+            raise InvalidParameter(
+                f"the canary's ensemble can be any of {groups} groups (> {MAX_PARTNER_GROUPS}): too many to enumerate"
+            )
+        pairs = []
+        for partners in itertools.combinations(others, self.shots - 1):
+            group = sorted([slot, *partners])
+            p, q = (
+                oracle.label_distribution(fmt.prompt([recs[i] for i in group], query))
+                for recs in (records_in, records_out)
+            )
+            pairs.append(VotePair(1.0, p, q))
+        return pairs
 
     def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
         if text_outputs:

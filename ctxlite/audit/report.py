@@ -20,6 +20,7 @@ from ctxlite.privacy.estimators import (
     describe_selection,
     gdp_epsilon,
 )
+from ctxlite.privacy.privacy_profile import PairProfile
 
 
 @dataclass
@@ -40,9 +41,14 @@ class AuditReport:
     bound for Gaussian-curve mechanisms only), ``auroc`` (threshold-free),
     ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
     test), ``accuracy_upper_bound`` (a confidence limit on any threshold
-    test's balanced accuracy), ``epsilon_gdp``, a **GDP estimate (model-based, not a bound)**: it assumes
-    a Gaussian trade-off curve (Dong, Roth & Su 2022) and overshoots the true
-    ε of a pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
+    test's balanced accuracy), ``epsilon_exact`` (classification: the audited
+    pair's own ε at δ, from the model's exact answer distributions, with
+    ``epsilon_exact_method`` and the ``privacy_profile`` [[δ, ε], ...]; what
+    ``epsilon_lower_bound`` estimates from below, so ``audit_tightness`` =
+    their ratio says how much of it the trials certified), ``epsilon_gdp``,
+    a **GDP estimate (model-based, not a bound)**: it assumes a Gaussian
+    trade-off curve (Dong, Roth & Su 2022) and overshoots the true ε of a
+    pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
     (accuracy or ROUGE-1 on held-out queries), ``withheld_rate`` (prompt-l2 and judge:
     the fraction of outputs the defence withheld in IN and in OUT trials) and, when
     ``accounting_queries`` T is set, ``epsilon_subsampled``: the same σ
@@ -102,7 +108,7 @@ class AuditReport:
         sub = self.settings.get("accounting_queries") is not None
         head = (
             f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
-            f"{'eps_lb':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
+            f"{'eps_lb':>7} {'eps_ex':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
         )
         head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
@@ -131,6 +137,7 @@ class AuditReport:
                         f(r["fpr"], 6),
                         est(r, "epsilon_point", 7),
                         f(r["epsilon_lower_bound"], 7),
+                        est(r, "epsilon_exact", 7),
                         f(r.get("mu_lower_bound"), 6),
                         f(r.get("auroc"), 6),
                         est(r, "epsilon_gdp", 8),
@@ -143,6 +150,8 @@ class AuditReport:
             f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
             f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} "
             f"({self.rows[0].get('lower_bound_method', 'split') if self.rows else 'split'}; the guarantee); "
+            f"eps_ex = the audited pair's exact eps at delta = {self.settings['delta']:g} (what eps_lb "
+            f"estimates from below); "
             f"mu_lb = Gaussian-DP mu lower bound at the same confidence; "
             f"gdp_est = GDP estimate (model-based, not a bound); "
             f"theoretical eps: {self.epsilon_kind}"
@@ -153,7 +162,7 @@ class AuditReport:
                 else ""
             )
         )
-        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est"}
+        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est", "epsilon_exact": "eps_ex"}
         for eps, key, why in missing:
             at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
             lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
@@ -189,9 +198,23 @@ def selection(s: AuditSettings) -> ThresholdSelection:
     }[s.bound]
 
 
-def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility, withheld=None) -> dict:
+PROFILE_DELTAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+"""Where the report gives the pair's privacy profile ε(δ) (beside the audit's own δ)."""
+
+
+def report_row(
+    s: AuditSettings,
+    mech: Mechanism,
+    eps: float,
+    ins,
+    outs,
+    utility,
+    withheld=None,
+    exact: tuple[PairProfile | None, str] | None = None,
+) -> dict:
     """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
-    IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge)."""
+    IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge);
+    ``exact``: the audited pair's privacy profile and how it was computed (or None and why not)."""
     n_in, n_out = len(ins), len(outs)
     if n_in < 2 or n_out < 2:
         raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
@@ -226,6 +249,15 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
         reasons["threshold"] = no_call.format(s.fpr)
     if not math.isfinite(cp.threshold):
         reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
+    profile, how = exact if exact is not None else (None, "not computed (report_row got no exact profile)")
+    eps_exact = profile.epsilon(s.delta) if profile is not None else None
+    if profile is None:
+        reasons["epsilon_exact"] = how
+    tightness = None
+    if eps_exact is not None and 0 < eps_exact < math.inf:
+        tightness = cp.epsilon / eps_exact
+    elif eps_exact is not None:
+        reasons["audit_tightness"] = f"the pair's exact epsilon is {eps_exact:g}: no ratio"
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -255,6 +287,12 @@ def report_row(s: AuditSettings, mech: Mechanism, eps: float, ins, outs, utility
         "accuracy_upper_bound": auditor.accuracy_upper_bound(s.alpha),
         "epsilon_gdp": estimates["epsilon_gdp"],
         "epsilon_gdp_kind": "model-based estimate, not a bound",
+        "epsilon_exact": eps_exact,
+        "epsilon_exact_method": how if profile is not None else None,
+        "privacy_profile": None
+        if profile is None
+        else [[d, e] for d, e in profile.curve(sorted({*PROFILE_DELTAS, s.delta}))],
+        "audit_tightness": tightness,
         "reasons": reasons,
         "epsilon_subsampled": subsampled,
         "accounting": None
