@@ -94,16 +94,24 @@ def settings():
         )
 
 
-def logged_trials(path: str) -> dict[str, tuple[list, list]]:
-    """IN and OUT scores per epsilon of a ``ctxlite audit --out`` log."""
-    scores: dict[str, tuple[list, list]] = {}
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            if "z" in rec and "score" in rec and "key" in rec:
-                eps = rec["key"].split("/")[0]
-                scores.setdefault(eps, ([], []))[0 if rec["z"] else 1].append(rec["score"])
-    return scores
+def logged_trials(path: str) -> dict[str, tuple[list[tuple[bool, float]], float | None]]:
+    """Per epsilon of a finished ``ctxlite audit --out`` log: its trials' (Z, score) in trial order and
+    the audited pair's exact epsilon from its report (None where the report has none)."""
+    from ctxlite.records import read_run_log
+
+    run = read_run_log(path, "audit")
+    exact = {}
+    for row in (run.end.get("report") or {}).get("rows", []):
+        eps = row["epsilon"]
+        key = "inf" if eps in (None, "inf") else f"{float(eps):g}"
+        exact[key] = None if row.get("epsilon_exact") is None else float(row["epsilon_exact"])
+    trials: dict[str, list] = {}
+    for key, rec in sorted(run.records.items(), key=lambda kv: (kv[0].split("/")[0], kv[0].split("=")[-1])):
+        if "/trial=" in key:
+            trials.setdefault(key.split("/")[0].removeprefix("eps="), []).append(
+                (int(key.split("trial=")[1]), bool(rec["z"]), float(rec["score"]))
+            )
+    return {eps: ([(z, x) for _, z, x in sorted(t)], exact.get(eps)) for eps, t in trials.items()}
 
 
 def main() -> None:
@@ -125,12 +133,15 @@ def main() -> None:
             print(f"{name:<28} {true_eps:>8.3f} {n:>5} {cells}", flush=True)
             if name == "gaussian mu=1" and n == 200:
                 gain = medians["corner-grid"] / medians["split-old"] if medians["split-old"] > 0 else math.inf
-    if args.log:
-        for eps, (ins, outs) in sorted(logged_trials(args.log).items()):
-            b = bounds(ins, outs, seed=0, delta=DELTA)
-            print(
-                f"{'log ' + eps:<28} {'':>8} {len(ins) + len(outs):>5} " + " ".join(f"{b[m]:>18.3f}" for m in METHODS)
-            )
+    if args.log:  # the first n trials of the log, at each n it has; the pair's exact epsilon beside
+        print(f"{'log, first n trials':<28} {'exact':>8} {'n':>5}")
+        for eps, (trials, exact) in sorted(logged_trials(args.log).items()):
+            for n in [m for m in TRIALS if m <= len(trials)] or [len(trials)]:
+                ins = [x for z, x in trials[:n] if z]
+                outs = [x for z, x in trials[:n] if not z]
+                b = bounds(ins, outs, seed=0, delta=DELTA)
+                cells = " ".join(f"{b[m]:>18.3f}" for m in METHODS)
+                print(f"{'log eps=' + eps:<28} {'-' if exact is None else f'{exact:.3f}':>8} {n:>5} {cells}")
     print(f"gain_gaussian_mu1_n200={gain:.2f} overclaim_max={overclaim_max:.3f}")
 
 
