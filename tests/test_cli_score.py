@@ -115,8 +115,8 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     assert 1 <= len(kept) < 3
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    scored_again = [l for l in r.stderr.splitlines() if "scoring" in l]
-    assert len(scored_again) == 3 - len(kept)
+    assert len(json.loads(r.stdout)["scored"]) == 3 - len(kept)
+    assert json.loads(r.stdout)["reused"] == [k["key"] for k in kept]
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert lines[-1] == {
         "end": {"examples": [l["key"] for l in lines[1:-1]], "summary": json.loads(r.stdout)["summary"]}

@@ -41,8 +41,9 @@ def _write(path, rows):
     return path
 
 
-def _scored_keys(stderr: str) -> list[str]:
-    return [line.split("scoring ", 1)[1] for line in stderr.splitlines() if "] scoring " in line]
+def _scored_keys(stdout: str) -> list[str]:
+    """The examples a --data run scored (the others it read from its log), from its JSON."""
+    return json.loads(stdout)["scored"]
 
 
 SCORE = ["score", "--doc", "--lam", "1"]
@@ -85,9 +86,9 @@ def test_editing_one_character_recomputes_exactly_that_example(tmp_path):
     data = _write(tmp_path / "d.jsonl", rows)
     log = tmp_path / "log.jsonl"
     first = _run(SCORE + ["--data", str(data), "--out", str(log)])
-    assert first.exit_code == 0 and len(_scored_keys(first.stderr)) == 3
+    assert first.exit_code == 0 and len(_scored_keys(first.stdout)) == 3
     again = _run(SCORE + ["--data", str(data), "--out", str(log)])
-    assert again.exit_code == 0 and _scored_keys(again.stderr) == []  # nothing changed: all reused
+    assert again.exit_code == 0 and _scored_keys(again.stdout) == []  # nothing changed: all reused
     key = rows[1]["id"]
     ctx = rows[1]["context"]
     i = ctx.index(" ") + 1
@@ -95,10 +96,10 @@ def test_editing_one_character_recomputes_exactly_that_example(tmp_path):
     _write(data, rows)
     edited = _run(SCORE + ["--data", str(data), "--out", str(log)])
     assert edited.exit_code == 0, edited.output
-    assert _scored_keys(edited.stderr) == [key]
+    assert _scored_keys(edited.stdout) == [key]
     assert f"{key}: its input changed" in edited.stderr
     # the log now holds the edited example's result under its new input hash, and a re-run reuses it
-    assert _scored_keys(_run(SCORE + ["--data", str(data), "--out", str(log)]).stderr) == []
+    assert _scored_keys(_run(SCORE + ["--data", str(data), "--out", str(log)]).stdout) == []
 
 
 def test_score_log_with_other_settings_or_model_settings_is_refused(tmp_path):

@@ -152,15 +152,21 @@ class AuditGame:
         return np.asarray(rel.signal, dtype=np.float64), rel.withheld
 
     def play(
-        self, mech: Mechanism, eps: float, detector: Detector, log: RecordLog | None, say: Callable[[str], None]
+        self,
+        mech: Mechanism,
+        eps: float,
+        detector: Detector,
+        log: RecordLog | None,
+        tick: Callable[[str, int, int], None],
     ) -> tuple[list[float], list[float], dict[str, list[int]]]:
         """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first) and the
         outputs the defence withheld per IN / OUT trial; every run is read from ``log`` when it holds
-        it, else played and appended."""
+        it, else played and appended. ``tick(label, done, total)`` after each reference run and trial."""
         s, ek = self.s, _eps_key(eps)
         if detector.needs_reference:
             refs = {True: [], False: []}
             for j in range(s.reference_runs):
+                tick(f"eps={ek} reference runs", j, s.reference_runs)
                 for z in (True, False):
                     rec = self._logged(
                         log,
@@ -175,6 +181,7 @@ class AuditGame:
                         },
                     )
                     refs[z].append(np.asarray(rec["signal"]))
+            tick(f"eps={ek} reference runs", s.reference_runs, s.reference_runs)
             detector.fit(refs[True], refs[False])
         in_scores, out_scores, withheld = [], [], {"in": [], "out": []}
         for i in range(s.trials):
@@ -186,8 +193,7 @@ class AuditGame:
                 )
             (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
             withheld["in" if rec["z"] else "out"].append(rec.get("withheld", 0))
-            if (i + 1) % max(1, s.trials // 10) == 0:
-                say(f"eps={ek}: {i + 1}/{s.trials} trials ({self.oracle.forward_passes} forward passes so far)")
+            tick(f"eps={ek} trials", i + 1, s.trials)
         return in_scores, out_scores, withheld
 
     def _trial(self, mech: Mechanism, ek: str, i: int, detector: Detector) -> dict:
@@ -277,7 +283,7 @@ def run_audit(
     settings: AuditSettings,
     log: RecordLog | None = None,
     embedder: Backend | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
     fmt: AuditFormat | str | None = None,
     judge: Backend | None = None,
 ) -> AuditReport:
@@ -287,7 +293,8 @@ def run_audit(
     format: an :class:`AuditFormat`, a built-in name or a file; default the built-in of
     ``settings.task``); ``log``: an open :class:`RecordLog` whose finished keys are reused
     (resume); ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits; ``judge``:
-    the engine of ``settings.judge_model`` for the judge defence.
+    the engine of ``settings.judge_model`` for the judge defence; ``progress(label, done, total)``
+    is called after each reference run and trial.
     """
     s = settings
     game = audit_game(engine, records, s, log=log, embedder=embedder, fmt=fmt, judge=judge)
@@ -295,7 +302,7 @@ def run_audit(
     rows = []
     for eps in s.epsilons:
         mech = make_mechanism(s, eps, judge_from_engine(judge))
-        ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda m: None))
+        ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda *_: None))
         rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.exact_profile(mech)))
     return AuditReport(
         settings=s.params(),

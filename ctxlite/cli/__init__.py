@@ -45,7 +45,14 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ctxlite")
-def main():
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress line on stderr (it is drawn only on a terminal anyway); messages, warnings "
+    "and verdicts still print.",
+)
+def main(quiet):
     """Measure how much a language model leaks from the private text in its prompt.
 
     \b
@@ -53,7 +60,13 @@ def main():
     ctxlite audit   ContextLeak canary audits of private in-context learning
     ctxlite report  re-render a run from its --out log, gate it, write JUnit
     ctxlite models  list / pull / locate GGUF models (offline)
+
+    On a terminal a progress line (examples, ablations, trials; rate and ETA) is drawn on
+    stderr; give -q before the command to turn it off, e.g. ctxlite -q audit ...
     """
+    from ctxlite.cli import progress
+
+    progress.QUIET = quiet
 
 
 def _register() -> None:

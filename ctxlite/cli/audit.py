@@ -31,6 +31,7 @@ from ctxlite.cli.options import (
     verdict_json,
     wants_json,
 )
+from ctxlite.cli.progress import ProgressLine
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
 
@@ -336,12 +337,14 @@ def audit(**options):
         settings = replace(settings, template_index=found.best_index)
         identity = _identity(o, ekw, settings, records, fmt)
     log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
+    line = ProgressLine()
     try:
-        report = run_audit(engine, records, settings, log, embedder=embedder, progress=progress, fmt=fmt, judge=judge)
+        report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
         result = _jsonable(report.to_dict())
         if log is not None:
             finish_log(log, {"report": result})
     finally:
+        line.close()
         if log is not None:
             log.close()
     verdict = audit_verdict(result, o.fail_above_epsilon, identity)

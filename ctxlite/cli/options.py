@@ -159,6 +159,10 @@ def emit_json(obj) -> None:
 
 
 def progress(message: str) -> None:
+    """A message on stderr (on its own line, below the progress line's last state)."""
+    from ctxlite.cli.progress import erase
+
+    erase()
     click.echo(message, err=True)
     sys.stderr.flush()
 

@@ -27,6 +27,7 @@ from ctxlite.cli.options import (
     verdict_json,
     wants_json,
 )
+from ctxlite.cli.progress import ProgressLine
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
 from ctxlite.runtime.sampling import SamplingSettings
@@ -324,7 +325,13 @@ def score(**options):
             "settings": identity["settings"],
             "identity": identity,
         }
-        records = _score_all(InfluenceScorer(engine, template, settings), examples, log, reused)
+        line = ProgressLine()
+        try:
+            records = _score_all(
+                InfluenceScorer(engine, template, settings, progress=line.tick), examples, log, reused, line
+            )
+        finally:
+            line.close()
         summary = summarize(records) if o.data else None
         if log is not None:
             finish_log(log, {"examples": [key for key, _ in examples], "summary": summary})
@@ -340,19 +347,30 @@ def score(**options):
     elif not o.data:
         emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
     else:
-        emit_json({"run": meta, "summary": summary, "examples": len(records), "out": o.out, **verdict_json(verdict)})
+        scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
+        emit_json(
+            {
+                "run": meta,
+                "summary": summary,
+                "examples": len(records),
+                "scored": scored,
+                "reused": [key for key in keys if key in reused],
+                "out": o.out,
+                **verdict_json(verdict),
+            }
+        )
     conclude(verdict, o.junit)
 
 
-def _score_all(scorer, examples, log, reused: list[str]) -> list[dict]:
+def _score_all(scorer, examples, log, reused: list[str], line: ProgressLine) -> list[dict]:
     """Each example's result: read from the log when its input is unchanged, else scored and
     appended to the log as it finishes (so Ctrl-C keeps it)."""
     records = []
-    for i, (key, example) in enumerate(examples, start=1):
+    for i, (key, example) in enumerate(examples):
         if key in reused:
             records.append(log.records[key]["result"])
             continue
-        progress(f"[{i}/{len(examples)}] scoring {key}")
+        line.step("examples", i, len(examples), key)
         result = scorer.score(example).to_dict(scorer.settings.top_spans)
         records.append(result)
         if log is not None:

@@ -21,7 +21,7 @@ batch-shape rounding, and no backend is trusted blindly: design notes in docs/de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -278,8 +278,15 @@ class InfluenceScorer:
     >>> scorer.score(Example(context="Alice Smith, DOB 1970-01-02 ...", query="Who is it?"))
     """
 
-    def __init__(self, engine, template: str | PromptTemplate = "qa", settings: InfluenceSettings | None = None):
+    def __init__(
+        self,
+        engine,
+        template: str | PromptTemplate = "qa",
+        settings: InfluenceSettings | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
+    ):
         self.engine = engine
+        self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilon is not None:
@@ -429,7 +436,9 @@ class InfluenceScorer:
         # a null ablation restores the base as it goes
         nulls_at = self._null_points(windows, p) if passes.reuse else []
         jobs = [(c, False) for c in windows] + [(c, True) for c in nulls_at]
-        for c, is_null in sorted(jobs, key=lambda job: (-job[0], job[1])):
+        for done, (c, is_null) in enumerate(sorted(jobs, key=lambda job: (-job[0], job[1]))):
+            if self.progress is not None:
+                self.progress("ablations", done, len(jobs))
             shared = p + c
             if is_null:
                 out = passes.run(full + y, len(full), shared)
@@ -442,6 +451,8 @@ class InfluenceScorer:
             )
             for k in base:
                 ablated[k][c] = out[k]
+        if self.progress is not None:
+            self.progress("ablations", len(jobs), len(jobs))
         return {k: [v[c] for c in windows] for k, v in ablated.items()}, (nulls if nulls["points"] else {})
 
     def _null_points(self, windows: list[int], prefix_len: int) -> list[int]:

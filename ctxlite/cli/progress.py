@@ -1,0 +1,97 @@
+"""Progress on stderr: one line redrawn in place with counts, rate and ETA.
+
+Drawn only when stderr is a terminal and ``ctxlite -q`` was not given, so a pipe, a file or a CI
+log gets no progress output at all (messages, warnings and verdicts still go to stderr). The
+library reports counts through a plain callback, ``tick(label, done, total)``: the scorer per
+ablation, the audit per reference run and trial; the commands add the outer count (examples).
+Hand-written rather than ``click.progressbar``: that bar draws one counter, and here the line
+holds two (examples, and ablations or trials within one), each with its own rate and ETA.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+QUIET = False
+"""Set by ``ctxlite -q``: no progress output for this invocation."""
+
+_REDRAW_SECONDS = 0.1
+_active: ProgressLine | None = None
+
+
+def erase() -> None:
+    """Erase the progress line before a message is printed (it is redrawn by the next count)."""
+    if _active is not None:
+        _active.close()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0) + 0.5)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class _Counter:
+    def __init__(self, label: str, total: int, now: float):
+        self.label, self.total, self.done, self.started, self.detail = label, int(total), 0, now, ""
+
+    def text(self, now: float) -> str:
+        out = f"{self.label} {self.done}/{self.total}"
+        elapsed = now - self.started
+        if self.done and elapsed > 0:
+            rate = self.done / elapsed
+            out += f" {rate:.3g}/s ETA {_clock((self.total - self.done) / rate)}"
+        return f"{out} {self.detail}" if self.detail else out
+
+
+class ProgressLine:
+    """The progress line of one command: an outer counter (e.g. examples) and an inner one (the
+    ablations or trials of the current step). ``enabled=None``: on when ``stream`` is a terminal
+    and not quiet."""
+
+    def __init__(self, stream=None, enabled: bool | None = None, clock=time.monotonic):
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            enabled = not QUIET and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled, self.clock = enabled, clock
+        self.outer: _Counter | None = None
+        self.inner: _Counter | None = None
+        self._drawn_at = -1e9
+        self._shown = False
+        if self.enabled:
+            global _active
+            _active = self
+
+    def step(self, label: str, done: int, total: int, detail: str = "") -> None:
+        """The outer counter: ``done`` of ``total`` finished, ``detail`` naming the one in progress
+        (a new inner count starts with the next tick)."""
+        now = self.clock()
+        if self.outer is None or self.outer.label != label or self.outer.total != total:
+            self.outer = _Counter(label, total, now)
+        self.outer.done, self.outer.detail = int(done), detail
+        self.inner = None
+        self._draw(now, force=True)
+
+    def tick(self, label: str, done: int, total: int) -> None:
+        """The inner counter (the library's callback)."""
+        now = self.clock()
+        if self.inner is None or self.inner.label != label or self.inner.total != total or done < self.inner.done:
+            self.inner = _Counter(label, total, now)
+        self.inner.done = int(done)
+        self._draw(now, force=done >= total)
+
+    def close(self) -> None:
+        """Erase the line (what is printed next starts on a clean line)."""
+        if self.enabled and self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+        self._shown = False
+
+    def _draw(self, now: float, force: bool) -> None:
+        if not self.enabled or (not force and now - self._drawn_at < _REDRAW_SECONDS):
+            return
+        parts = [c.text(now) for c in (self.outer, self.inner) if c is not None]
+        self.stream.write("\r\x1b[K" + " | ".join(parts))
+        self.stream.flush()
+        self._drawn_at, self._shown = now, True
