@@ -96,6 +96,7 @@ LAYERS = {
     "ctxlite.runtime": ("ctxlite.influence", "ctxlite.audit", "ctxlite.cli"),
     "ctxlite.influence": ("ctxlite.audit", "ctxlite.cli", "ctxlite.runtime.engine"),
     "ctxlite.audit": ("ctxlite.influence", "ctxlite.cli", "ctxlite.runtime.engine"),
+    "ctxlite.reporting": ("ctxlite.runtime", "ctxlite.cli"),
 }
 
 

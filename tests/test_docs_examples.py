@@ -83,7 +83,7 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args[i] = str(tmp / a)
         elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] == "--out":
             args[i] = str(tmp / Path(a).name)
-        elif args[i - 1] == "--junit":
+        elif args[i - 1] in ("--junit", "--html"):
             args[i] = str(tmp / Path(a).name)
         elif a.startswith("ctxlite/data/"):
             args[i] = str(REPO / a)
@@ -152,6 +152,8 @@ def test_documented_command_runs(line, tmp_path, request):
     assert r.exit_code == 0 or (gated and r.exit_code == 8), (args, r.output)  # 8: the gate tripped
     if "--junit" in args:
         assert Path(args[args.index("--junit") + 1]).is_file()
+    if "--html" in args:
+        assert Path(args[args.index("--html") + 1]).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     if args[:2] == ["models", "pull"]:  # prints the checked path
         assert Path(r.stdout.strip()).is_file(), r.stdout
         return

@@ -19,10 +19,23 @@ from ctxlite.errors import DataError
 @click.command()
 @click.argument("log_path", metavar="RUN.jsonl", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout instead of a table.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write a self-contained offline HTML report (heatmap, plots, tables) to FILE, mode 0600.",
+)
+@click.option(
+    "--no-text",
+    is_flag=True,
+    help="In the HTML report, show private text only by position, length and hash (a shareable report).",
+)
 @fail_above_influence_option
 @fail_above_epsilon_option
 @junit_option
-def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
+def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_above_epsilon, junit):
     """Report a finished or partial run from its log: no model is loaded.
 
     A score log gives one row per example and λ (document influence, the
@@ -36,9 +49,13 @@ def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
       ctxlite report runs/scores.jsonl
       ctxlite report runs/scores.jsonl --fail-above-influence 5 --junit influence.xml
       ctxlite report runs/audit.jsonl --json
+      ctxlite report runs/scores.jsonl --html runs/report.html
+      ctxlite report runs/audit.jsonl --html runs/audit.html --no-text
     """
     from ctxlite.records import read_run_log
 
+    if no_text and html_path is None:
+        raise click.UsageError("--no-text shapes the HTML report: give --html FILE too")
     run = read_run_log(log_path)
     if run.kind == "score-run":
         if fail_above_epsilon is not None:
@@ -50,6 +67,8 @@ def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
         verdict, out, table = _audit(run, fail_above_epsilon, junit)
     else:
         raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
+    if html_path is not None:
+        _write_html(run, html_path, no_text)
     if as_json:
         emit_json({**out, **(verdict_json(verdict) if verdict else {})})
     elif table:
@@ -62,6 +81,16 @@ def report(log_path, as_json, fail_above_influence, fail_above_epsilon, junit):
             "finished run (re-run the same command to finish it)"
         )
     conclude(verdict, junit)
+
+
+def _write_html(run, path: str, no_text: bool) -> None:
+    """The run's HTML report at ``path`` (owner-readable only: it holds the private text)."""
+    from ctxlite.reporting.audit_page import audit_html
+    from ctxlite.reporting.page import write_private
+    from ctxlite.reporting.score_page import score_html
+
+    write_private(path, (score_html if run.kind == "score-run" else audit_html)(run, no_text))
+    progress(f"HTML report: {path}")
 
 
 def _partial(run, what: str) -> None:

@@ -1,0 +1,191 @@
+"""The HTML report of a ``ctxlite score`` log: where in the context the model copied from.
+
+Per example and λ: the context with every token shaded by τ_i of its n-gram (the largest τ_i
+of the windows covering it when windows overlap; underlined when above the noise floor),
+hover or keyboard focus showing τ_i, the n-gram and the floor verdict; the response and its
+per-token τ_t; the response-position profile τ_t and the n-gram-position profile τ_i; the λ
+sweep of document and largest n-gram influence; regurgitation; and the run's identity.
+τ_i = Σ_t [log p(y_t | D) − log p(y_t | D without n-gram i)] (Wu et al. 2025, context influence).
+"""
+
+from __future__ import annotations
+
+from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table
+from ctxlite.reporting.svg import line_plot
+
+
+def _segments(ngrams: list[dict]) -> list[tuple[int, int, dict]]:
+    """The context cut at every window boundary: (char start, char end, the covering window of
+    largest τ_i) in order."""
+    cuts = sorted({g["char_start"] for g in ngrams} | {g["char_end"] for g in ngrams})
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        cover = [g for g in ngrams if g["char_start"] <= a and b <= g["char_end"]]
+        if cover:
+            out.append((a, b, max(cover, key=lambda g: g["influence"])))
+    return out
+
+
+def _floor_word(g: dict) -> str:
+    return {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}[
+        g.get("above_noise")
+    ]
+
+
+def _heatmap(ngrams: list[dict], redact: Redactor) -> str:
+    top = max((g["influence"] for g in ngrams), default=0.0)
+    spans = []
+    for a, b, g in _segments(ngrams):
+        piece = g["text"][a - g["char_start"] : b - g["char_start"]]
+        where = f"n-gram at tokens {g['start']}–{g['start'] + g['n']}, chars {g['char_start']}–{g['char_end']}"
+        shown = redact(g["text"], f"chars {g['char_start']}–{g['char_end']}")
+        tip = f"τ_i = {g['influence']:.4f} nats · {where} · {_floor_word(g)}\n{shown}"
+        cls = f"tok {heat_class(g['influence'], top)}" + (" above" if g.get("above_noise") else "")
+        body = esc(f"[{a}–{b}]") if redact.no_text else esc(piece)
+        spans.append(
+            f'<span class="{cls}" tabindex="0" data-chars="{a} {b}" data-tip="{tip}" title="{tip}">{body}</span>'
+        )
+    return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{"".join(spans)}</div>'
+
+
+def _response(result: dict, redact: Redactor) -> str:
+    tau = result["token_influence"]
+    rows = [[t, v, result["token_pmi"][t]] for t, v in enumerate(tau)]
+    plot = line_plot(
+        "Response-position profile: document-level influence of each response token",
+        [("τ_t", list(range(len(tau))), tau)],
+        "response token t",
+        "τ_t (nats)",
+    )
+    return (
+        f'<h4>Response</h4><div class="text">{redact(result["response"], "response")}</div>'
+        f"<figure>{plot}<figcaption>τ_t = log p(y_t | D) − log p(y_t | ∅), summed to the document influence "
+        f"{result['document_influence']:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
+    )
+
+
+def _ngram_profile(result: dict, redact: Redactor) -> str:
+    ngrams = result["ngrams"]
+    if not ngrams:
+        return '<p class="note">Document level only: no n-gram ablations were run.</p>'
+    plot = line_plot(
+        "N-gram-position profile: influence of each n-gram by its position in the context",
+        [("τ_i", [g["start"] for g in ngrams], [g["influence"] for g in ngrams])],
+        "n-gram start (token of D)",
+        "τ_i (nats)",
+    )
+    rows = [
+        [
+            g["start"],
+            g["n"],
+            g["influence"],
+            _floor_word(g),
+            redact(g["text"], f"chars {g['char_start']}–{g['char_end']}"),
+        ]
+        for g in sorted(ngrams, key=lambda g: -g["influence"])
+    ]
+    return f"<figure>{plot}</figure>" + table(["start", "n", "τ_i (nats)", "noise floor", "n-gram"], rows, left=0)
+
+
+def _sweep(results: list[dict]) -> str:
+    if len(results) < 2:
+        return ""
+    lams = [r["lam"] for r in results]
+    plot = line_plot(
+        "Influence across the λ sweep",
+        [
+            ("document influence", lams, [r["document_influence"] for r in results]),
+            ("largest τ_i", lams, [r["max_ngram_influence"] for r in results]),
+        ],
+        "λ",
+        "nats",
+    )
+    rows = [[r["lam"], r["document_influence"], r["max_ngram_influence"]] for r in results]
+    return f"<h4>λ sweep</h4><figure>{plot}</figure>" + table(["λ", "document influence", "largest τ_i"], rows)
+
+
+def _example(key: str, result: dict, redact: Redactor) -> str:
+    out = [f'<section data-example="{esc(key)}"><h2>Example {esc(key)}</h2>']
+    out.append(f"<p>Query: {redact(result['query'], 'query')} · {result['context_tokens']} context tokens</p>")
+    for r in result["results"]:
+        floor = r.get("noise_floor") or {}
+        out.append(
+            f'<h3 data-lambda="{r["lam"]}">λ = {r["lam"]:g}</h3>'
+            f"<p>Document influence {r['document_influence']:.4f} nats · largest τ_i "
+            f"{r['max_ngram_influence']:.4f} nats · noise floor {floor.get('max', 0.0):.3g} nats "
+            f"(max of {len(floor.get('sums', []))} null ablations)</p>"
+        )
+        if r["ngrams"]:
+            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact))
+        out.append(_response(r, redact))
+        out.append("<h4>N-grams</h4>" + _ngram_profile(r, redact))
+        reg = r.get("regurgitation") or {}
+        if reg:
+            out.append("<h4>Regurgitation</h4>" + table(["metric", "value"], [[esc(k), v] for k, v in reg.items()], 1))
+    out.append(_sweep(result["results"]))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _summary(summary: dict | None) -> str:
+    if not summary:
+        return ""
+    rows = []
+    for lam, s in summary.items():
+        d = s["document_influence"]
+        rows.append(
+            [esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], s["ngram_influence"].get("max_of_mean")]
+        )
+    head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
+    out = "<h2>Data set</h2>" + table(head, rows, 1)
+    if len(summary) > 1:
+        lams = [float(k) for k in summary]
+        means = [s["document_influence"]["mean"] for s in summary.values()]
+        out += (
+            "<figure>"
+            + line_plot("Mean document influence across λ", [("mean", lams, means)], "λ", "nats")
+            + "</figure>"
+        )
+    return out
+
+
+def flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested identity fields as (dotted key, value) rows."""
+    rows = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            rows.extend(flatten(v, f"{prefix}{k}."))
+        else:
+            rows.append((f"{prefix}{k}", v if isinstance(v, (int, float, str, type(None))) else str(v)))
+    return rows
+
+
+def identity_table(identity: dict, redact: Redactor) -> str:
+    rows = []
+    for k, v in flatten(identity):
+        text = "" if v is None else str(v)
+        private = k.startswith("template") or k.startswith("format") or k.startswith("chat")
+        rows.append([esc(k), redact(text, k) if private else esc(text)])
+    return "<h2>Run identity</h2>" + table(["field", "value"], rows, left=2)
+
+
+def score_html(run, no_text: bool = False) -> str:
+    """The report of a score log (``records.read_run_log``), finished or partial."""
+    redact = Redactor(no_text)
+    keys = (run.end or {}).get("examples") or list(run.records)
+    parts = [f"<h1>ctxlite score report: {esc(run.path.name)}</h1>"]
+    if not run.complete:
+        parts.append(
+            f'<p class="note" data-partial="1">Partial run: {len(run.records)} example(s) finished; it did not end.</p>'
+        )
+    if no_text:
+        parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')
+    parts.append(_summary((run.end or {}).get("summary")))
+    for key in keys:
+        if key in run.records:
+            parts.append(_example(key, run.records[key]["result"], redact))
+    parts.append(identity_table(run.identity, redact))
+    return page(f"ctxlite score report: {run.path.name}", "".join(parts))
+
+
+__all__ = ["score_html", "identity_table", "flatten"]

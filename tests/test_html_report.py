@@ -1,0 +1,154 @@
+"""``ctxlite report --html``: self-contained offline reports, loaded in a real headless Chromium.
+
+Runs the real CLI on the default model on inputs laced with markup and script, renders the
+reports, and checks in the browser that no script runs, nothing is requested but the file,
+nothing is logged as an error (a CSP violation would be), the private text shows literally,
+and the heatmap's shading follows the log's n-gram influences. ``--no-text`` reports must not
+contain the private text at all, and reports are written owner-readable only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from tests.browser import Browser, ensure_chromium
+
+pytestmark = pytest.mark.model
+
+PAYLOADS = [
+    "<script>window.__pwned=1</script>",
+    "</style><script>window.__pwned=2</script>",
+    '"><img src=x onerror="window.__pwned=3">',
+    "javascript:window.__pwned=4",
+]
+CONTEXT = (
+    "Clinic note. Patient Dana Whitcombe " + PAYLOADS[0] + " was prescribed lisinopril 10 mg daily. "
+    "Address " + PAYLOADS[1] + " Larkspur Lane. Phone " + PAYLOADS[2] + " 555-0187. Portal " + PAYLOADS[3] + "."
+)
+QUERY = "What was prescribed? " + PAYLOADS[2]
+RESPONSE = "Lisinopril 10 mg daily " + PAYLOADS[0]
+LABEL = '<b>"spam"</b>' + PAYLOADS[0]
+
+
+def _run(args):
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = ensure_chromium()
+    if path is None:
+        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
+    b = Browser(path)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """A score log and an audit log whose every piece of user text carries markup."""
+    d = tmp_path_factory.mktemp("html")
+    (d / "note.txt").write_text(CONTEXT, encoding="utf-8")
+    _run(
+        ["score", "--context", str(d / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--ngram", "4"]
+        + ["--out", str(d / "score.jsonl")]
+    )
+    rows = [{"text": f"Message {i}: meeting moved to room {i}.", "label": "ham"} for i in range(12)]
+    rows += [{"text": f"Win {i} free prizes now {PAYLOADS[i % 4]}", "label": LABEL} for i in range(12)]
+    (d / "mail.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    fmt = 'task = "classify"\ninstruction = "Sort the mail.\\n"\nrecord = "Mail: {text}\\nVerdict: {label}\\n"\n'
+    (d / "mail.toml").write_text(fmt + 'input = "text"\noutput = "label"\n', encoding="utf-8")
+    _run(
+        ["audit", "--data", str(d / "mail.jsonl"), "--format", str(d / "mail.toml"), "--trials", "8"]
+        + ["--shots", "4", "--queries-per-trial", "4", "--reference-runs", "2", "--utility-queries", "0"]
+        + ["--out", str(d / "audit.jsonl")]
+    )
+    return d
+
+
+def _report(logs, kind, *extra):
+    out = logs / f"{kind}{'-'.join(extra)}.html"
+    _run(["report", str(logs / f"{kind}.jsonl"), "--html", str(out), *extra])
+    return out
+
+
+def _load(browser, path, tmp_path, name):
+    page, session = browser.load(path.as_uri())
+    assert page.errors == [], page.errors
+    assert page.requests == [path.as_uri()]  # the file itself, nothing else
+    assert browser.evaluate(session, "window.__pwned === undefined") is True
+    png = browser.screenshot(session)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    (tmp_path / f"{name}.png").write_bytes(png)
+    return session
+
+
+def test_score_report_shows_private_text_literally_and_runs_nothing(browser, logs, tmp_path):
+    path = _report(logs, "score")
+    session = _load(browser, path, tmp_path, "score")
+    body = browser.evaluate(session, "document.body.innerText")
+    assert QUERY in body and RESPONSE.strip() in body
+    heat = browser.evaluate(session, "document.querySelector('[data-role=heatmap]').textContent")
+    assert heat == CONTEXT
+    assert browser.evaluate(session, "document.querySelectorAll('script, img, iframe, a').length") == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(logs / "score.jsonl").st_mode) == 0o600
+
+
+def test_heatmap_shading_follows_the_logged_influences(browser, logs):
+    """Every span of the context shows the largest logged τ_i of the n-grams covering it, darker
+    means larger τ_i, and the log's top n-gram is at the darkest step."""
+    rec = [json.loads(line) for line in (logs / "score.jsonl").read_text().splitlines() if '"result"' in line][0]
+    ngrams = rec["result"]["results"][0]["ngrams"]
+    session = browser.load(_report(logs, "score").as_uri())[1]
+    spans = browser.evaluate(
+        session,
+        "[...document.querySelectorAll('[data-role=heatmap] .tok')]"
+        ".map(s => [s.className, s.dataset.tip, s.dataset.chars])",
+    )
+    assert len(spans) >= len(ngrams) - 1
+    shaded = []
+    for cls, tip, chars in spans:
+        a, b = map(int, chars.split())
+        covering = [g for g in ngrams if g["char_start"] <= a and b <= g["char_end"]]
+        best = max(covering, key=lambda g: g["influence"])
+        assert float(re.search(r"τ_i = (-?[\d.]+) nats", tip).group(1)) == pytest.approx(best["influence"], abs=5e-5)
+        assert ("above" in cls.split()) == bool(best["above_noise"])
+        shaded.append((best["influence"], int(re.search(r"\bh(\d)\b", cls).group(1))))
+    shaded.sort()
+    assert [level for _, level in shaded] == sorted(level for _, level in shaded)  # monotone in τ_i
+    assert shaded[-1] == (max(g["influence"] for g in ngrams), 7)
+
+
+def test_audit_report_with_markup_in_labels_runs_nothing(browser, logs, tmp_path):
+    path = _report(logs, "audit")
+    session = _load(browser, path, tmp_path, "audit")
+    body = browser.evaluate(session, "document.body.innerText")
+    assert LABEL in body and "Trials per ε" in body
+    assert browser.evaluate(session, "document.querySelectorAll('svg').length") >= 2  # ROC, histogram
+    assert browser.evaluate(session, "document.querySelectorAll('script, img, iframe, a').length") == 0
+
+
+@pytest.mark.parametrize("kind", ["score", "audit"])
+def test_no_text_report_holds_no_private_text(browser, logs, tmp_path, kind):
+    path = _report(logs, kind, "--no-text")
+    raw = path.read_text(encoding="utf-8")
+    secrets = ["Whitcombe", "lisinopril", "Larkspur", "meeting moved", "free prizes", *PAYLOADS, LABEL]
+    leaked = [s for s in secrets if s in raw or html.escape(s, quote=True) in raw]
+    assert leaked == [] and "sha256" in raw
+    _load(browser, path, tmp_path, f"{kind}-no-text")
+
+
+def test_no_text_needs_html():
+    r = CliRunner().invoke(main, ["report", "x.jsonl", "--no-text"])
+    assert r.exit_code == 2 and "--html" in r.output
