@@ -40,6 +40,9 @@ demo: model
 		--canary hex --query-kind input-output --trials 200 --out $(OUT)/audit_none.jsonl --resume
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm --temperature 0 \
 		--epsilon 1,8,inf --canary semantic --query-kind input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
+	$(CTX) report $(OUT)/score_sample.jsonl --html $(OUT)/report.html > /dev/null
+	$(CTX) report $(OUT)/audit_rnm.jsonl --html $(OUT)/audit.html > /dev/null
+	$(CTX) report $(OUT)/audit_none.jsonl --html $(OUT)/audit_none.html > /dev/null
 
 # one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
 test: model
