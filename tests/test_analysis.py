@@ -170,6 +170,7 @@ def lam_result(lam, token_infl, grams=(), floor=None, repeat=False, rouge=False)
         token_logprob_without=[-1.0] * len(token_infl),
         token_pmi=[0.0] * len(token_infl),
         token_influence=list(token_infl),
+        response_token_chars=[(0, 1)] * len(token_infl),
         document_influence=float(sum(token_infl)),
         ngrams=ngrams,
         noise_floor=None if floor is None else NoiseFloor(list(range(len(floor))), list(floor)),

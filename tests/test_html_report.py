@@ -82,6 +82,12 @@ def _report(logs, kind, *extra):
     return out
 
 
+def _result(logs) -> dict:
+    """The score log's (only) example's result at its (only) λ."""
+    lines = (logs / "score.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if '"result"' in line][0]["result"]["results"][0]
+
+
 def _load(browser, path, tmp_path, name):
     page, session = browser.load(path.as_uri())
     assert page.errors == [], page.errors
@@ -100,6 +106,8 @@ def test_score_report_shows_private_text_literally_and_runs_nothing(browser, log
     assert QUERY in body and RESPONSE.strip() in body
     heat = browser.evaluate(session, "document.querySelector('[data-role=heatmap]').textContent")
     assert heat == CONTEXT
+    response = browser.evaluate(session, "document.querySelector('[data-role=response]').textContent")
+    assert response == _result(logs)["response"] and RESPONSE in response  # token by token, shaded
     assert browser.evaluate(session, "document.querySelectorAll('script, img, iframe, a').length") == 0
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(logs / "score.jsonl").st_mode) == 0o600
@@ -108,8 +116,7 @@ def test_score_report_shows_private_text_literally_and_runs_nothing(browser, log
 def test_heatmap_shading_follows_the_logged_influences(browser, logs):
     """Every span of the context shows the largest logged τ_i of the n-grams covering it, darker
     means larger τ_i, and the log's top n-gram is at the darkest step."""
-    rec = [json.loads(line) for line in (logs / "score.jsonl").read_text().splitlines() if '"result"' in line][0]
-    ngrams = rec["result"]["results"][0]["ngrams"]
+    ngrams = _result(logs)["ngrams"]
     session = browser.load(_report(logs, "score").as_uri())[1]
     spans = browser.evaluate(
         session,

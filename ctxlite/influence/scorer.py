@@ -144,6 +144,7 @@ class LambdaResult:
     token_logprob_without: list[float]  # log p_T(y_t | ∅)
     token_pmi: list[float]  # log q_D(y_t) − log q_∅(y_t)
     token_influence: list[float]  # document-level τ_t (response-position profile)
+    response_token_chars: list[tuple[int, int]]  # [start, end) of each response token in ``response``
     document_influence: float  # Σ_t τ_t
     ngrams: list[NgramInfluence]
     noise_floor: NoiseFloor | None
@@ -407,6 +408,7 @@ class InfluenceScorer:
                     token_logprob_without=passes.logp_without.tolist(),
                     token_pmi=(base[1.0] - passes.logp_without).tolist(),
                     token_influence=doc_tau.tolist(),
+                    response_token_chars=[tuple(span) for span in self.engine.char_spans(y)],
                     document_influence=float(doc_tau.sum()),
                     ngrams=grams,
                     noise_floor=floor,

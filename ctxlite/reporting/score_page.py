@@ -48,6 +48,22 @@ def _heatmap(ngrams: list[dict], redact: Redactor) -> str:
     return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{"".join(spans)}</div>'
 
 
+def _response_tokens(result: dict, redact: Redactor) -> str:
+    """The response with each token shaded by its τ_t (older logs without token spans: plain)."""
+    text, spans, tau = result["response"], result.get("response_token_chars"), result["token_influence"]
+    if redact.no_text or not spans or len(spans) != len(tau):
+        return f'<div class="text">{redact(text, "response")}</div>'
+    top = max(tau, default=0.0)
+    out = []
+    for t, ((a, b), v) in enumerate(zip(spans, tau)):
+        tip = f"token {t}: τ_t = {v:.4f} nats · PMI {result['token_pmi'][t]:.4f}"
+        out.append(
+            f'<span class="tok {heat_class(v, top)}" tabindex="0" data-t="{t}" data-tip="{tip}" '
+            f'title="{tip}">{esc(text[a:b])}</span>'
+        )
+    return legend(top, "τ_t (nats)") + f'<div class="text" data-role="response">{"".join(out)}</div>'
+
+
 def _response(result: dict, redact: Redactor) -> str:
     tau = result["token_influence"]
     rows = [[t, v, result["token_pmi"][t]] for t, v in enumerate(tau)]
@@ -58,8 +74,9 @@ def _response(result: dict, redact: Redactor) -> str:
         "τ_t (nats)",
     )
     return (
-        f'<h4>Response</h4><div class="text">{redact(result["response"], "response")}</div>'
-        f"<figure>{plot}<figcaption>τ_t = log p(y_t | D) − log p(y_t | ∅), summed to the document influence "
+        "<h4>Response, shaded by τ_t</h4>"
+        + _response_tokens(result, redact)
+        + f"<figure>{plot}<figcaption>τ_t = log p(y_t | D) − log p(y_t | ∅), summed to the document influence "
         f"{result['document_influence']:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
     )
 
