@@ -263,12 +263,14 @@ def test_influence_trends(engine, with_response):
 
 
 def test_context_size_analysis(engine, with_response):
-    """Scoring the first k context tokens: document influence grows with k (Flemings et al.'s context-size analysis)."""
+    """Scoring the first k context tokens: mean document influence grows with k (Flemings et al.'s
+    context-size analysis). A data-set claim: over all 10 sample examples with a response (over the
+    first 3 alone the mean dips from k = 16 to 48 on an AMD EPYC host, 25.7 -> 25.0 nats)."""
     from ctxlite.influence.analysis import summarize
 
     sizes = (16, 48, 96)  # every sample context is longer than 96 tokens
     scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=None, context_sizes=sizes))
-    records = [scorer.score(_example(d)).to_dict() for d in with_response[:3]]
+    records = [scorer.score(_example(d)).to_dict() for d in with_response]
     for rec in records:
         assert rec["context_tokens"] > 96
         assert [r["context_size"] for r in rec["results"]] == list(sizes)
