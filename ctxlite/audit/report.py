@@ -249,9 +249,9 @@ def report_row(
         reasons["threshold"] = no_call.format(s.fpr)
     if not math.isfinite(cp.threshold):
         reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
-    profile, how = exact if exact is not None else (None, "not computed (report_row got no exact profile)")
+    profile, how = exact if exact is not None else (None, None)  # None: the caller did not ask for it
     eps_exact = profile.epsilon(s.delta) if profile is not None else None
-    if profile is None:
+    if profile is None and how is not None:
         reasons["epsilon_exact"] = how
     tightness = None
     if eps_exact is not None and 0 < eps_exact < math.inf:
