@@ -348,3 +348,16 @@ def test_summarize_max_of_mean_groups_by_start_position_with_tail_windows():
     g = summarize(recs)["1.0"]["ngram_influence"]
     want, pos = ref_max_of_mean(recs, 1.0)
     assert (g["max_of_mean"], g["max_of_mean_position"]) == (want, pos) == (9.0, 6)
+
+
+def test_summarize_gives_utility_with_its_bootstrap_ci_only_where_answers_exist():
+    recs = []
+    for i, f1 in enumerate([0.2, 0.4, 0.9]):
+        r = lam_result(1.0, [0.1, 0.2])
+        r.utility = {"metric": "rouge_l", "precision": f1, "recall": f1, "f": f1}
+        recs.append(ExampleResult(f"e{i}", 10, "q", [r, lam_result(0.5, [0.1])]).to_dict())
+    out = summarize(recs)
+    u = out["1.0"]["utility"]
+    assert u["metric"] == "rouge_l_f" and u["examples"] == 3 and u["mean"] == pytest.approx(0.5)
+    assert (u["ci"][0], u["ci"][1]) == bootstrap_ci([0.2, 0.4, 0.9], 0.95)
+    assert out["0.5"]["utility"] is None  # no answers at this lambda's results

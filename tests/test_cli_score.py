@@ -39,6 +39,35 @@ def data(tmp_path, score_examples):
 
 
 @pytest.mark.model
+def test_utility_against_a_reference_answer(note, tmp_path):
+    """--answer (one example) and an answer field (--data): every response's ROUGE-L against it, and
+    the data set's mean with a bootstrap CI per λ; a changed answer re-scores a logged example."""
+    from ctxlite.influence.regurgitation import rouge_l
+
+    answer = "Lisinopril 10 mg once a day for hypertension."
+    base = ["score", "--context", str(note), "-q", "What was prescribed?", "-r", "Lisinopril 10 mg daily.", "--doc"]
+    r = _run(base + ["--answer", answer])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)["result"]["results"][0]
+    assert res["utility"] == {"metric": "rouge_l", **rouge_l(answer, res["response"])} and 0 < res["utility"]["f"] < 1
+    assert json.loads(_run(base).stdout)["result"]["results"][0]["utility"] is None
+    rows = [
+        {"id": f"e{i}", "context": NOTE, "query": "What?", "response": f"Lisinopril {i} mg.", "answer": answer}
+        for i in (5, 10)
+    ]
+    data, log = tmp_path / "a.jsonl", tmp_path / "log.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    r = _run(["score", "--data", str(data), "--doc", "--lam", "1", "--out", str(log)])
+    u = json.loads(r.stdout)["summary"]["1.0"]["utility"]
+    assert u["examples"] == 2 and u["ci"][0] <= u["mean"] <= u["ci"][1]
+    rows[1]["answer"] = "Lisinopril 10 mg."
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    r = _run(["score", "--data", str(data), "--doc", "--lam", "1", "--out", str(log)])
+    assert json.loads(r.stdout)["scored"] == ["e10"]
+    assert _run(base + ["--answer", " "]).exit_code == 4  # an empty answer is refused
+
+
+@pytest.mark.model
 def test_score_one_example(note):
     r = _run(
         [

@@ -15,6 +15,7 @@ from ctxlite.influence.regurgitation import (
     ROUGE_THRESHOLD,
     Regurgitation,
     regurgitation,
+    rouge_l,
     shared_word_count,
     unicode_tokens,
 )
@@ -152,6 +153,24 @@ def test_rouge_l_matches_lcs_reference(prediction, source):
     assert r.rouge_l_recall == pytest.approx(recall, abs=1e-15)
     assert r.rouge is (precision > 0.5 or recall > 0.5)
     assert r.shared_words == ref_shared_word_count(prediction, source)
+
+
+@FAST
+@given(texts(), texts())
+def test_utility_rouge_l_matches_lcs_reference_with_its_f1(reference, prediction):
+    """Utility scores the response against a reference answer: precision over the response,
+    recall over the reference, F1 their harmonic mean."""
+    got = rouge_l(reference, prediction)
+    precision, recall = ref_rouge_l(prediction, reference)
+    f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+    assert got == pytest.approx({"precision": precision, "recall": recall, "f": f1}, abs=1e-12)
+
+
+def test_utility_of_a_hand_example_in_two_scripts():
+    assert rouge_l("the cat sat on the mat", "the cat sat") == pytest.approx(
+        {"precision": 1.0, "recall": 0.5, "f": 2 / 3}
+    )
+    assert rouge_l("患者は毎日服用", "患者は服用") == pytest.approx({"precision": 1.0, "recall": 5 / 7, "f": 10 / 12})
 
 
 def test_precision_is_over_the_prediction_and_recall_over_the_source():

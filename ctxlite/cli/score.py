@@ -87,7 +87,9 @@ def _examples(o):
     from ctxlite.records import read_jsonl, read_text
 
     if o.data:
-        lines = read_jsonl(o.data, required=("context",), strings=("id", "context", "query", "response", "source"))
+        lines = read_jsonl(
+            o.data, required=("context",), strings=("id", "context", "query", "response", "source", "answer")
+        )
         seen = set()
         for line in lines:
             d = line.data
@@ -102,6 +104,7 @@ def _examples(o):
                     response=d.get("response"),
                     source=d.get("source"),
                     id=key,
+                    answer=d.get("answer"),
                 )
             except DataError as exc:
                 raise DataError(f"{o.data}:{line.number}: {exc}") from None
@@ -109,7 +112,12 @@ def _examples(o):
         return
     context = _read_context(o.context)
     source = read_text(o.source, "source file") if o.source else None
-    yield "example", Example(context=context, query=o.query or "", response=o.response, source=source, id="example")
+    yield (
+        "example",
+        Example(
+            context=context, query=o.query or "", response=o.response, source=source, id="example", answer=o.answer
+        ),
+    )
 
 
 GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
@@ -163,6 +171,12 @@ def _plan(log, examples, out: str, data: str | None):
 @click.option("--query", "-q", type=TEXT, help="The query x filled into the template's query slot.")
 @click.option("--response", "-r", type=TEXT, help="Score this response instead of generating one with CID.")
 @click.option("--source", type=click.Path(dir_okay=False), help="Untruncated source for the regurgitation metrics.")
+@click.option(
+    "--answer",
+    type=TEXT,
+    default=None,
+    help="A reference answer: each response's utility is its ROUGE-L against it (in --data: an answer field).",
+)
 @click.option(
     "--data", type=click.Path(dir_okay=False), help="JSONL dataset: context, query, [response], [source], [id]."
 )
@@ -298,8 +312,10 @@ def score(**options):
     o = SimpleNamespace(**options)
     if bool(o.data) == bool(o.context):
         raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
-    if o.data and (o.query or o.response or o.source):
-        raise click.UsageError("--query/--response/--source go with --context; in --data they are fields of each line")
+    if o.data and (o.query or o.response or o.source or o.answer):
+        raise click.UsageError(
+            "--query/--response/--source/--answer go with --context; in --data they are fields of each line"
+        )
     settings = _settings(o)
     template = get_template(o.template)
     if o.chat:

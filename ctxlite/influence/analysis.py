@@ -109,6 +109,7 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             "noise_floor_max_mean": float(np.mean(floors)) if floors else None,
             "response_position_profile": position_means(r["token_influence"] for r in results),
             "ngram_position_profile": ngram_profile,
+            "utility": _utility(results, confidence),
             "regurgitation": {
                 "repeat": sum(r["repeat"] for r in reg),
                 "rouge": sum(r["rouge"] for r in reg),
@@ -117,6 +118,21 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             },
         }
     return out
+
+
+def _utility(results: list[dict], confidence: float) -> dict | None:
+    """Mean ROUGE-L F of the responses that have a reference answer, with its bootstrap CI."""
+    f = [r["utility"]["f"] for r in results if r.get("utility")]
+    if not f:
+        return None
+    lo, hi = bootstrap_ci(f, confidence)
+    return {
+        "metric": "rouge_l_f",
+        "mean": float(np.mean(f)),
+        "ci": [lo, hi],
+        "confidence": confidence,
+        "examples": len(f),
+    }
 
 
 def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36) -> str:

@@ -100,7 +100,15 @@ def shared_word_count(prediction: str, source: str) -> int:
     return len(set(prediction.split()) & set(source.split()))
 
 
+def rouge_l(reference: str, prediction: str) -> dict:
+    """ROUGE-L of ``prediction`` against ``reference`` over :func:`unicode_tokens` (any script):
+    with LCS the longest common subsequence of the token sequences, precision LCS/|prediction|,
+    recall LCS/|reference| and F1 their harmonic mean (Lin 2004)."""
+    score = _rouge_l().score(reference, prediction)["rougeL"]
+    return {"precision": float(score.precision), "recall": float(score.recall), "f": float(score.fmeasure)}
+
+
 def regurgitation(prediction: str, source: str) -> Regurgitation:
     """Repeat count and ROUGE-L precision/recall of ``prediction`` against ``source``."""
-    score = _rouge_l().score(source, prediction)["rougeL"]
-    return Regurgitation(shared_word_count(prediction, source), float(score.precision), float(score.recall))
+    score = rouge_l(source, prediction)
+    return Regurgitation(shared_word_count(prediction, source), score["precision"], score["recall"])

@@ -29,7 +29,7 @@ import numpy as np
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
-from ctxlite.influence.regurgitation import regurgitation
+from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import Capability, require
 from ctxlite.runtime.sampling import SamplingSettings
@@ -81,25 +81,31 @@ class InfluenceSettings:
 
 @dataclass(frozen=True)
 class Example:
-    """One private context D, a query x, optionally a response y and the untruncated source."""
+    """One private context D, a query x, optionally a response y, the untruncated source and a
+    reference ``answer`` (the response's utility is its ROUGE-L against it)."""
 
     context: str
     query: str = ""
     response: str | None = None
     source: str | None = None
     id: str = ""
+    answer: str | None = None
 
     def __post_init__(self):
         if not self.context.strip():
             raise DataError(f"example {self.id or '?'}: the context is empty")
         if self.response is not None and not self.response.strip():
             raise DataError(f"example {self.id or '?'}: the response is empty (omit it to generate one)")
+        if self.answer is not None and not self.answer.strip():
+            raise DataError(f"example {self.id or '?'}: the reference answer is empty (omit it for no utility)")
 
     def input_hash(self) -> str:
-        """Content hash of everything of the example a result depends on (context, query, response, source)."""
-        return content_hash(
-            {"context": self.context, "query": self.query, "response": self.response, "source": self.source}
-        )
+        """Content hash of everything of the example a result depends on (context, query, response,
+        source and, when given, the reference answer: older results without one keep their hash)."""
+        fields = {"context": self.context, "query": self.query, "response": self.response, "source": self.source}
+        if self.answer is not None:
+            fields["answer"] = self.answer
+        return content_hash(fields)
 
 
 @dataclass
@@ -150,6 +156,7 @@ class LambdaResult:
     noise_floor: NoiseFloor | None
     regurgitation: dict
     generation: dict | None = None
+    utility: dict | None = None  # ROUGE-L {precision, recall, f} of the response against the reference answer
     context_tokens: int = 0  # tokens of D actually used
     context_size: int | None = None  # the requested truncation (None = whole context)
 
@@ -359,6 +366,8 @@ class InfluenceScorer:
         source = example.source or example.context
         for r in results:
             r.regurgitation = regurgitation(r.response, source).to_dict()
+            if example.answer is not None:
+                r.utility = {"metric": "rouge_l", **rouge_l(example.answer, r.response)}
         return results
 
     def _score_response(

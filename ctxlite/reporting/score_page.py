@@ -132,6 +132,12 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
             f"{r['max_ngram_influence']:.4f} nats · noise floor {floor.get('max', 0.0):.3g} nats "
             f"(max of {len(floor.get('sums', []))} null ablations)</p>"
         )
+        if r.get("utility"):
+            u = r["utility"]
+            out.append(
+                f"<p>Utility against the reference answer: ROUGE-L F {u['f']:.3f} "
+                f"(precision {u['precision']:.3f}, recall {u['recall']:.3f})</p>"
+            )
         if r["ngrams"]:
             out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact))
         out.append(_response(r, redact))
@@ -154,7 +160,7 @@ def _summary(summary: dict | None) -> str:
             [esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], s["ngram_influence"].get("max_of_mean")]
         )
     head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
-    out = "<h2>Data set</h2>" + table(head, rows, 1)
+    out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary)
     if len(summary) > 1:
         lams = [float(k) for k in summary]
         means = [s["document_influence"]["mean"] for s in summary.values()]
@@ -164,6 +170,27 @@ def _summary(summary: dict | None) -> str:
             + "</figure>"
         )
     return out
+
+
+def _tradeoff(summary: dict) -> str:
+    """Utility (ROUGE-L F against the reference answers) against influence across the λ sweep."""
+    rows = [(k, s) for k, s in summary.items() if s.get("utility")]
+    if not rows:
+        return ""
+    table_rows = [
+        [esc(k), s["document_influence"]["mean"], s["utility"]["mean"], *s["utility"]["ci"], s["utility"]["examples"]]
+        for k, s in rows
+    ]
+    out = "<h3>Privacy–utility across λ</h3>"
+    if len(rows) > 1:
+        xs = [s["document_influence"]["mean"] for _, s in rows]
+        ys = [s["utility"]["mean"] for _, s in rows]
+        plot = line_plot(
+            "Utility against influence across λ", [("λ sweep", xs, ys)], "mean document influence (nats)", "ROUGE-L F"
+        )
+        out += f"<figure>{plot}<figcaption>one point per λ, in the order of the table</figcaption></figure>"
+    head = ["λ", "mean document influence", "mean ROUGE-L F", "95% CI low", "95% CI high", "examples"]
+    return out + table(head, table_rows, 1)
 
 
 def flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
