@@ -161,6 +161,9 @@ def test_documented_command_runs(line, tmp_path, request):
         assert r.stdout.split()[0] in ("eps", "example"), r.stdout
         return
     out = json.loads(r.stdout)
+    if "--plan" in args:  # what the run would cost, nothing run
+        assert out["plan"]["decode_calls"] > 0 and out["plan"]["estimated_seconds"] > 0
+        return
     assert ("verdict" in out) == gated and (r.exit_code == 8) == bool(gated and out["verdict"]["failed"])
     assert (
         ("rows" in out)

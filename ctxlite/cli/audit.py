@@ -19,6 +19,7 @@ from ctxlite.cli.options import (
     conclude,
     default,
     emit_json,
+    emit_plan,
     engine_config,
     engine_kwargs,
     engine_options,
@@ -27,6 +28,7 @@ from ctxlite.cli.options import (
     given_explicitly,
     json_option,
     junit_option,
+    plan_option,
     progress,
     verdict_json,
     wants_json,
@@ -275,6 +277,7 @@ def _jsonable(obj):
 @click.option("--resume", is_flag=True, help="Continue the run in --out (same parameters).")
 @fail_above_epsilon_option
 @junit_option
+@plan_option
 @json_option
 @engine_options
 def audit(**options):
@@ -295,6 +298,7 @@ def audit(**options):
       ctxlite audit --data dialogues.jsonl --mechanism judge --attack injection --task generate --trials 40
       ctxlite audit --data tickets.jsonl --format tickets.toml --trials 100 --model smollm2-135m-instruct --chat
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8 --fail-above-epsilon 1 --junit audit.xml
+      ctxlite audit --data private.jsonl --mechanism none --trials 200 --plan
     """
     from dataclasses import fields, replace
 
@@ -330,6 +334,9 @@ def audit(**options):
     engine = build_engine(**ekw, kv_slots=4)
     embedder = build_engine(**{**ekw, "model": o.embed_model or ekw["model"]}, embeddings=True) if _embeds(o) else None
     judge = build_engine(**{**ekw, "model": settings.judge_model}) if settings.judge_model else None
+    if o.plan:
+        _plan(o, engine, embedder, judge, records, settings, fmt)
+        return
     if o.search_template:
         found = search_template(engine, records, settings, embedder=embedder, fmt=fmt)
         accuracies = [round(a, 3) for a in found.accuracies]
@@ -399,6 +406,25 @@ def _nonempty(path: str) -> bool:
 
     p = Path(path)
     return p.is_file() and p.stat().st_size > 0
+
+
+def _plan(o, engine, embedder, judge, records, settings, fmt) -> None:
+    """What the audit (the template search included) would cost: every trial, none read from a log."""
+    from dataclasses import replace
+
+    from ctxlite.audit.game import run_audit
+    from ctxlite.audit.settings import Attack, Task
+    from ctxlite.audit.template_search import search_template
+    from ctxlite.runtime.planning import plan_run
+
+    def job():
+        s = settings
+        if o.search_template:
+            s = replace(s, template_index=search_template(engine, records, s, embedder=embedder, fmt=fmt).best_index)
+        run_audit(engine, records, s, None, embedder=embedder, fmt=fmt, judge=judge)
+
+    sampled = settings.task is Task.GENERATE or settings.attack is Attack.INJECTION
+    emit_plan(plan_run([engine, embedder, judge], job, sampled), o.as_json)
 
 
 def _check_combination(task, mechanism, attack, detector, search_template, old_query_flag) -> None:

@@ -245,3 +245,20 @@ def conclude(verdict, junit: str | None) -> None:
         click.echo(f"ctxlite: gate tripped: {verdict.summary()}", err=True)
         sys.exit(EXIT_GATE)
     progress(verdict.summary())
+
+
+def plan_option(f):
+    return click.option(
+        "--plan",
+        is_flag=True,
+        help="Print the forward passes and tokens the run needs and a time estimate for this machine "
+        "(a short calibration), without running it or writing --out.",
+    )(f)
+
+
+def emit_plan(plan, as_json: bool) -> None:
+    """The plan on stdout: JSON (asked for, or stdout is not a terminal) or one line."""
+    if wants_json(as_json):
+        emit_json({"plan": plan.to_dict()})
+    else:
+        click.echo(plan.summary())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import click
@@ -15,6 +16,7 @@ from ctxlite.cli.options import (
     conclude,
     default,
     emit_json,
+    emit_plan,
     engine_config,
     engine_kwargs,
     engine_options,
@@ -23,6 +25,7 @@ from ctxlite.cli.options import (
     given_explicitly,
     json_option,
     junit_option,
+    plan_option,
     progress,
     verdict_json,
     wants_json,
@@ -273,6 +276,7 @@ def _plan(log, examples, out: str, data: str | None):
     help="Split points re-decoded unchanged to measure the noise floor.",
 )
 @click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
+@plan_option
 @click.option(
     "--top",
     type=click.IntRange(0),
@@ -300,6 +304,7 @@ def score(**options):
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --out runs/scores.jsonl
       ctxlite score --context note.txt -q "What was prescribed?" --model smollm2-135m-instruct --chat
       ctxlite score --data examples.jsonl --fail-above-influence 5 --junit influence.xml
+      ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --plan
     """
     from ctxlite.gates import score_verdict
     from ctxlite.identity import engine_part
@@ -307,6 +312,7 @@ def score(**options):
     from ctxlite.influence.scorer import InfluenceScorer
     from ctxlite.records import RecordLog
     from ctxlite.runtime.models import resolve_model
+    from ctxlite.runtime.planning import plan_run
     from ctxlite.runtime.templates import get_template
 
     o = SimpleNamespace(**options)
@@ -328,12 +334,19 @@ def score(**options):
     identity = {**engine_part(model_path, config), "template": template.text, "settings": asdict(settings)}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}
-    log = RecordLog(o.out, identity, kind="score-run") if o.out else None  # refused before the model loads
+    planning_only = o.plan and not (o.out and Path(o.out).exists())  # a plan writes no new log
+    log = RecordLog(o.out, identity, kind="score-run") if o.out and not planning_only else None  # before the model
     try:
         reused, changed = _plan(log, examples, o.out, o.data)
         for key in changed:
             progress(f"{key}: its input changed since it was logged; scoring it again")
         engine = build_engine(**ekw)
+        if o.plan:
+            scorer = InfluenceScorer(engine, template, settings)
+            todo = [ex for key, ex in examples if key not in reused]
+            job = lambda: [scorer.score(ex) for ex in todo]  # noqa: E731
+            emit_plan(plan_run([engine], job, sampled=any(ex.response is None for ex in todo)), o.as_json)
+            return
         meta = {
             "ctxlite": identity["software"]["ctxlite"],
             "engine": engine.describe(),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -253,6 +254,8 @@ class Engine:
         self._make_context()
         self.kv = KVCache(self._mem, self.config.n_seq_max)
         self.tokens_decoded = 0  # every token through llama_decode (a cost counter)
+        self.decode_calls = 0  # llama_decode calls (the other cost counter)
+        self.dry_run = False  # count the decodes a run needs without running them (planning): flat logits
         self._eog_ids: np.ndarray | None = None
 
     # ----- what this backend can do ---------------------------------------
@@ -439,11 +442,17 @@ class Engine:
                 self._b_seq[i][0] = seqs[lo + i]
             self._batch.n_tokens = n
             self.tokens_decoded += n
+            self.decode_calls += 1
+            n_out = int(np.count_nonzero(want[lo:hi]))
+            if self.dry_run:  # planning: the same calls and counts, flat logits, nothing decoded
+                if n_out and on_rows is not None:
+                    on_rows(np.zeros((n_out, self.n_vocab), dtype=np.float32), done_rows)
+                done_rows += n_out
+                continue
             rc = _llama.llama_decode(self._ctx, self._batch)
             if rc != 0:
                 reason = {1: "no free KV-cache slot (raise --n-ctx)", 2: "aborted"}.get(rc, "see CTXLITE_LLAMA_LOG=1")
                 raise DecodeError(f"llama_decode returned {rc}: {reason}")
-            n_out = int(np.count_nonzero(want[lo:hi]))
             if n_out and on_rows is not None:
                 ptr = _llama.llama_get_logits(self._ctx)
                 view = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
@@ -666,6 +675,8 @@ class Engine:
         self.check_fits(len(tokens), "text to embed")
         self.clear()
         self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
+        if self.dry_run:
+            return np.full(self.n_embd, 1.0 / math.sqrt(self.n_embd))
         ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
         if not ptr:
             raise DecodeError("llama.cpp returned no pooled embedding")
