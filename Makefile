@@ -35,14 +35,18 @@ model: install $(SMOLLM2_STAMP)
 
 demo: model
 	mkdir -p $(OUT)
-	$(CTX) score --data ctxlite/data/score_sample.jsonl --limit 8 --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
+	$(CTX) score --data ctxlite/data/score_sample.jsonl --limit 3 --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism none \
 		--canary hex --query-kind input-output --trials 200 --out $(OUT)/audit_none.jsonl --resume
 	$(CTX) audit --data ctxlite/data/classify_sample.jsonl --task classify --mechanism rnm --temperature 0 \
 		--epsilon 1,8,inf --canary semantic --query-kind input-output --trials 200 --out $(OUT)/audit_rnm.jsonl --resume
-	$(CTX) report $(OUT)/score_sample.jsonl --html $(OUT)/report.html > /dev/null
-	$(CTX) report $(OUT)/audit_rnm.jsonl --html $(OUT)/audit.html > /dev/null
-	$(CTX) report $(OUT)/audit_none.jsonl --html $(OUT)/audit_none.html > /dev/null
+	@echo "--- the verdicts, and the reports to open in a browser:"
+	@$(CTX) report $(OUT)/score_sample.jsonl --html $(OUT)/report.html > /dev/null
+	@$(CTX) report $(OUT)/audit_none.jsonl --html $(OUT)/audit_none.html > /dev/null
+	@$(CTX) report $(OUT)/audit_rnm.jsonl --html $(OUT)/audit.html > /dev/null
+	@echo "--- full size next: all 30 examples, and a stronger RNM audit:"
+	@echo "  $(CTX) score --data ctxlite/data/score_sample.jsonl --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl"
+	@echo "  $(CTX) audit --data ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon 1,2,4,8,inf --trials 1000 --out $(OUT)/rnm_full.jsonl"
 
 # one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
 test: model

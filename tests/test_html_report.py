@@ -159,3 +159,28 @@ def test_no_text_report_holds_no_private_text(browser, logs, tmp_path, kind):
 def test_no_text_needs_html():
     r = CliRunner().invoke(main, ["report", "x.jsonl", "--no-text"])
     assert r.exit_code == 2 and "--html" in r.output
+
+
+@pytest.mark.parametrize("kind", ["score", "audit"])
+def test_a_partial_log_is_reported_as_partial(browser, logs, tmp_path, kind):
+    """A run that did not finish (no end line) renders what it has, marked partial."""
+    lines = (logs / f"{kind}.jsonl").read_text(encoding="utf-8").splitlines()
+    partial = tmp_path / f"{kind}-partial.jsonl"
+    partial.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    out = tmp_path / f"{kind}-partial.html"
+    r = CliRunner().invoke(main, ["report", str(partial), "--html", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    session = _load(browser, out, tmp_path, f"{kind}-partial")
+    assert browser.evaluate(session, "document.querySelectorAll('[data-partial]').length") == 1
+    if kind == "audit":  # the trials so far are plotted, no estimates yet
+        assert browser.evaluate(session, "document.querySelectorAll('svg').length") >= 2
+
+
+def test_report_prints_one_headline_per_finished_run(logs):
+    """The line a person reads first: the log's largest n-gram influence, or its strongest bound."""
+    tau = max(g["influence"] for g in _result(logs)["ngrams"])
+    r = CliRunner().invoke(main, ["report", str(logs / "score.jsonl")], catch_exceptions=False)
+    assert f"score: largest n-gram influence {tau:.2f} nats in example at λ = 1" in r.stderr
+    r = CliRunner().invoke(main, ["report", str(logs / "audit.jsonl"), "--json"], catch_exceptions=False)
+    row = max(json.loads(r.stdout)["rows"], key=lambda row: row["epsilon_lower_bound"])
+    assert f"certified ε ≥ {row['epsilon_lower_bound']:.3f} at 95% confidence" in r.stderr

@@ -67,6 +67,8 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
         verdict, out, table = _audit(run, fail_above_epsilon, junit)
     else:
         raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
+    if out.get("complete"):
+        progress(_headline(out))
     if html_path is not None:
         _write_html(run, html_path, no_text)
     if as_json:
@@ -81,6 +83,38 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
             "finished run (re-run the same command to finish it)"
         )
     conclude(verdict, junit)
+
+
+def _headline(out: dict) -> str:
+    """One line a person reads first: the largest n-gram influence (score) or the strongest
+    certified ε (audit), with what qualifies it."""
+    if out["kind"] == "score":
+        best = None
+        for rec in out["examples"]:
+            for r in rec["results"]:
+                if r.get("top_spans") and (best is None or r["max_ngram_influence"] > best[1]["max_ngram_influence"]):
+                    best = (rec["id"], r)
+        if best is None:
+            return "score: document level only (no n-grams scored)"
+        key, r = best
+        span = r["top_spans"][0]
+        text = " ".join(span["text"].split())
+        floor = {True: "above", False: "within", None: "no"}[span.get("above_noise")]
+        return (
+            f"score: largest n-gram influence {r['max_ngram_influence']:.2f} nats in {key} at λ = {r['lam']:g}, "
+            f'"{text[:40]}{"…" if len(text) > 40 else ""}" ({floor} noise floor)'
+        )
+    rows = out["rows"]
+    top = max(rows, key=lambda r: r["epsilon_lower_bound"])
+    at = "" if top["epsilon"] is None else f" at theoretical ε = {top['epsilon']}"
+    exact = top.get("epsilon_exact")
+    exact_text = (
+        "" if exact is None else f"; the audited pair's exact ε: {exact if isinstance(exact, str) else f'{exact:.3g}'}"
+    )
+    return (
+        f"audit ({out['settings']['mechanism']}): certified ε ≥ {top['epsilon_lower_bound']:.3f}{at} "
+        f"at {out['settings']['confidence']:.0%} confidence{exact_text}"
+    )
 
 
 def _write_html(run, path: str, no_text: bool) -> None:
