@@ -184,3 +184,23 @@ def test_report_prints_one_headline_per_finished_run(logs):
     r = CliRunner().invoke(main, ["report", str(logs / "audit.jsonl"), "--json"], catch_exceptions=False)
     row = max(json.loads(r.stdout)["rows"], key=lambda row: row["epsilon_lower_bound"])
     assert f"certified ε ≥ {row['epsilon_lower_bound']:.3f} at 95% confidence" in r.stderr
+
+
+def test_context_size_curve_is_plotted_with_its_numbers(browser, logs, tmp_path):
+    """A run with --context-sizes gets the curve of mean document influence against k, and its table."""
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": f"e{i}", "context": CONTEXT, "query": "What?", "response": f"Lisinopril {i} mg."} for i in (5, 10)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    log, out = tmp_path / "sizes.jsonl", tmp_path / "sizes.html"
+    _run(["score", "--data", str(data), "--doc", "--context-sizes", "8,24", "--out", str(log)])
+    _run(["report", str(log), "--html", str(out)])
+    session = _load(browser, out, tmp_path, "sizes")
+    assert browser.evaluate(
+        session,
+        "[...document.querySelectorAll('svg title')]"
+        ".some(t => t.textContent === 'Document influence against context size')",
+    )
+    summary = [json.loads(line) for line in log.read_text().splitlines()][-1]["end"]["summary"]
+    body = browser.evaluate(session, "document.body.innerText")
+    for key in ("1.0@8", "1.0@24"):
+        assert f"{summary[key]['document_influence']['mean']:.4g}" in body

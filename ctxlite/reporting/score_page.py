@@ -160,16 +160,32 @@ def _summary(summary: dict | None) -> str:
             [esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], s["ngram_influence"].get("max_of_mean")]
         )
     head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
-    out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary)
-    if len(summary) > 1:
-        lams = [float(k) for k in summary]
-        means = [s["document_influence"]["mean"] for s in summary.values()]
+    out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary) + _context_sizes(summary)
+    whole = sorted(
+        (s["lam"], s["document_influence"]["mean"]) for s in summary.values() if s.get("context_size") is None
+    )
+    if len(whole) > 1:  # the λ sweep over whole contexts (the context-size entries have their own plot)
+        lams, means = [lam for lam, _ in whole], [m for _, m in whole]
         out += (
             "<figure>"
             + line_plot("Mean document influence across λ", [("mean", lams, means)], "λ", "nats")
             + "</figure>"
         )
     return out
+
+
+def _context_sizes(summary: dict) -> str:
+    """Mean document influence against the number of context tokens scored (keys "λ@k")."""
+    curves: dict[float, list[tuple[int, float]]] = {}
+    for s in summary.values():
+        if s.get("context_size") is not None:
+            curves.setdefault(s["lam"], []).append((s["context_size"], s["document_influence"]["mean"]))
+    if not curves:
+        return ""
+    series = [(f"λ = {lam:g}", [k for k, _ in sorted(c)], [v for _, v in sorted(c)]) for lam, c in curves.items()]
+    plot = line_plot("Document influence against context size", series, "context tokens scored (k)", "nats")
+    rows = [[f"{lam:g}", k, v] for lam, c in curves.items() for k, v in sorted(c)]
+    return "<h3>Context size</h3><figure>" + plot + "</figure>" + table(["λ", "k", "mean document influence"], rows, 1)
 
 
 def _tradeoff(summary: dict) -> str:
