@@ -609,6 +609,34 @@ MUTANTS: list[Mutant] = [
         "non_utf8",
         "non-UTF-8 arguments are accepted",
     ),
+    # ---- adaptive search (issue 13) ----------------------------------------------------------------
+    Mutant(
+        "S1",
+        "ctxlite/influence/search.py",
+        "tau[node] >= rule.refine_ratio * kth",
+        "tau[node] >= 2 * kth",
+        ("tests/test_search.py",),
+        "monotone",
+        "blocks are refined only at twice the K-th n-gram's influence, not ρ times it",
+    ),
+    Mutant(
+        "S2",
+        "ctxlite/influence/search.py",
+        "            if out.ablations + len(frontier) + len(kids) > budget:",
+        "            if False:",
+        ("tests/test_search.py",),
+        "budget or monotone",
+        "the ablation budget (exhaustive search's count) is ignored",
+    ),
+    Mutant(
+        "S3",
+        "ctxlite/influence/scorer.py",
+        "                if j == i + 1:\n                    kept[windows[i]] = out",
+        "                if j >= i + 1:\n                    kept[windows[i]] = out",
+        ("tests/test_search_model.py",),
+        "planted",
+        "a block's log-probabilities are reported as its first n-gram's",
+    ),
 ]
 
 PROBE = Mutant(
