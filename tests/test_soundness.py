@@ -7,8 +7,9 @@
   alpha of the audits; broken copies kept here as fixtures -- a selection that
   peeks at the evaluation half (:class:`LeakySplitAuditor`), corrections
   dropped (:class:`UncorrectedAuditor`) -- fail that check.
-* The same for the Gaussian-DP mu bound on the Gaussian mechanism and for the
-  one-run bounds on canaries included by fair coins; and the one-run audit
+* The same for the Gaussian-DP mu bound on the Gaussian mechanism, for the
+  accuracy upper limit on randomised response (optimal accuracy known), and for
+  the one-run bounds on canaries included by fair coins; and the one-run audit
   refuses unfair inclusion, where it would report epsilon ~ 3 from noise.
 * The declared L2 sensitivities of RNM and ESA are the true maxima, found by
   enumerating neighbouring record sets through the mechanisms' own pre-noise
@@ -44,6 +45,7 @@ from ctxlite.privacy.estimators import (
     MultiSplit,
     Split,
     _best,
+    _cp_upper,
     gdp_epsilon,
 )
 from ctxlite.privacy.one_run import one_run_audit
@@ -278,6 +280,55 @@ def test_mu_bound_check_catches_the_uncorrected_grid():
     assert _gdp_overclaims(UncorrectedAuditor, 1.0, LOOSE_ALPHA, MUTANT_AUDITS) > max_overclaims(
         MUTANT_AUDITS, LOOSE_ALPHA
     )
+
+
+# ---------------------------------------------------------------------------
+# (f) the accuracy upper limit: on randomised response (released bit b, Z = 1: b ~ Bernoulli(p), Z = 0:
+# b ~ Bernoulli(1 - p), p = e^eps / (1 + e^eps)) the best balanced accuracy of any test is p, reached at
+# the threshold 1 (Kairouz et al. 2015: an eps-DP test has TPR + TNR <= 2p); the jittered variant of (b)
+# has the same optimum at the one threshold 1 and many near-optimal thresholds beside it. An over-claim
+# is an upper limit below p.
+
+
+def _accuracy_overclaims(auditor_cls, eps: float, alpha: float, jitter: bool, n_audits: int = N_AUDITS) -> int:
+    p = 1.0 / (1.0 + math.exp(-eps))
+    if jitter:
+        audits = _tight_audits(eps, 3, LOOSE_N_OUT, n_audits)
+    else:
+        rng = np.random.default_rng([3, int(round(eps * 1000))])
+        bits = rng.random((n_audits, 2, GDP_N)) < np.array([p, 1 - p])[None, :, None]  # (IN, OUT) per audit
+        audits = ((b[0].astype(float), b[1].astype(float)) for b in bits)
+    return sum(auditor_cls(i, o).accuracy_upper_bound(alpha) < p for i, o in audits)
+
+
+class PlugInAccuracyAuditor(CanaryScoreAuditor):
+    """Broken: the best empirical accuracy (:meth:`audit_accuracy`) reported as its own upper limit."""
+
+    def accuracy_upper_bound(self, alpha=0.05, prevalence=0.5):
+        return self.audit_accuracy()
+
+
+class OneSidedAccuracyAuditor(CanaryScoreAuditor):
+    """Broken: the TPR gets its upper limit but the TNR enters at its observed value (one rate's
+    sampling error ignored) -- a limit that holds for the IN trials only."""
+
+    def accuracy_upper_bound(self, alpha=0.05, prevalence=0.5):
+        tp, fp = self._counts(self._candidates)
+        tpr_hi = _cp_upper(tp, self.n_in, alpha / 2.0)
+        return float(np.max(prevalence * tpr_hi + (1.0 - prevalence) * (self.n_out - fp) / self.n_out))
+
+
+@pytest.mark.parametrize("jitter", [False, True], ids=["bits", "jittered"])
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+@pytest.mark.parametrize("alpha", [ALPHA, LOOSE_ALPHA])
+def test_accuracy_upper_bound_sound_on_randomised_response(jitter, eps, alpha):
+    assert _accuracy_overclaims(CanaryScoreAuditor, eps, alpha, jitter) <= max_overclaims(N_AUDITS, alpha)
+
+
+@pytest.mark.parametrize("auditor_cls", [PlugInAccuracyAuditor, OneSidedAccuracyAuditor])
+@pytest.mark.parametrize("eps", [1.0, 2.0])
+def test_accuracy_check_catches_a_limit_without_both_rates_sampling_error(auditor_cls, eps):
+    assert _accuracy_overclaims(auditor_cls, eps, ALPHA, False) > max_overclaims(N_AUDITS, ALPHA)
 
 
 # ---------------------------------------------------------------------------
