@@ -586,3 +586,49 @@ def test_row_estimates_are_kept_when_they_can_be_formed():
     assert row["reasons"] == {}
     assert math.isfinite(row["epsilon_point"]) and math.isfinite(row["epsilon_gdp"])
     assert row["threshold"] is not None and row["lower_bound_counts"]["threshold"] is not None
+
+
+def test_row_names_an_upper_bound_profile_as_such():
+    """A profile known only as an upper bound (rnm with hidden partner groups) fills epsilon_upper_bound
+    and audit_tightness_at_least, never epsilon_exact or audit_tightness (null, with reasons); an exact
+    one fills both names with the same number."""
+    from ctxlite.audit.report import PairReference
+    from ctxlite.privacy.privacy_profile import VotePair, pair_profile
+
+    rng = np.random.default_rng(3)
+    ins, outs = rng.normal(1, 1, 100), rng.normal(0, 1, 100)
+    profile = pair_profile([VotePair(1.0, np.eye(3)[0], np.eye(3)[1])], 2.0)
+    from ctxlite.audit.game import make_mechanism
+    from ctxlite.audit.report import report_row
+
+    s, _ = _audit_row(2.0, ins, outs)
+    for exact in (True, False):
+        row = report_row(s, make_mechanism(s, 2.0), 2.0, ins, outs, None, None, PairReference(profile, "how", exact))
+        ceiling = profile.epsilon(s.delta)
+        assert row["epsilon_upper_bound"] == ceiling and row["privacy_profile_method"] == "how"
+        assert row["privacy_profile_kind"] == ("exact" if exact else "upper bound")
+        assert row["epsilon_exact"] == (ceiling if exact else None)
+        ratio = row["epsilon_lower_bound"] / ceiling
+        assert (row["audit_tightness"], row["audit_tightness_at_least"]) == ((ratio, None) if exact else (None, ratio))
+        assert ("epsilon_exact" in row["reasons"] and "audit_tightness" in row["reasons"]) is not exact
+        json.dumps(row, allow_nan=False)
+
+
+class _VoteOracle:
+    """Label distributions by record: "<sure>" votes label 0 for certain, anything else is a coin flip."""
+
+    def label_distribution(self, prompt):
+        return np.array([1.0, 0.0, 0.0]) if "<sure>" in prompt else np.array([0.5, 0.5, 0.0])
+
+
+@pytest.mark.parametrize(
+    "ensembles, shots, others, exact",
+    [(1, 3, "<coin>", True), (3, 1, "<sure>", True), (3, 1, "<coin>", False), (2, 2, "<sure>", False)],
+)
+def test_rnm_vote_pair_is_the_release_only_when_nothing_is_hidden(ensembles, shots, others, exact):
+    """One ensemble: nothing else is released. One shot each: the group is the canary's record alone,
+    and the other votes are a constant when each is certain. Two shots: the partner group is hidden."""
+    mech = ReportNoisyMax(ensembles, shots, 1.0, 1e-5)
+    records = _records("classify", [others] * (ensembles * shots))
+    fmt = AuditFormat.builtin("classify")
+    assert mech.vote_pairs_are_the_release(_VoteOracle(), fmt, records, 0, "Query:") is exact
