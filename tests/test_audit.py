@@ -757,6 +757,30 @@ def test_cli_audit_json_and_table(tmp_path):
     )
     assert "eps_T" in res4.stderr and "T = 50" in res4.stderr
 
+    # re-reported under another bound method: one warning line on stderr and in the report, naming the
+    # first choice; back under the first choice, none (the best of several bounds is not a valid bound)
+    res6 = _cli([*args, "--resume", "--bound", "split"])
+    assert res6.exit_code == 0, res6.output
+    rereported = json.loads(res6.stdout[res6.stdout.index("{") :])
+    warnings = [line for line in res6.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "first reported with another bound choice" in warnings[0], res6.stderr
+    assert "'corner grid" in warnings[0] and "-> 'split" in warnings[0]
+    assert (
+        warnings[0].endswith(rereported["rereport_warning"]) and rereported["rereport_warning"] in rereported["notes"]
+    )
+    assert (
+        rereported["first_reported_with"]
+        == report["first_reported_with"]
+        == {
+            "lower_bound_method": report["rows"][0]["lower_bound_method"],
+            "confidence": 0.95,
+        }
+    )
+    res7 = _cli([*args, "--resume", "--confidence", "0.95"])
+    assert res7.exit_code == 0 and "warning" not in res7.stderr, res7.output
+    assert json.loads(res7.stdout[res7.stdout.index("{") :])["rereport_warning"] is None
+    lines = out.read_text().splitlines()  # two more end lines, the records untouched
+
     # a log of another audit is refused, naming what differs, and left alone
     res5 = _cli([*args[:-2], "--seed", "1", "-t", "1", "--resume"])
     assert res5.exit_code != 0 and "seed" in res5.output

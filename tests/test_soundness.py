@@ -632,3 +632,32 @@ def test_rnm_vote_pair_is_the_release_only_when_nothing_is_hidden(ensembles, sho
     records = _records("classify", [others] * (ensembles * shots))
     fmt = AuditFormat.builtin("classify")
     assert mech.vote_pairs_are_the_release(_VoteOracle(), fmt, records, 0, "Query:") is exact
+
+
+def test_rereport_warning_names_a_changed_bound_choice_only():
+    """Reporting the same trials under several bound methods (or confidences) and keeping the best is
+    not a valid bound: a report whose choice differs from the log's first report says so, in one line."""
+    from ctxlite.audit.report import bound_choice, first_bound_choice, rereport_warning
+    from ctxlite.audit.settings import AuditSettings
+
+    first = AuditSettings(task="classify", mechanism="rnm")
+    end = {
+        "report": {
+            "settings": first.params(),
+            "rows": [{"lower_bound_method": bound_choice(first)["lower_bound_method"]}],
+        }
+    }
+    assert first_bound_choice(end) == bound_choice(first)
+    assert first_bound_choice(None) is None and first_bound_choice({"summary": {}}) is None
+    assert rereport_warning(None, bound_choice(first)) is None  # never reported before
+    assert rereport_warning(first_bound_choice(end), bound_choice(first)) is None  # the same choice again
+    for change in ({"bound": "split"}, {"confidence": 0.9}, {"bound": "multi-split", "confidence": 0.99}):
+        warning = rereport_warning(
+            first_bound_choice(end), bound_choice(AuditSettings(task="classify", mechanism="rnm", **change))
+        )
+        assert warning is not None and "\n" not in warning and "not a valid bound" in warning
+        assert ("confidence 0.95 ->" in warning) is ("confidence" in change)
+        assert ("bound 'corner grid" in warning) is ("bound" in change)
+    # a report from before rows named their method: only the confidence is compared
+    old = {"report": {"settings": {"confidence": 0.95}, "rows": [{}]}}
+    assert rereport_warning(first_bound_choice(old), bound_choice(AuditSettings(bound="split"))) is None

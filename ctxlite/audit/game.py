@@ -58,7 +58,14 @@ from ctxlite.audit.mechanisms import (
 )
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.queries import build_query, injection_query
-from ctxlite.audit.report import AuditReport, PairReference, report_row
+from ctxlite.audit.report import (
+    AuditReport,
+    PairReference,
+    bound_choice,
+    first_bound_choice,
+    report_row,
+    rereport_warning,
+)
 from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, audit_identity
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
@@ -319,6 +326,8 @@ def run_audit(
         mech = make_mechanism(s, eps, judge_from_engine(judge))
         ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda *_: None))
         rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech)))
+    choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
+    warning = rereport_warning(first, choice)
     return AuditReport(
         settings=s.params(),
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
@@ -328,9 +337,13 @@ def run_audit(
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
-        notes=_notes(s, len(game.pool), bool(game.held_out)) + _above_exact(rows, s.alpha),
+        notes=_notes(s, len(game.pool), bool(game.held_out))
+        + _above_exact(rows, s.alpha)
+        + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
+        first_reported_with=first or choice,
+        rereport_warning=warning,
     )
 
 

@@ -82,6 +82,8 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     format: dict | None = None  # the prompt format audited: name, text, hash, labels, chat
     example_prompt: str | None = None  # one Z = 1 prompt as the model reads it, the canary in [[CANARY]] marks
+    first_reported_with: dict | None = None  # the bound method and confidence of the log's first report
+    rereport_warning: str | None = None  # set when this report uses another method or confidence than that
 
     def to_dict(self) -> dict:
         """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
@@ -223,6 +225,47 @@ def selection(s: AuditSettings) -> ThresholdSelection:
         BoundKind.MULTI_SPLIT: MultiSplit(fraction=s.split_fraction, seed=s.seed),
         BoundKind.BONFERRONI: Bonferroni(),
     }[s.bound]
+
+
+def bound_choice(s: AuditSettings) -> dict:
+    """The report-only choices that decide ``epsilon_lower_bound``: the method (as rows name it) and the confidence."""
+    return {"lower_bound_method": describe_selection(selection(s)), "confidence": s.confidence}
+
+
+def first_bound_choice(first_end: dict | None) -> dict | None:
+    """:func:`bound_choice` of a log's first report (its first end line), None if it was never reported.
+
+    A report from before rows named their method gives ``lower_bound_method`` None (not compared)."""
+    report = first_end.get("report") if isinstance(first_end, dict) else None
+    if not isinstance(report, dict):
+        return None
+    rows = report.get("rows") or [{}]
+    return {
+        "lower_bound_method": rows[0].get("lower_bound_method"),
+        "confidence": (report.get("settings") or {}).get("confidence"),
+    }
+
+
+def rereport_warning(first: dict | None, now: dict) -> str | None:
+    """One line when a log first reported with one bound method or confidence is re-reported with another.
+
+    Each method is a valid (1 - alpha) lower bound on its own, but the trials are the same: reporting
+    whichever of several methods (or confidences) certifies most is a choice made after seeing them, and
+    the maximum of K valid bounds holds only at 1 - K alpha. The first report's choice is the valid one."""
+    if first is None:
+        return None
+    changed = [
+        f"{what} {first[key]!r} -> {now[key]!r}"
+        for key, what in (("lower_bound_method", "bound"), ("confidence", "confidence"))
+        if first.get(key) is not None and first[key] != now[key]
+    ]
+    if not changed:
+        return None
+    return (
+        f"this log was first reported with another bound choice ({'; '.join(changed)}): each is valid alone, "
+        "but keeping the best of several reports of the same trials is not a valid bound at the stated "
+        "confidence; quote the first report's eps_lb"
+    )
 
 
 PROFILE_DELTAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)

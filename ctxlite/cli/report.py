@@ -199,6 +199,8 @@ def _audit(run, threshold, junit):
             )
         return None, {"log": str(run.path), "kind": "audit", "complete": False, "trials": trials}, None
     result = _end(run, "report")
+    if result.get("rereport_warning"):  # the stored report was a re-report of the trials under another bound choice
+        progress(f"ctxlite: warning: {result['rereport_warning']}")
     verdict = audit_verdict(result, threshold, run.identity)
     out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
     return verdict, out, AuditReport.from_dict(result).table()
