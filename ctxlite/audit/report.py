@@ -69,6 +69,9 @@ class AuditReport:
     to why; so is a +inf threshold. ``format`` and ``example_prompt`` show exactly which
     deployment was audited. Only theoretical ε of a σ = 0 setting
     are infinite; :meth:`to_dict` writes them as the string ``"inf"``.
+    ``first_reported_with`` is the bound method and confidence of the trial
+    log's first report (this one's, for a fresh run); ``rereport_warning`` says
+    when this report differs from it (:func:`rereport_warning`).
     """
 
     settings: dict
