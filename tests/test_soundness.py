@@ -655,7 +655,7 @@ def test_rereport_warning_names_a_changed_bound_choice_only():
         warning = rereport_warning(
             first_bound_choice(end), bound_choice(AuditSettings(task="classify", mechanism="rnm", **change))
         )
-        assert warning is not None and "\n" not in warning and "not a valid bound" in warning
+        assert warning is not None and "\n" not in warning and "guaranteed only at confidence 1 - K alpha" in warning
         assert ("confidence 0.95 ->" in warning) is ("confidence" in change)
         assert ("bound 'corner grid" in warning) is ("bound" in change)
     # a report from before rows named their method: only the confidence is compared

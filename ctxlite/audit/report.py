@@ -266,8 +266,8 @@ def rereport_warning(first: dict | None, now: dict) -> str | None:
         return None
     return (
         f"this log was first reported with another bound choice ({'; '.join(changed)}): each is valid alone, "
-        "but keeping the best of several reports of the same trials is not a valid bound at the stated "
-        "confidence; quote the first report's eps_lb"
+        "but the best of K reports of the same trials is guaranteed only at confidence 1 - K alpha, not "
+        "the stated one; quote the first report's eps_lb"
     )
 
 
