@@ -87,7 +87,7 @@ def _epsilon_plot(rows: list[dict]) -> str:
         ("lower bound", "epsilon_lower_bound"),
         ("point estimate", "epsilon_point"),
         ("GDP estimate", "epsilon_gdp"),
-        ("exact ε of pair", "epsilon_exact"),
+        ("ε of pair (exact or upper bound)", "epsilon_upper_bound"),
     ]
     table_rows = [
         [esc(_eps_key(r["epsilon"]))] + [r.get(k) if r.get(k) is not None else "n/a" for _, k in fields] for r in rows
@@ -99,8 +99,8 @@ def _epsilon_plot(rows: list[dict]) -> str:
         out += "<figure>" + line_plot("Empirical ε against theoretical ε", series, "theoretical ε", "ε", diagonal=True)
         out += (
             "<figcaption>Only the lower bound is a guarantee; the point and GDP estimates are estimates (GDP "
-            "assumes a Gaussian trade-off curve); the pair's exact ε is what the lower bound estimates from "
-            "below; the dotted line is ε = ε.</figcaption></figure>"
+            "assumes a Gaussian trade-off curve); the pair's ε (exact, or for rnm an upper bound) is the most "
+            "the lower bound can certify; the dotted line is ε = ε.</figcaption></figure>"
         )
     return out + table(["theoretical ε"] + [label for label, _ in fields], table_rows, 1)
 
