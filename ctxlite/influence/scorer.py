@@ -496,10 +496,7 @@ class InfluenceScorer:
         ablated = {k: {c: out[k] for c, out in kept.items()} for k in base}
         record = runner.record("adaptive", len(windows))
         record.update(
-            top=rule.top,
-            refine_ratio=rule.refine_ratio,
-            branching=rule.branching,
-            top_blocks=rule.top_blocks,
+            **asdict(rule),
             rounds=found.rounds,
             converged=found.converged,
             exhaustive_tokens=self._exhaustive_tokens(enc, y, windows),
