@@ -312,7 +312,7 @@ def _plan(log, examples, out: str, data: str | None):
 )
 @click.option(
     "--refine-ratio",
-    type=click.FloatRange(min=0, max=1, min_open=True),
+    type=click.FloatRange(min=0, min_open=True),
     default=_i("refine_ratio"),
     show_default=True,
     help="Adaptive search: refine a block while its influence is >= this times the K-th best n-gram's "

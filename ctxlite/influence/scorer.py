@@ -64,7 +64,7 @@ class InfluenceSettings:
     top_spans: int = 5
     context_sizes: tuple[int, ...] = ()
     search: str = "auto"
-    refine_ratio: float = 0.5
+    refine_ratio: float = 1.0
     branching: int = 4
     top_blocks: int = 16
 

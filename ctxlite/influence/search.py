@@ -65,15 +65,15 @@ class AdaptiveRule:
     """The refinement rule: find ``top`` n-grams, refine nodes with τ_B ≥ ``refine_ratio`` · τ_(K)."""
 
     top: int = 5
-    refine_ratio: float = 0.5
+    refine_ratio: float = 1.0
     branching: int = 4
     top_blocks: int = 16
 
     def __post_init__(self):
         if self.top < 1:
             raise InvalidParameter(f"adaptive search needs top >= 1 n-grams to find, got {self.top}")
-        if not 0 < self.refine_ratio <= 1:
-            raise InvalidParameter(f"refine_ratio must be in (0, 1], got {self.refine_ratio}")
+        if not 0 < self.refine_ratio < math.inf:
+            raise InvalidParameter(f"refine_ratio must be a positive number, got {self.refine_ratio}")
         if self.branching < 2 or self.top_blocks < 1:
             raise InvalidParameter(f"need branching >= 2 and top_blocks >= 1, got {self.branching}, {self.top_blocks}")
 
