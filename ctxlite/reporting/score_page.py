@@ -172,6 +172,7 @@ def _summary(summary: dict | None) -> str:
             "<figure>"
             + line_plot("Mean document influence across λ", [("mean", lams, means)], "λ", "nats")
             + "</figure>"
+            + table(["λ", "mean document influence"], [list(pair) for pair in whole])
         )
     return out + _dataset_profiles(summary)
 
