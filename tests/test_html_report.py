@@ -293,7 +293,7 @@ def test_score_report_plots_the_sweep_utility_and_profiles_with_their_tables(bro
     profile = summary["1.5"]["ngram_position_profile"]
     assert [row[0] for row in ngram["table"][1:]] == [str(s) for s in profile["starts"]]
     assert [row[2] for row in ngram["table"][1:]] == [_g(m) for m in profile["means"]]
-    _readme_screenshot(browser, session, "report.png", selector="[data-example]")
+    _readme_screenshot(browser, session, "report.png", selector='[data-lambda="1.5"]')
 
 
 def test_audit_report_plots_bounds_against_epsilon_and_utility_with_their_tables(browser, plot_logs, tmp_path):
