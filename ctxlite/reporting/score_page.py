@@ -180,7 +180,7 @@ def _summary(summary: dict | None) -> str:
 def _dataset_profiles(summary: dict) -> str:
     """The data set's mean τ_t at each response step t and mean τ_i at each n-gram start, one line
     per λ (whole contexts only), each mean over the examples that have that position."""
-    whole = sorted((s["lam"], s) for s in summary.values() if s.get("context_size") is None)
+    whole = sorted(((s["lam"], s) for s in summary.values() if s.get("context_size") is None), key=lambda p: p[0])
     response, ngram = {}, {}
     for lam, s in whole:
         profile = s.get("response_position_profile") or []
