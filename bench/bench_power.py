@@ -14,9 +14,12 @@ n / 2 OUT trials) every method bounds the same audits at 95 % confidence:
 * ``corner-grid``: the ROC corners at error counts 0, 1, 2, 4, ... at alpha / K
   -- the new default.
 
-Printed: the median certified epsilon per method, the over-claim rate (bound
-above the true epsilon) per method, and, with ``--log RUN.jsonl``, the same
-methods on a finished ``ctxlite audit`` log's own trials. The last line is
+Printed: the median certified epsilon per method with its over-claim rate (bound
+above the true epsilon); then the certified epsilon per 100 trials (the median
+times 100 / n: what each 100 trials of model time buy, the issue's measure of
+power); and, with ``--log RUN.jsonl``, the same methods on a finished
+``ctxlite audit`` log's own trials beside the audited pair's epsilon (exact, or
+an upper bound for rnm: its ``privacy_profile_kind``). The last line is
 ``gain_gaussian_mu1_n200=G overclaim_max=R``: G = median corner-grid bound /
 median split-old bound on the Gaussian mu = 1 audits with 200 trials, R = the
 largest over-claim rate of the corner grid over the simulated settings.
@@ -93,9 +96,10 @@ def settings():
         )
 
 
-def logged_trials(path: str) -> dict[str, tuple[list[tuple[bool, float]], float | None]]:
+def logged_trials(path: str) -> dict[str, tuple[list[tuple[bool, float]], tuple[float, bool] | None]]:
     """Per epsilon of a finished ``ctxlite audit --out`` log: its trials' (Z, score) in trial order and
-    the audited pair's exact epsilon from its report (None where the report has none)."""
+    the audited pair's (epsilon, exact?) from its report: exact, or an upper bound (rnm); None where
+    the report has none (a log from before ``epsilon_upper_bound`` gives its ``epsilon_exact``)."""
     from ctxlite.records import read_run_log
 
     run = read_run_log(path, "audit")
@@ -103,7 +107,8 @@ def logged_trials(path: str) -> dict[str, tuple[list[tuple[bool, float]], float 
     for row in (run.end.get("report") or {}).get("rows", []):
         eps = row["epsilon"]
         key = "inf" if eps in (None, "inf") else f"{float(eps):g}"
-        exact[key] = None if row.get("epsilon_exact") is None else float(row["epsilon_exact"])
+        value = row.get("epsilon_upper_bound", row.get("epsilon_exact"))
+        exact[key] = None if value is None else (float(value), row.get("privacy_profile_kind", "exact") == "exact")
     trials: dict[str, list] = {}
     for key, rec in sorted(run.records.items(), key=lambda kv: (kv[0].split("/")[0], kv[0].split("=")[-1])):
         if "/trial=" in key:
@@ -120,7 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"median certified epsilon over {args.audits} audits (95 % confidence); over-claim rate in brackets")
     print(f"{'setting':<28} {'true eps':>8} {'n':>5} " + " ".join(f"{m:>18}" for m in METHODS))
-    gain, overclaim_max = None, 0.0
+    gain, overclaim_max, per_100 = None, 0.0, []
     for name, true_eps, delta, sample in settings():
         for n in TRIALS:
             rng = np.random.default_rng([n, zlib.crc32(name.encode())])  # str hash() varies per process
@@ -130,17 +135,23 @@ def main() -> None:
             overclaim_max = max(overclaim_max, over["corner-grid"])
             cells = " ".join(f"{medians[m]:>11.3f} [{over[m]:.3f}]" for m in METHODS)
             print(f"{name:<28} {true_eps:>8.3f} {n:>5} {cells}", flush=True)
+            per_100.append((name, true_eps, n, {m: medians[m] * 100.0 / n for m in METHODS}))
             if name == "gaussian mu=1" and n == 200:
                 gain = medians["corner-grid"] / medians["split-old"] if medians["split-old"] > 0 else math.inf
-    if args.log:  # the first n trials of the log, at each n it has; the pair's exact epsilon beside
-        print(f"{'log, first n trials':<28} {'exact':>8} {'n':>5}")
+    print("certified epsilon per 100 trials (median certified epsilon x 100 / n)")
+    print(f"{'setting':<28} {'true eps':>8} {'n':>5} " + " ".join(f"{m:>18}" for m in METHODS))
+    for name, true_eps, n, rate in per_100:
+        print(f"{name:<28} {true_eps:>8.3f} {n:>5} " + " ".join(f"{rate[m]:>18.3f}" for m in METHODS))
+    if args.log:  # the first n trials of the log, at each n it has; the pair's epsilon beside (<= : an upper bound)
+        print(f"{'log, first n trials':<28} {'pair eps':>8} {'n':>5}")
         for eps, (trials, exact) in sorted(logged_trials(args.log).items()):
             for n in [m for m in TRIALS if m <= len(trials)] or [len(trials)]:
                 ins = [x for z, x in trials[:n] if z]
                 outs = [x for z, x in trials[:n] if not z]
                 b = bounds(ins, outs, seed=0, delta=DELTA)
                 cells = " ".join(f"{b[m]:>18.3f}" for m in METHODS)
-                print(f"{'log eps=' + eps:<28} {'-' if exact is None else f'{exact:.3f}':>8} {n:>5} {cells}")
+                pair = "-" if exact is None else ("" if exact[1] else "<=") + f"{exact[0]:.3f}"
+                print(f"{'log eps=' + eps:<28} {pair:>8} {n:>5} {cells}")
     print(f"gain_gaussian_mu1_n200={gain:.2f} overclaim_max={overclaim_max:.3f}")
 
 

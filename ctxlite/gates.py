@@ -7,7 +7,8 @@ than we accept? Two gates answer it on the quantities the papers define:
   context influence τ_i = Σ_t |log p(y_t | D) − log p(y_t | D ∖ n-gram)|
   (Context influence, Sec. 3) exceeds Y nats *and* its measured noise floor
   (an n-gram the floor does not separate from re-decoding noise is no finding;
-  without a floor, as with ``--exact``, every n-gram counts);
+  without a floor, as with ``--exact``, every n-gram counts). A passing verdict
+  needs every n-gram measured, so results of adaptive search are refused;
 * audit, ``--fail-above-epsilon X``: an ε row fails when its empirical lower
   bound ε_lb exceeds X. ε_lb holds with the audit's confidence (Clopper–Pearson,
   Jagielski et al. 2020), so a trip is evidence, not an estimate.
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxlite.errors import output_error
+from ctxlite.errors import InvalidParameter, output_error
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None
     cases = []
     for key, rec in records:
         worst, where = None, None
+        if threshold is not None and any((r.get("search") or {}).get("method") == "adaptive" for r in rec["results"]):
+            raise InvalidParameter(
+                f"example {key} was scored with adaptive search, which measures only the n-grams it "
+                "chose: a gate needs every n-gram's influence (score it with --search exhaustive)"
+            )
         for res in rec["results"]:
             g = worst_ngram(res)
             if g is not None and (worst is None or g["influence"] > worst["influence"]):

@@ -148,6 +148,7 @@ class RunLog:
     records: dict[str, dict]
     end: dict | None
     torn_at: int | None = None  # byte offset of a torn last line (an interrupted write)
+    first_end: dict | None = None  # the first end line ever written (a re-report appends later ones)
 
     @property
     def complete(self) -> bool:
@@ -178,7 +179,7 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
         what = f"ctxlite {kind} log" if kind else "ctxlite result log (score or audit)"
         raise DataError(f"{path} is not a {what}{advice}")
     records: dict[str, dict] = {}
-    end = None
+    end = first_end = None
     for number, raw in enumerate(complete[1:], start=2):
         if not raw.strip():
             continue
@@ -188,13 +189,14 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
             rec = None
         if isinstance(rec, dict) and set(rec) == {"end"} and isinstance(rec["end"], dict):
             end = rec["end"]
+            first_end = end if first_end is None else first_end
             continue
         if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
             raise DataError(f"{path}:{number}: corrupt record in the result log")
         records[rec["key"]] = rec  # a later record of a key supersedes an earlier one
         end = None
     torn_at = len(text[: len(text) - len(torn)].encode("utf-8")) if torn.strip() else None
-    return RunLog(path, header["type"], header["identity"], records, end, torn_at)
+    return RunLog(path, header["type"], header["identity"], records, end, torn_at, first_end)
 
 
 class RecordLog:
@@ -218,6 +220,7 @@ class RecordLog:
         self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
         self.end: dict | None = None  # the finished run's summary (see finish)
+        self.first_end: dict | None = None  # the first summary this log was finished with
         self.appended = 0  # records this session wrote
         self._file = None
         self._keep_bytes: int | None = None  # a torn last line to cut before the first append
@@ -267,7 +270,7 @@ class RecordLog:
     def _load(self) -> None:
         run = read_run_log(self.path, self.kind, advice=": choose another --out")
         _refuse_differences(self.path, run.identity, self.identity)
-        self.records, self.end = run.records, run.end
+        self.records, self.end, self.first_end = run.records, run.end, run.first_end
         if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending
             self._keep_bytes = run.torn_at
             try:
@@ -327,6 +330,7 @@ class RecordLog:
         if end != self.end:
             self._write_line({"end": end})
             self.end = end
+            self.first_end = end if self.first_end is None else self.first_end
 
     def __iter__(self) -> Iterator[dict]:
         return iter(self.records.values())

@@ -405,7 +405,8 @@ def test_rnm_exact_profile_is_the_gaussian_mechanism(rnm_runs):
         for row in (r1, r8):
             assert row["epsilon"] - 1e-6 <= row["epsilon_exact"] <= row["epsilon"] + 3e-3, (seed, row["epsilon"])
             assert row["audit_tightness"] == pytest.approx(row["epsilon_lower_bound"] / row["epsilon_exact"])
-            assert "partner groups" in row["epsilon_exact_method"]
+            assert "partner groups" in row["privacy_profile_method"] and row["privacy_profile_kind"] == "exact"
+            assert row["epsilon_upper_bound"] == row["epsilon_exact"]
         assert rinf["epsilon_exact"] == math.inf and rinf["audit_tightness"] is None
         assert "audit_tightness" in rinf["reasons"]
         for row in report.rows:
@@ -427,22 +428,30 @@ def test_rnm_exact_profile_is_the_gaussian_mechanism(rnm_runs):
     ],
 )
 def test_lower_bound_never_exceeds_the_audited_pairs_exact_epsilon(engine, mechanism, extra):
-    """Every classification mechanism: the report gives the audited pair's exact ε (the model's
-    answer distributions with and without the canary, through the defence, composed over the
-    trial's queries), and the certified lower bound stays under it; the audit certifies something,
-    so an exact ε that is too small (or a bound that is too large) fails here."""
+    """Every classification mechanism: the report gives the audited pair's ε (the model's answer
+    distributions with and without the canary, through the defence, composed over the trial's
+    queries: exact for the heuristic defences; for rnm with two 2-shot ensembles an upper bound,
+    the partner group and the other ensemble's vote being hidden), and the certified lower bound
+    stays under it; the audit certifies something, so a pair ε that is too small (or a bound that
+    is too large) fails here."""
     s = AuditSettings(task="classify", mechanism=mechanism, canary="semantic", trials=200, utility_queries=0, **extra)
     report = run_audit(engine, classify_records(), s)
     assert min(r["epsilon_lower_bound"] for r in report.rows) > 0.3, "the audit must certify something"
+    exact = mechanism != "rnm"
     for row in report.rows:
-        assert row["epsilon_exact"] is not None, row["reasons"]
-        assert row["epsilon_lower_bound"] <= row["epsilon_exact"], (mechanism, row["epsilon"])
-        if math.isfinite(row["epsilon_exact"]):
-            assert 0 <= row["audit_tightness"] <= 1
-    assert not any("exceeds the pair's exact eps" in n for n in report.notes)
+        ceiling = row["epsilon_upper_bound"]
+        assert ceiling is not None, row["reasons"]
+        assert row["privacy_profile_kind"] == ("exact" if exact else "upper bound")
+        assert row["epsilon_exact"] == (ceiling if exact else None)
+        assert row["epsilon_lower_bound"] <= ceiling, (mechanism, row["epsilon"])
+        tightness = row["audit_tightness" if exact else "audit_tightness_at_least"]
+        assert row["audit_tightness_at_least" if exact else "audit_tightness"] is None
+        if math.isfinite(ceiling):
+            assert 0 <= tightness <= 1
+    assert not any("exceeds the pair's" in n for n in report.notes)
 
 
-def test_exact_profile_is_refused_for_generation_and_resampled_data():
+def test_pair_profile_is_refused_for_generation_and_resampled_data():
     """No exact answer without an exact output distribution or a fixed pair: null, with the reason."""
     from ctxlite.audit.game import AuditGame
     from ctxlite.audit.mechanisms import NoDefense
@@ -450,10 +459,10 @@ def test_exact_profile_is_refused_for_generation_and_resampled_data():
     game = AuditGame.__new__(AuditGame)
     game.text_outputs = False
     game.s = AuditSettings(task="generate", mechanism="none")
-    assert game.exact_profile(NoDefense())[0] is None
-    assert "generated texts" in game.exact_profile(NoDefense())[1]
+    assert game.known_profile(NoDefense()).profile is None
+    assert "generated texts" in game.known_profile(NoDefense()).how
     game.s = AuditSettings(task="classify", mechanism="none", resample_data=True)
-    profile, why = game.exact_profile(NoDefense())
+    profile, why, _ = game.known_profile(NoDefense())
     assert profile is None and "no fixed pair" in why
 
 
@@ -747,6 +756,29 @@ def test_cli_audit_json_and_table(tmp_path):
         and rows[1]["epsilon_subsampled"] == "inf"
     )
     assert "eps_T" in res4.stderr and "T = 50" in res4.stderr
+    assert "warning" not in res4.stderr and reported["rereport_warning"] is None  # the same bound choice
+
+    # re-reported under another bound method: one warning line on stderr and in the report, naming the
+    # first choice (the best of several bounds of the same trials is not a valid bound)
+    res6 = _cli([*args, "--resume", "--bound", "split"])
+    assert res6.exit_code == 0, res6.output
+    rereported = json.loads(res6.stdout[res6.stdout.index("{") :])
+    warnings = [line for line in res6.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "first reported with another bound choice" in warnings[0], res6.stderr
+    assert "'corner grid" in warnings[0] and "-> 'split" in warnings[0]
+    assert (
+        warnings[0].endswith(rereported["rereport_warning"]) and rereported["rereport_warning"] in rereported["notes"]
+    )
+    assert (
+        rereported["first_reported_with"]
+        == report["first_reported_with"]
+        == {
+            "lower_bound_method": report["rows"][0]["lower_bound_method"],
+            "confidence": 0.95,
+        }
+    )
+    lines = [*lines, json.dumps({"end": {"report": rereported}})]  # one more end line, the records untouched
+    assert out.read_text().splitlines() == lines
 
     # a log of another audit is refused, naming what differs, and left alone
     res5 = _cli([*args[:-2], "--seed", "1", "-t", "1", "--resume"])

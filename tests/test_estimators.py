@@ -12,6 +12,7 @@ from reference import estimators_reference as ref
 from scipy import stats
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.privacy import estimators
 from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.privacy.estimators import (
     Bonferroni,
@@ -412,6 +413,29 @@ def test_split_is_deterministic_per_seed():
     b = auditor.epsilon_clopper_pearson(selection=Split(0.5, seed=11))
     assert a == b
     assert (a.n_in, a.n_out) == (150, 150)
+
+
+def test_split_breaks_tied_selection_bounds_by_the_median_limit_not_the_plug_in(monkeypatch):
+    """Selection half (20 a side): one IN score alone at the top (10), then 13 IN / 6 OUT at 1, the rest
+    at 0. At 95 % every candidate's bound is 0 (a tie). The plug-in estimate is +inf at t = 10 (FPR 0)
+    but the bound there at 50 % is 0 (one of 20 against none of 20), while t = 1 has 14 vs 6 (about
+    0.8): the split must choose t = 1, which the evaluation half (150 / 180 IN against 20 / 180 OUT at
+    1, nothing at 10) certifies. The old order (plug-in first) chose t = 10 and certified 0."""
+    selection = Split(0.1, seed=0)
+    (in_s, in_e), (out_s, out_e) = selection.halves(200, 200)
+    ins, outs = np.empty(200), np.empty(200)
+    ins[in_s], outs[out_s] = np.r_[10.0, np.ones(13), np.zeros(6)], np.r_[np.ones(6), np.zeros(14)]
+    ins[in_e], outs[out_e] = np.r_[np.ones(150), np.zeros(30)], np.r_[np.ones(20), np.zeros(160)]
+    half = CanaryScoreAuditor(ins[in_s], outs[out_s])
+    assert [half.epsilon_clopper_pearson(selection=Explicit(t)).epsilon for t in (0, 1, 10, math.inf)] == [0.0] * 4
+    assert half.epsilon_point(fpr=0.0) == math.inf  # the plug-in's pull: t = 10 has FPR 0 and TPR 1/20
+    res = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(alpha=0.05, selection=selection)
+    assert res.threshold == 1.0 and (res.true_positives, res.false_positives) == (150, 20)
+    assert res.epsilon == pytest.approx(clopper_pearson_epsilon(150, 180, 20, 180)) and res.epsilon > 1.0
+    # the old rule: a tie-break key at the bound's own level repeats the (tied) bound, so the plug-in decides
+    monkeypatch.setattr(estimators, "_TIE_BREAK_ALPHA", 0.05)
+    old = CanaryScoreAuditor(ins, outs).epsilon_clopper_pearson(alpha=0.05, selection=selection)
+    assert (old.threshold, old.epsilon) == (10.0, 0.0)
 
 
 # ---------------------------------------------------------------------------

@@ -159,6 +159,9 @@ def _audit(*args, timeout=120):
             4,
             "never occurs",
         ),
+        # a field the record uses that the data lacks; data with a single distinct output
+        (ODD_TOML, [{k: v for k, v in r.items() if k != "canal"} for r in ODD_RECORDS], 4, "'canal' is missing"),
+        (ODD_TOML, [{**r, "équipe": "facturation"} for r in ODD_RECORDS], 4, "need two"),
     ],
 )
 def test_the_cli_exits_with_the_documented_code(tmp_path, fmt_text, records, code, message):

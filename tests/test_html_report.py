@@ -308,14 +308,20 @@ def test_audit_report_plots_bounds_against_epsilon_and_utility_with_their_tables
     assert [r["epsilon"] for r in rows] == [1.0, 8.0] and report["settings"]["confidence"] == 0.95
 
     eps = figures["Empirical ε against theoretical ε"]
-    legend = ["lower bound (95% conf.)", "point estimate", "GDP estimate (no bound)", "exact ε of pair", "ε = ε"]
+    legend = [
+        "lower bound (95% conf.)",
+        "point estimate",
+        "GDP estimate (no bound)",
+        "ε of pair (exact/upper)",
+        "ε = ε",
+    ]
     assert [t for t in eps["texts"] if t in legend] == legend and eps["diagonal"] == 2  # the line, its key
     assert "ε ≥ it with 95% confidence" in eps["caption"] and rows[0]["lower_bound_method"] in eps["caption"]
     assert "estimates, not bounds" in eps["caption"]
     assert eps["table"][0] == ["theoretical ε", *legend[:4]]
     for row, r in zip(eps["table"][1:], rows):
         assert row[:2] == [_g(r["epsilon"]), _g(r["epsilon_lower_bound"])]
-        assert row[4] == _g(r["epsilon_exact"])  # the exact profile of a classification pair
+        assert row[4] == _g(r["epsilon_upper_bound"])  # the pair's ε: for rnm an upper bound
 
     utility = figures["Privacy–utility trade-off"]
     assert utility["lines"] == 1 and utility["table"][0] == ["theoretical ε", report["utility_metric"]]

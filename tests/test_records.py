@@ -357,3 +357,23 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_bytes(b"\xef\xbb\xbf" + b'{"context": "x"}\n')
     assert read_jsonl(p, required=("context",))[0].data == {"context": "x"}
+
+
+def test_first_end_is_the_first_report_even_after_a_resume_reopened_the_run(tmp_path):
+    """A re-report appends a new end line and a resume can append records after it (a partial run
+    again): the first end line stays the log's first report, what a re-report is compared with."""
+    from ctxlite.records import read_run_log
+
+    path = tmp_path / "run.jsonl"
+    with RecordLog(path, {"a": 1}) as log:
+        log.append("k1", {"x": 1})
+        log.finish({"report": 1})
+        assert log.first_end == {"report": 1}
+        log.finish({"report": 2})
+        log.append("k2", {"x": 2})
+    run = read_run_log(path)
+    assert run.end is None and run.first_end == {"report": 1}
+    with RecordLog(path, {"a": 1}) as log:
+        assert log.end is None and log.first_end == {"report": 1}
+        log.finish({"report": 3})
+        assert (log.end, log.first_end) == ({"report": 3}, {"report": 1})

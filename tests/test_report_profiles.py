@@ -62,4 +62,12 @@ def test_empty_or_missing_ngram_profiles_give_a_note_not_a_plot():
         assert "<svg" not in ngram and 'data-role="no-profile"' in ngram
         assert "<svg" in _section(html, "Response-position profile")
     html = _page({"1.0": _entry(1.0, [], None)})
-    assert html.count('data-role="no-profile"') == 2
+    assert html.count('data-role="no-profile"') == 2 and "no values logged" in html
+
+
+def test_an_adaptive_search_summary_says_why_it_has_no_ngram_profile():
+    """The summary of an adaptive search keeps no n-gram averages and says why: the note repeats it."""
+    entry = _entry(1.0, [0.5], {"starts": [], "means": []})
+    entry["ngram_influence"]["not_measured"] = "2 result(s) of adaptive search, <which> measures only some"
+    ngram = _section(_page({"1.0": entry}), "N-gram-position profile")
+    assert "Not measured in this run: 2 result(s) of adaptive search, &lt;which&gt; measures only some." in ngram

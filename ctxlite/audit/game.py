@@ -58,11 +58,18 @@ from ctxlite.audit.mechanisms import (
 )
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.queries import build_query, injection_query
-from ctxlite.audit.report import AuditReport, report_row
+from ctxlite.audit.report import (
+    AuditReport,
+    PairReference,
+    bound_choice,
+    first_bound_choice,
+    report_row,
+    rereport_warning,
+)
 from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, audit_identity
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
-from ctxlite.privacy.privacy_profile import PairProfile, VotePair, pair_profile
+from ctxlite.privacy.privacy_profile import VotePair, pair_profile
 from ctxlite.records import RecordLog
 from ctxlite.runtime.backend import Backend, Capability, require
 
@@ -226,34 +233,49 @@ class AuditGame:
                 log.append(key, rec)
         return rec
 
-    def exact_profile(self, mech: Mechanism) -> tuple[PairProfile | None, str]:
+    def known_profile(self, mech: Mechanism) -> PairReference:
         """The privacy profile of one trial's release on the audited pair -- the private set with and
-        without the canary -- and how it was computed; or None and why it cannot be.
+        without the canary -- computed from the pair's known output distributions, whether it is the
+        release's exact profile or an upper bound on it, and how it was computed; or None and why it
+        cannot be.
 
-        Classification only, where the model's answer distribution is exact: the heuristic
+        Classification only, where the model's answer distribution is exact. The heuristic
         defences release answers drawn i.i.d. from a known distribution per neighbour (the
-        auditor's answer frequencies are a function of them); rnm releases a noisy histogram whose
-        only pair-dependent part is the canary's ensemble's vote (:meth:`ReportNoisyMax.vote_pairs`).
-        Composed over the trial's ``queries_per_trial`` releases."""
+        auditor's answer frequencies are their sufficient statistic): exact. rnm releases to the
+        auditor the noisy histogram, not only its argmax: the profile of the canary's ensemble's
+        noisy one-hot vote, its partner group public (:meth:`ReportNoisyMax.vote_pairs`), is an
+        upper bound on the histogram's (post-processing), and exact only when the group and the
+        other votes are fixed (:meth:`ReportNoisyMax.vote_pairs_are_the_release`). The noisy
+        argmax alone would have a *smaller* ε than the histogram the auditor sees, so it could not
+        cap the audit's lower bound. Composed over the trial's ``queries_per_trial`` releases."""
         s = self.s
         if s.task is not Task.CLASSIFY or self.text_outputs:
-            return None, "the distribution of generated texts is not known exactly: no exact privacy profile"
+            return PairReference(None, "the distribution of generated texts is not known exactly: no privacy profile")
         if s.resample_data:
-            return None, "resample_data draws a new private set every trial: there is no fixed pair to profile"
+            return PairReference(
+                None, "resample_data draws a new private set every trial: there is no fixed pair to profile"
+            )
         recs_in, recs_out = self.dataset(True, None), self.dataset(False, None)
         try:
             if isinstance(mech, ReportNoisyMax):
                 pairs = mech.vote_pairs(self.oracle, self.fmt, recs_in, recs_out, self.query.text)
+                exact = mech.vote_pairs_are_the_release(self.oracle, self.fmt, recs_out, self.slot, self.query.text)
                 how = (
-                    f"noisy vote histogram, mixed over the {len(pairs)} partner groups of the canary's ensemble; "
-                    "exact if the group and the other ensembles' votes were released, an upper bound as they are not"
+                    f"the canary's ensemble's noisy one-hot vote, mixed over its {len(pairs)} partner groups (public); "
+                    + (
+                        "exact: the group and the other ensembles' votes are fixed, so the noisy histogram "
+                        "the auditor sees is that vote plus a constant"
+                        if exact
+                        else "an upper bound on the noisy histogram the auditor sees, which hides the group and "
+                        "adds the other ensembles' random votes (post-processing can only lower epsilon)"
+                    )
                 )
-                return pair_profile(pairs, mech.sigma, s.queries_per_trial), how
+                return PairReference(pair_profile(pairs, mech.sigma, s.queries_per_trial), how, exact)
             p, q = (mech.released_distribution(self.oracle, self.fmt, r, self.query.text) for r in (recs_in, recs_out))
         except InvalidParameter as e:
-            return None, str(e)
+            return PairReference(None, str(e))
         how = "exact: the released answer's distribution under each neighbour, composed over the trial's queries"
-        return pair_profile([VotePair(1.0, p, q)], 0.0, s.queries_per_trial), how
+        return PairReference(pair_profile([VotePair(1.0, p, q)], 0.0, s.queries_per_trial), how, True)
 
     def utility(self, mech: Mechanism) -> float | None:
         """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
@@ -303,7 +325,9 @@ def run_audit(
     for eps in s.epsilons:
         mech = make_mechanism(s, eps, judge_from_engine(judge))
         ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda *_: None))
-        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.exact_profile(mech)))
+        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech)))
+    choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
+    warning = rereport_warning(first, choice)
     return AuditReport(
         settings=s.params(),
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
@@ -313,9 +337,13 @@ def run_audit(
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
-        notes=_notes(s, len(game.pool), bool(game.held_out)) + _above_exact(rows, s.alpha),
+        notes=_notes(s, len(game.pool), bool(game.held_out))
+        + _above_exact(rows, s.alpha)
+        + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
+        first_reported_with=first or choice,
+        rereport_warning=warning,
     )
 
 
@@ -436,13 +464,14 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
 
 
 def _above_exact(rows: list[dict], alpha: float) -> list[str]:
-    """A warning for each row whose lower bound exceeds the pair's exact ε: a valid bound does so
-    with probability at most alpha; more often than that is a bug."""
+    """A warning for each row whose lower bound exceeds the pair's ε (exact, or an upper bound): a
+    valid bound does so with probability at most alpha; more often than that is a bug."""
     return [
-        f"eps_lb = {r['epsilon_lower_bound']:.4g} exceeds the pair's exact eps = {r['epsilon_exact']:.4g} "
-        f"at eps = {r['epsilon']}: a valid bound does so with probability <= {alpha:g}; if it recurs, report it"
+        f"eps_lb = {r['epsilon_lower_bound']:.4g} exceeds the pair's {r['privacy_profile_kind']} eps = "
+        f"{r['epsilon_upper_bound']:.4g} at eps = {r['epsilon']}: a valid bound does so with probability "
+        f"<= {alpha:g}; if it recurs, report it"
         for r in rows
-        if r.get("epsilon_exact") is not None and r["epsilon_lower_bound"] > r["epsilon_exact"] + 1e-9
+        if r.get("epsilon_upper_bound") is not None and r["epsilon_lower_bound"] > r["epsilon_upper_bound"] + 1e-9
     ]
 
 

@@ -320,6 +320,26 @@ class ReportNoisyMax(Mechanism):
             pairs.append(VotePair(1.0, p, q))
         return pairs
 
+    def vote_pairs_are_the_release(
+        self, oracle, fmt: AuditFormat, records: Sequence[dict], slot: int, query: str
+    ) -> bool:
+        """Whether the noisy one-hot vote of :meth:`vote_pairs` (its partner group public) *is* the
+        auditor's release up to a fixed shift, so that its privacy profile is the release's exactly.
+
+        The auditor sees the noisy histogram e_v + S + N(0, σ²I), where v is the canary's ensemble's
+        vote and S the sum of the other ensembles' votes; neither S nor the partner group is
+        released. Hiding them can only lower ε (post-processing of (group, S, e_v + N); joint
+        convexity over the group), so in general the vote pair's profile is an upper bound. It is
+        exact when nothing is hidden: a single partner group (``shots == 1`` or one ensemble) and S
+        fixed -- no other ensemble, or (one record per ensemble, so S is their summed votes whatever
+        the partition) every other record's vote is certain (e.g. greedy decoding)."""
+        if self.ensembles == 1:
+            return True
+        if self.shots != 1:
+            return False
+        dists = (oracle.label_distribution(fmt.prompt([r], query)) for i, r in enumerate(records) if i != slot)
+        return all(float(np.max(d)) == 1.0 for d in dists)
+
     def release(self, oracle, fmt, records, query, n_queries, rng, *, text_outputs=False):
         if text_outputs:
             raise InvalidParameter("rnm releases labels only; the injection attack needs a text-output mechanism")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from ctxlite.audit.mechanisms import Mechanism
 from ctxlite.audit.settings import AuditSettings, BoundKind
@@ -41,11 +42,17 @@ class AuditReport:
     bound for Gaussian-curve mechanisms only), ``auroc`` (threshold-free),
     ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
     test), ``accuracy_upper_bound`` (a confidence limit on any threshold
-    test's balanced accuracy), ``epsilon_exact`` (classification: the audited
-    pair's own ε at δ, from the model's exact answer distributions, with
-    ``epsilon_exact_method`` and the ``privacy_profile`` [[δ, ε], ...]; what
-    ``epsilon_lower_bound`` estimates from below, so ``audit_tightness`` =
-    their ratio says how much of it the trials certified), ``epsilon_gdp``,
+    test's balanced accuracy), ``epsilon_upper_bound`` (classification: the
+    audited pair's own ε at δ from the model's exact answer distributions,
+    the most a valid ``epsilon_lower_bound`` can reach; with the
+    ``privacy_profile`` [[δ, ε], ...], ``privacy_profile_method`` and
+    ``privacy_profile_kind``: "exact", or "upper bound" for rnm, whose
+    profile is that of its canary ensemble's noisy vote and caps the noisy
+    histogram's from above), ``epsilon_exact`` (the same ε where the profile
+    is exact, else null with a reason), ``audit_tightness`` = ε_lb / ε_exact
+    (how much of the exact ε the trials certified) or, where only the upper
+    bound is known, ``audit_tightness_at_least`` = ε_lb / ε_upper_bound (the
+    true tightness is at least this), ``epsilon_gdp``,
     a **GDP estimate (model-based, not a bound)**: it assumes a Gaussian
     trade-off curve (Dong, Roth & Su 2022) and overshoots the true ε of a
     pure-ε mechanism (``epsilon_gdp_kind`` says so), ``utility``
@@ -62,6 +69,9 @@ class AuditReport:
     to why; so is a +inf threshold. ``format`` and ``example_prompt`` show exactly which
     deployment was audited. Only theoretical ε of a σ = 0 setting
     are infinite; :meth:`to_dict` writes them as the string ``"inf"``.
+    ``first_reported_with`` is the bound method and confidence of the trial
+    log's first report (this one's, for a fresh run); ``rereport_warning`` says
+    when this report differs from it (:func:`rereport_warning`).
     """
 
     settings: dict
@@ -75,6 +85,8 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     format: dict | None = None  # the prompt format audited: name, text, hash, labels, chat
     example_prompt: str | None = None  # one Z = 1 prompt as the model reads it, the canary in [[CANARY]] marks
+    first_reported_with: dict | None = None  # the bound method and confidence of the log's first report
+    rereport_warning: str | None = None  # set when this report uses another method or confidence than that
 
     def to_dict(self) -> dict:
         """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
@@ -108,7 +120,7 @@ class AuditReport:
         sub = self.settings.get("accounting_queries") is not None
         head = (
             f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
-            f"{'eps_lb':>7} {'eps_ex':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
+            f"{'eps_lb':>7} {'eps_max':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
         )
         head += f" {'eps_T':>7}" if sub else ""
         lines = [head]
@@ -137,7 +149,7 @@ class AuditReport:
                         f(r["fpr"], 6),
                         est(r, "epsilon_point", 7),
                         f(r["epsilon_lower_bound"], 7),
-                        est(r, "epsilon_exact", 7),
+                        est(r, "epsilon_upper_bound", 7),
                         f(r.get("mu_lower_bound"), 6),
                         f(r.get("auroc"), 6),
                         est(r, "epsilon_gdp", 8),
@@ -150,8 +162,8 @@ class AuditReport:
             f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
             f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} "
             f"({self.rows[0].get('lower_bound_method', 'split') if self.rows else 'split'}; the guarantee); "
-            f"eps_ex = the audited pair's exact eps at delta = {self.settings['delta']:g} (what eps_lb "
-            f"estimates from below); "
+            f"eps_max = the audited pair's eps at delta = {self.settings['delta']:g}, "
+            f"{self._profile_kinds()} (the most a valid eps_lb can reach); "
             f"mu_lb = Gaussian-DP mu lower bound at the same confidence; "
             f"gdp_est = GDP estimate (model-based, not a bound); "
             f"theoretical eps: {self.epsilon_kind}"
@@ -162,11 +174,31 @@ class AuditReport:
                 else ""
             )
         )
-        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est", "epsilon_exact": "eps_ex"}
+        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est", "epsilon_upper_bound": "eps_max"}
         for eps, key, why in missing:
             at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
             lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
         return "\n".join(lines)
+
+    def _profile_kinds(self) -> str:
+        """How the rows' eps_max were computed: "exact", "an upper bound", or both, by theoretical ε."""
+        kinds = {r.get("privacy_profile_kind") for r in self.rows} - {None}
+        if kinds == {"exact"}:
+            return "exact"
+        if kinds == {"upper bound"}:
+            return "an upper bound on it"
+        if not kinds:
+            return "not known"
+        return "exact or an upper bound (see privacy_profile_kind)"
+
+
+class PairReference(NamedTuple):
+    """The audited pair's privacy profile from its known output distributions (None: not computable),
+    how it was computed (or why not), and whether it is the release's exact profile or an upper bound."""
+
+    profile: PairProfile | None
+    how: str
+    exact: bool = False
 
 
 def _finite(x: float | None) -> float | None:
@@ -198,6 +230,47 @@ def selection(s: AuditSettings) -> ThresholdSelection:
     }[s.bound]
 
 
+def bound_choice(s: AuditSettings) -> dict:
+    """The report-only choices that decide ``epsilon_lower_bound``: the method (as rows name it) and the confidence."""
+    return {"lower_bound_method": describe_selection(selection(s)), "confidence": s.confidence}
+
+
+def first_bound_choice(first_end: dict | None) -> dict | None:
+    """:func:`bound_choice` of a log's first report (its first end line), None if it was never reported.
+
+    A report from before rows named their method gives ``lower_bound_method`` None (not compared)."""
+    report = first_end.get("report") if isinstance(first_end, dict) else None
+    if not isinstance(report, dict):
+        return None
+    rows = report.get("rows") or [{}]
+    return {
+        "lower_bound_method": rows[0].get("lower_bound_method"),
+        "confidence": (report.get("settings") or {}).get("confidence"),
+    }
+
+
+def rereport_warning(first: dict | None, now: dict) -> str | None:
+    """One line when a log first reported with one bound method or confidence is re-reported with another.
+
+    Each method is a valid (1 - alpha) lower bound on its own, but the trials are the same: reporting
+    whichever of several methods (or confidences) certifies most is a choice made after seeing them, and
+    the maximum of K valid bounds holds only at 1 - K alpha. The first report's choice is the valid one."""
+    if first is None:
+        return None
+    changed = [
+        f"{what} {first[key]!r} -> {now[key]!r}"
+        for key, what in (("lower_bound_method", "bound"), ("confidence", "confidence"))
+        if first.get(key) is not None and first[key] != now[key]
+    ]
+    if not changed:
+        return None
+    return (
+        f"this log was first reported with another bound choice ({'; '.join(changed)}): each is valid alone, "
+        "but the best of K reports of the same trials is guaranteed only at confidence 1 - K alpha, not "
+        "the stated one; quote the first report's eps_lb"
+    )
+
+
 PROFILE_DELTAS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 """Where the report gives the pair's privacy profile ε(δ) (beside the audit's own δ)."""
 
@@ -210,11 +283,11 @@ def report_row(
     outs,
     utility,
     withheld=None,
-    exact: tuple[PairProfile | None, str] | None = None,
+    known: PairReference | None = None,
 ) -> dict:
     """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
     IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge);
-    ``exact``: the audited pair's privacy profile and how it was computed (or None and why not)."""
+    ``known``: the audited pair's privacy profile, exact or an upper bound (or None and why not)."""
     n_in, n_out = len(ins), len(outs)
     if n_in < 2 or n_out < 2:
         raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
@@ -249,15 +322,7 @@ def report_row(
         reasons["threshold"] = no_call.format(s.fpr)
     if not math.isfinite(cp.threshold):
         reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
-    profile, how = exact if exact is not None else (None, None)  # None: the caller did not ask for it
-    eps_exact = profile.epsilon(s.delta) if profile is not None else None
-    if profile is None and how is not None:
-        reasons["epsilon_exact"] = how
-    tightness = None
-    if eps_exact is not None and 0 < eps_exact < math.inf:
-        tightness = cp.epsilon / eps_exact
-    elif eps_exact is not None:
-        reasons["audit_tightness"] = f"the pair's exact epsilon is {eps_exact:g}: no ratio"
+    pair = _pair_fields(s.delta, cp.epsilon, known, reasons)
     return {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
@@ -287,12 +352,7 @@ def report_row(
         "accuracy_upper_bound": auditor.accuracy_upper_bound(s.alpha),
         "epsilon_gdp": estimates["epsilon_gdp"],
         "epsilon_gdp_kind": "model-based estimate, not a bound",
-        "epsilon_exact": eps_exact,
-        "epsilon_exact_method": how if profile is not None else None,
-        "privacy_profile": None
-        if profile is None
-        else [[d, e] for d, e in profile.curve(sorted({*PROFILE_DELTAS, s.delta}))],
-        "audit_tightness": tightness,
+        **pair,
         "reasons": reasons,
         "epsilon_subsampled": subsampled,
         "accounting": None
@@ -306,6 +366,42 @@ def report_row(
         "utility": utility,
         "withheld_rate": _withheld_rate(s, withheld),
     }
+
+
+def _pair_fields(delta: float, eps_lb: float, known: PairReference | None, reasons: dict) -> dict:
+    """The row's privacy-profile fields; a value that cannot be formed is null with its reason in ``reasons``.
+
+    ``epsilon_upper_bound`` is the pair's ε(δ) whenever a profile is known; ``epsilon_exact`` and
+    ``audit_tightness`` only when that profile is the release's exact one, and
+    ``audit_tightness_at_least`` (a lower bound on the true ratio) when it is an upper bound."""
+    profile = known.profile if known is not None else None
+    eps = profile.epsilon(delta) if profile is not None else None
+    exact = profile is not None and known.exact
+    out = {
+        "epsilon_upper_bound": eps,
+        "epsilon_exact": eps if exact else None,
+        "privacy_profile_kind": None if profile is None else ("exact" if exact else "upper bound"),
+        "privacy_profile_method": known.how if profile is not None else None,
+        "privacy_profile": None
+        if profile is None
+        else [list(x) for x in profile.curve(sorted({*PROFILE_DELTAS, delta}))],
+        "audit_tightness": None,
+        "audit_tightness_at_least": None,
+    }
+    if known is None:  # the caller did not ask for it: nothing is missing
+        return out
+    if profile is None:
+        reasons["epsilon_upper_bound"] = reasons["epsilon_exact"] = known.how
+        return out
+    if not exact:
+        reasons["epsilon_exact"] = f"only an upper bound on the pair's epsilon is known: {known.how}"
+        reasons["audit_tightness"] = "the pair's exact epsilon is not known: see audit_tightness_at_least"
+    key = "audit_tightness" if exact else "audit_tightness_at_least"
+    if 0 < eps < math.inf:
+        out[key] = eps_lb / eps
+    else:
+        reasons[key] = f"the pair's epsilon is {eps:g}: no ratio"
+    return out
 
 
 def _withheld_rate(s: AuditSettings, withheld) -> dict | None:

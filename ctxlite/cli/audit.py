@@ -347,6 +347,8 @@ def audit(**options):
     line = ProgressLine()
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
+        if report.rereport_warning:
+            progress(f"ctxlite: warning: {report.rereport_warning}")
         result = _jsonable(report.to_dict())
         if log is not None:
             finish_log(log, {"report": result})

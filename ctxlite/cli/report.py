@@ -108,9 +108,13 @@ def _headline(out: dict) -> str:
     rows = out["rows"]
     top = max(rows, key=lambda r: r["epsilon_lower_bound"])
     at = "" if top["epsilon"] is None else f" at theoretical ε = {top['epsilon']}"
-    exact = top.get("epsilon_exact")
+    ceiling = top.get("epsilon_upper_bound", top.get("epsilon_exact"))  # logs before the field have only the latter
+    kind = top.get("privacy_profile_kind", "exact")
     exact_text = (
-        "" if exact is None else f"; the audited pair's exact ε: {exact if isinstance(exact, str) else f'{exact:.3g}'}"
+        ""
+        if ceiling is None
+        else f"; the audited pair's {'exact ε' if kind == 'exact' else 'ε is at most'}: "
+        f"{ceiling if isinstance(ceiling, str) else f'{ceiling:.3g}'}"
     )
     return (
         f"audit ({out['settings']['mechanism']}): certified ε ≥ {top['epsilon_lower_bound']:.3f}{at} "
@@ -196,6 +200,8 @@ def _audit(run, threshold, junit):
             )
         return None, {"log": str(run.path), "kind": "audit", "complete": False, "trials": trials}, None
     result = _end(run, "report")
+    if result.get("rereport_warning"):  # the stored report was a re-report of the trials under another bound choice
+        progress(f"ctxlite: warning: {result['rereport_warning']}")
     verdict = audit_verdict(result, threshold, run.identity)
     out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
     return verdict, out, AuditReport.from_dict(result).table()

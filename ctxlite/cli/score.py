@@ -33,6 +33,7 @@ from ctxlite.cli.options import (
 from ctxlite.cli.progress import ProgressLine
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
+from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
 from ctxlite.runtime.sampling import SamplingSettings
 
 
@@ -65,6 +66,9 @@ def _settings(o):
         sampling=sampling,
         top_spans=o.top,
         context_sizes=o.context_sizes or (),
+        # a gate needs every n-gram measured: auto then means exhaustive
+        search="exhaustive" if o.search == "auto" and o.fail_above_influence is not None else o.search,
+        refine_ratio=o.refine_ratio,
     )
 
 
@@ -123,9 +127,15 @@ def _examples(o):
     )
 
 
+ADAPTIVE_PLAN = (
+    "adaptive search refines where the logits say; a plan computes none, so its ablations were counted "
+    "on the search's shortest path: K blocks refined down to K n-grams"
+)
+"""What a plan of adaptive search counts."""
+
 GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
 """Options that only shape a generated response (scoring a given one ignores them)."""
-NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_influence")
+NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_influence", "search", "refine_ratio")
 """Options that only shape the n-gram ablations (--doc has none)."""
 
 
@@ -135,6 +145,13 @@ def _check_combination(o, examples) -> None:
     if o.doc and given & set(NGRAM_ONLY):
         flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
+    if o.search == "adaptive" and o.fail_above_influence is not None:
+        raise click.UsageError(
+            "--fail-above-influence needs every n-gram's influence; --search adaptive measures only the "
+            "n-grams it chooses (use --search exhaustive, or leave --search at auto)"
+        )
+    if given_explicitly("refine_ratio") and o.search == "exhaustive":
+        raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
     if o.limit is not None and not o.data:
         raise click.UsageError("--limit: no effect without --data")
     if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):
@@ -282,7 +299,24 @@ def _plan(log, examples, out: str, data: str | None):
     type=click.IntRange(0),
     default=_i("top_spans"),
     show_default=True,
-    help="Most influential spans to list per example.",
+    help="Most influential spans to list per example (with adaptive search: the K spans it finds).",
+)
+@click.option(
+    "--search",
+    type=click.Choice(SEARCHES),
+    default=_i("search"),
+    show_default=True,
+    help=f"Which n-grams to ablate: all (exhaustive), or a coarse-to-fine search for the --top most "
+    f"influential, each with its exact τ (adaptive); auto = adaptive from {ADAPTIVE_FROM_TOKENS} context "
+    "tokens on, exhaustive below and with --fail-above-influence.",
+)
+@click.option(
+    "--refine-ratio",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=_i("refine_ratio"),
+    show_default=True,
+    help="Adaptive search: refine a block while its influence is >= this times the K-th best n-gram's "
+    "(smaller = more careful, more ablations).",
 )
 @fail_above_influence_option
 @junit_option
@@ -305,6 +339,7 @@ def score(**options):
       ctxlite score --context note.txt -q "What was prescribed?" --model smollm2-135m-instruct --chat
       ctxlite score --data examples.jsonl --fail-above-influence 5 --junit influence.xml
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --plan
+      ctxlite score --context note.txt -q "Who is the patient?" --search adaptive --top 3
     """
     from ctxlite.gates import score_verdict
     from ctxlite.identity import engine_part
@@ -345,7 +380,9 @@ def score(**options):
             scorer = InfluenceScorer(engine, template, settings)
             todo = [ex for key, ex in examples if key not in reused]
             job = lambda: [scorer.score(ex) for ex in todo]  # noqa: E731
-            emit_plan(plan_run([engine], job, sampled=any(ex.response is None for ex in todo)), o.as_json)
+            searched = any(settings.search_for(len(scorer.encode(ex).context)) == "adaptive" for ex in todo)
+            estimate = ADAPTIVE_PLAN if searched and settings.ngram is not None else None
+            emit_plan(plan_run([engine], job, any(ex.response is None for ex in todo), estimate), o.as_json)
             return
         meta = {
             "ctxlite": identity["software"]["ctxlite"],

@@ -82,8 +82,11 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
     out = {}
     for (lam, size), results in sorted(by_lam.items()):
         doc = [r["document_influence"] for r in results]
-        ngram_profile = start_means(r["ngrams"] for r in results)
-        all_grams = [g for r in results for g in r["ngrams"]]
+        # adaptive search measured only the n-grams it chose: averages over them would be biased
+        adaptive = sum((r.get("search") or {}).get("method") == "adaptive" for r in results)
+        measured = [] if adaptive else results
+        ngram_profile = start_means(r["ngrams"] for r in measured)
+        all_grams = [g for r in measured for g in r["ngrams"]]
         flagged = [g["above_noise"] for g in all_grams if g.get("above_noise") is not None]
         floors = [r["noise_floor"]["max"] for r in results if r.get("noise_floor")]
         reg = [r["regurgitation"] for r in results]
@@ -107,6 +110,10 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
                 if ngram_profile["means"]
                 else None,
                 "fraction_above_noise": float(np.mean(flagged)) if flagged else None,
+                "not_measured": f"{adaptive} result(s) of adaptive search, which measures only the n-grams it "
+                "chooses: n-gram averages need every n-gram (--search exhaustive)"
+                if adaptive
+                else None,
             },
             "noise_floor_max_mean": float(np.mean(floors)) if floors else None,
             "response_position_profile": position_means(r["token_influence"] for r in results),

@@ -30,6 +30,7 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
+from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import Capability, require
 from ctxlite.runtime.sampling import SamplingSettings
@@ -44,6 +45,13 @@ class InfluenceSettings:
     ``stride=1`` gives the reference's overlapping windows. ``context_sizes``
     (the paper's context-size analysis) scores the first k tokens of D for each
     k given, instead of the whole context.
+
+    ``search``: ``"exhaustive"`` ablates every window; ``"adaptive"`` searches coarse to fine for
+    the ``top_spans`` most influential ones (``ctxlite.influence.search``: ``refine_ratio`` ρ,
+    ``branching``, ``top_blocks``); ``"auto"`` is adaptive from
+    ``search.ADAPTIVE_FROM_TOKENS`` context tokens on (and exhaustive when ``top_spans`` is 0).
+    ``null_ablations`` is the most null ablations an example gets: one per ten ablations of the
+    first pass, at least one (their cost stays near a tenth of the run's).
     """
 
     lambdas: tuple[float, ...] = (1.0,)
@@ -55,6 +63,10 @@ class InfluenceSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     top_spans: int = 5
     context_sizes: tuple[int, ...] = ()
+    search: str = "auto"
+    refine_ratio: float = 0.5
+    branching: int = 4
+    top_blocks: int = 16
 
     def __post_init__(self):
         if not self.lambdas:
@@ -73,6 +85,22 @@ class InfluenceSettings:
             raise InvalidParameter(f"context sizes must be >= 1 token, got {self.context_sizes}")
         if self.null_ablations < 0:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
+        choose_search(self.search, 0)
+        if self.search == "adaptive" and self.ngram is None:
+            raise InvalidParameter("adaptive search needs n-grams to search (an n-gram size, not the document level)")
+        if self.search == "adaptive" and self.top_spans < 1:
+            raise InvalidParameter("adaptive search needs top_spans >= 1: the number of n-grams to find")
+        self.adaptive_rule  # validates ρ, branching and top_blocks
+
+    @property
+    def adaptive_rule(self) -> AdaptiveRule:
+        return AdaptiveRule(max(self.top_spans, 1), self.refine_ratio, self.branching, self.top_blocks)
+
+    def search_for(self, context_tokens: int) -> str:
+        """``"exhaustive"`` or ``"adaptive"``: what ``search`` means for a context of this length."""
+        if self.search == "auto" and self.top_spans == 0:
+            return "exhaustive"
+        return choose_search(self.search, context_tokens)
 
     @property
     def window_stride(self) -> int | None:
@@ -159,6 +187,7 @@ class LambdaResult:
     utility: dict | None = None  # ROUGE-L {precision, recall, f} of the response against the reference answer
     context_tokens: int = 0  # tokens of D actually used
     context_size: int | None = None  # the requested truncation (None = whole context)
+    search: dict | None = None  # which n-grams were ablated and what that cost (``_Ablations.record``)
 
     @property
     def max_ngram_influence(self) -> float:
@@ -381,7 +410,8 @@ class InfluenceScorer:
         full = enc.with_context
         base = passes.run(full + y, len(full))
         windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
-        ablated, nulls = self._ablate(enc, y, windows, passes, base)
+        drive = ["steps"] if step_lambdas is not None else list(lambdas)
+        ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
         spans = self.engine.char_spans(enc.context)
         ctx_text = self.engine.detokenize(enc.context)
         results = []
@@ -391,8 +421,8 @@ class InfluenceScorer:
             doc_tau = np.abs(lp - passes.logp_without)
             floor = NoiseFloor(split_points=nulls["points"], sums=nulls[key]) if nulls else None
             grams = []
-            for c, lp_i in zip(windows, ablated.get(key, ())):
-                per_tok = np.abs(lp - lp_i)
+            for c in sorted(ablated.get(key, {})):
+                per_tok = np.abs(lp - ablated[key][c])
                 cs, ce = spans[c][0], spans[c + st.ngram - 1][1]
                 infl = float(per_tok.sum())
                 grams.append(
@@ -421,6 +451,7 @@ class InfluenceScorer:
                     document_influence=float(doc_tau.sum()),
                     ngrams=grams,
                     noise_floor=floor,
+                    search=_search_record(search, key, spans, ctx_text),
                     regurgitation={},
                     generation=None
                     if generation is None
@@ -435,45 +466,143 @@ class InfluenceScorer:
             )
         return results
 
-    def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes: _ResponsePasses, base: dict):
-        """log p̄ per key with each n-gram removed (key -> one array per window), and the null
-        ablations that measure the reuse path's noise floor (empty when there are none)."""
+    def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes, base: dict, drive: list):
+        """log p̄ per key with n-grams removed (key -> {window start: array}) for the windows the
+        search measured, the null ablations that measure the reuse path's noise floor (empty when
+        there are none), and the search's record (None without n-grams)."""
         if not windows:
-            return {}, {}
-        n, p, full = self.settings.ngram, len(enc.prefix), enc.with_context
-        ablated: dict = {k: {} for k in base}
-        nulls: dict = {"points": [], **{k: [] for k in base}}
-        # (split point, null?): decreasing split points keep every shared prefix in the cache;
-        # a null ablation restores the base as it goes
-        nulls_at = self._null_points(windows, p) if passes.reuse else []
-        jobs = [(c, False) for c in windows] + [(c, True) for c in nulls_at]
-        for done, (c, is_null) in enumerate(sorted(jobs, key=lambda job: (-job[0], job[1]))):
-            if self.progress is not None:
-                self.progress("ablations", done, len(jobs))
-            shared = p + c
-            if is_null:
-                out = passes.run(full + y, len(full), shared)
-                nulls["points"].append(c)
-                for k in base:
-                    nulls[k].append(float(np.abs(out[k] - base[k]).sum()))
-                continue
-            out = passes.run(
-                full[:shared] + full[shared + n :] + y, len(full) - n, shared, exact=self.settings.exact or shared < 1
-            )
-            for k in base:
-                ablated[k][c] = out[k]
-        if self.progress is not None:
-            self.progress("ablations", len(jobs), len(jobs))
-        return {k: [v[c] for c in windows] for k, v in ablated.items()}, (nulls if nulls["points"] else {})
+            return {}, {}, None
+        st, n = self.settings, self.settings.ngram
+        runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
+        method = st.search_for(len(enc.context))
+        if method == "exhaustive":
+            outs = runner.run([(c, c + n) for c in windows], self._null_points(windows, len(windows), len(enc.prefix)))
+            ablated = {k: {c: out[k] for c, out in zip(windows, outs)} for k in base}
+            return ablated, runner.nulls, runner.record("exhaustive", len(windows))
+        rule, kept = st.adaptive_rule, {}
+        top_level = -(-len(windows) // rule.block_size(len(windows)))  # the first pass's ablations
+        nulls = self._null_points(windows, top_level, len(enc.prefix))
 
-    def _null_points(self, windows: list[int], prefix_len: int) -> list[int]:
-        """Split points (n-gram starts in D) for null ablations, evenly spread;
-        none in exact mode, where a from-scratch decode of the base is the base."""
-        k = self.settings.null_ablations
+        def measure(nodes):  # the null ablations go with the first pass
+            outs = runner.run([(windows[i], windows[j - 1] + n) for i, j in nodes], [] if runner.done else nulls)
+            taus = []
+            for (i, j), out in zip(nodes, outs):
+                if j == i + 1:
+                    kept[windows[i]] = out
+                taus.append({k: float(np.abs(base[k] - out[k]).sum()) for k in drive})
+            return taus
+
+        found = adaptive_search(len(windows), drive, measure, rule)
+        ablated = {k: {c: out[k] for c, out in kept.items()} for k in base}
+        record = runner.record("adaptive", len(windows))
+        record.update(
+            **asdict(rule),
+            rounds=found.rounds,
+            converged=found.converged,
+            exhaustive_tokens=self._exhaustive_tokens(enc, y, windows),
+            blocks=[(windows[i], windows[j - 1] + n, found.tau[(i, j)]) for i, j in found.blocks],
+        )
+        return ablated, runner.nulls, record
+
+    def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:
+        """Tokens exhaustive search's ablations would decode here, counted by running them on the
+        engine in dry-run mode (nothing decoded; the cache is cleared after); None where the
+        backend cannot run dry."""
+        from ctxlite.runtime.planning import dry_count
+
+        eng, n, p, full = self.engine, self.settings.ngram, len(enc.prefix), enc.with_context
+        reuse = Capability.PREFIX_REUSE in eng.capabilities
+
+        def job():
+            if reuse:
+                eng.load_base(full + y, len(full))
+            start = eng.tokens_decoded
+            for c in sorted(windows, reverse=True):
+                variant = full[: p + c] + full[p + c + n :] + y
+                if reuse:
+                    eng.score_variant(variant, p + c, len(full) - n, None, exact=self.settings.exact or p + c < 1)
+                else:
+                    eng.logprobs(variant, len(full) - n)
+            return eng.tokens_decoded - start
+
+        return dry_count(eng, job)
+
+    def _null_points(self, windows: list[int], first_pass: int, prefix_len: int) -> list[int]:
+        """Split points (n-gram starts in D) for null ablations: one per ten ablations of the first
+        pass (``first_pass`` of them), at least one and at most ``null_ablations``, each at the middle
+        of an equal share of the windows (so they cost what an average ablation costs); none in exact
+        mode, where a from-scratch decode of the base is the base."""
+        k = min(self.settings.null_ablations, max(1, first_pass // 10))
         if k == 0 or self.settings.exact or not windows:
             return []
-        picks = np.unique(np.linspace(0, len(windows) - 1, num=min(k, len(windows))).round().astype(int))
+        picks = sorted({(2 * i + 1) * len(windows) // (2 * k) for i in range(k)})
         return [windows[j] for j in picks if prefix_len + windows[j] >= 1]
+
+
+def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | None:
+    """One λ's copy of a response's search record: each measured block as a span of D with its
+    τ_B for this λ (``key``)."""
+    if search is None or "blocks" not in search:
+        return search
+    blocks = []
+    for a, b, tau in search["blocks"]:
+        cs, ce = spans[a][0], spans[b - 1][1]
+        blocks.append(
+            {"start": a, "end": b, "char_start": cs, "char_end": ce, "text": ctx_text[cs:ce], "influence": tau[key]}
+        )
+    return {**search, "blocks": blocks}
+
+
+class _Ablations:
+    """Removals of token spans [a, b) of D (and null ablations, which remove nothing), run through
+    the response passes in decreasing split order so every shared prefix stays cached, with the
+    ablations and decoded tokens they cost (where the backend counts them)."""
+
+    def __init__(self, engine, enc: EncodedPrompt, y: list[int], passes, base: dict, exact: bool, progress):
+        self.engine, self.enc, self.y, self.passes, self.base = engine, enc, y, passes, base
+        self.exact, self.progress = exact, progress
+        self.count, self.done, self.tokens, self.null_tokens = 0, 0, 0, 0
+        self.nulls: dict = {}
+
+    def run(self, spans: list[tuple[int, int]], null_points: Sequence[int] = ()) -> list[dict]:
+        """log p̄ per key with each span removed, in the order of ``spans``; the null ablations at
+        ``null_points`` are added to ``self.nulls``."""
+        p, full, y = len(self.enc.prefix), self.enc.with_context, self.y
+        jobs = [(a, False, i) for i, (a, _) in enumerate(spans)] + [(c, True, -1) for c in null_points]
+        outs: list = [None] * len(spans)
+        total = self.done + len(jobs)
+        for a, is_null, i in sorted(jobs, key=lambda job: (-job[0], job[1], job[2])):
+            if self.progress is not None:
+                self.progress("ablations", self.done, total)
+            before = getattr(self.engine, "tokens_decoded", 0)
+            shared = p + a
+            if is_null:
+                out = self.passes.run(full + y, len(full), shared)
+                self.nulls.setdefault("points", []).append(a)
+                for k in self.base:
+                    self.nulls.setdefault(k, []).append(float(np.abs(out[k] - self.base[k]).sum()))
+                self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
+            else:
+                b = spans[i][1]
+                variant = full[:shared] + full[p + b :] + y
+                outs[i] = self.passes.run(variant, len(full) - (b - a), shared, exact=self.exact or shared < 1)
+                self.count += 1
+                self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+            self.done += 1
+        if self.progress is not None:
+            self.progress("ablations", self.done, self.done)
+        return outs
+
+    def record(self, method: str, n_windows: int) -> dict:
+        counted = hasattr(self.engine, "tokens_decoded")
+        return {
+            "method": method,
+            "windows": n_windows,
+            "ablations": self.count,
+            "tokens_decoded": self.tokens if counted else None,
+            "null_ablations": len(self.nulls.get("points", [])),
+            "null_tokens": self.null_tokens if counted else None,
+        }
 
 
 class _StepCollector(_Collector):

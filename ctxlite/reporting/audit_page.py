@@ -97,7 +97,7 @@ def _epsilon_plot(rows: list[dict]) -> str:
         (f"lower bound ({conf} conf.)", "epsilon_lower_bound"),
         ("point estimate", "epsilon_point"),
         ("GDP estimate (no bound)", "epsilon_gdp"),
-        ("exact ε of pair", "epsilon_exact"),
+        ("ε of pair (exact/upper)", "epsilon_upper_bound"),
     ]
     table_rows = [
         [esc(_eps_key(r["epsilon"]))] + [r.get(k) if r.get(k) is not None else "n/a" for _, k in fields] for r in rows
@@ -112,8 +112,8 @@ def _epsilon_plot(rows: list[dict]) -> str:
         out += (
             f'<figcaption data-role="bound">Only the lower bound is a guarantee: ε ≥ it with {conf} confidence '
             f"(Clopper–Pearson; threshold: {esc(method)}). The point and GDP values are estimates, not "
-            "bounds (GDP assumes a Gaussian trade-off curve); the pair's exact ε is what the lower bound "
-            "estimates from below; the dotted line is ε = ε.</figcaption></figure>"
+            "bounds (GDP assumes a Gaussian trade-off curve); the pair's ε (exact, or for rnm an upper bound) "
+            "is the most the lower bound can certify; the dotted line is ε = ε.</figcaption></figure>"
         )
     return out + table(["theoretical ε"] + [label for label, _ in fields], table_rows, 1)
 

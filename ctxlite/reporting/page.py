@@ -39,6 +39,7 @@ th { background: #eee; } td.l, th.l { text-align: left; }
 .h3 { background: #b3b3b3; } .h4 { background: #999999; } .h5 { background: #7a7a7a; color: #fff; }
 .h6 { background: #5c5c5c; color: #fff; } .h7 { background: #333333; color: #fff; }
 .above { text-decoration: underline; text-decoration-thickness: 2px; }
+.unmeasured { color: #555; text-decoration: underline dotted; }
 .canary { border: 2px solid #000; font-weight: bold; }
 .legend span { display: inline-block; min-width: 4.5rem; text-align: center; border: 1px solid #bbb; }
 .note { color: #444; font-size: 13px; }

@@ -36,9 +36,33 @@ def _floor_word(g: dict) -> str:
     ]
 
 
-def _heatmap(ngrams: list[dict], redact: Redactor) -> str:
+def _unmeasured(blocks: list[dict], ngrams: list[dict]) -> list[tuple[int, int, dict]]:
+    """Adaptive search: the parts of the context no measured n-gram covers, each with the smallest
+    measured block holding it (its n-grams were not measured)."""
+    covered = [(g["char_start"], g["char_end"]) for g in ngrams]
+    cuts = sorted({x for blk in blocks for x in (blk["char_start"], blk["char_end"])} | {x for c in covered for x in c})
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        if any(s <= a and b <= e for s, e in covered):
+            continue
+        holding = [blk for blk in blocks if blk["char_start"] <= a and b <= blk["char_end"]]
+        if holding:
+            out.append((a, b, min(holding, key=lambda blk: blk["end"] - blk["start"])))
+    return out
+
+
+def _heatmap(ngrams: list[dict], redact: Redactor, blocks: list[dict] = ()) -> str:
+    """Shaded n-grams; with adaptive search also the unmeasured rest, dotted, each piece telling its
+    block's τ_B."""
     top = max((g["influence"] for g in ngrams), default=0.0)
     spans = []
+    for a, b, blk in _unmeasured(list(blocks), ngrams):
+        tip = (
+            f"not measured as n-grams · in the block of tokens {blk['start']}–{blk['end']}, "
+            f"τ_B = {blk['influence']:.4f} nats"
+        )
+        body = esc(f"[{a}–{b}]") if redact.no_text else esc(blk["text"][a - blk["char_start"] : b - blk["char_start"]])
+        spans.append((a, f'<span class="tok unmeasured" tabindex="0" data-chars="{a} {b}" title="{tip}">{body}</span>'))
     for a, b, g in _segments(ngrams):
         piece = g["text"][a - g["char_start"] : b - g["char_start"]]
         where = f"n-gram at tokens {g['start']}–{g['start'] + g['n']}, chars {g['char_start']}–{g['char_end']}"
@@ -47,9 +71,11 @@ def _heatmap(ngrams: list[dict], redact: Redactor) -> str:
         cls = f"tok {heat_class(g['influence'], top)}" + (" above" if g.get("above_noise") else "")
         body = esc(f"[{a}–{b}]") if redact.no_text else esc(piece)
         spans.append(
-            f'<span class="{cls}" tabindex="0" data-chars="{a} {b}" data-tip="{tip}" title="{tip}">{body}</span>'
+            (a, f'<span class="{cls}" tabindex="0" data-chars="{a} {b}" data-tip="{tip}" title="{tip}">{body}</span>')
         )
-    return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{"".join(spans)}</div>'
+    spans.sort(key=lambda span: span[0])
+    body = "".join(html for _, html in spans)
+    return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{body}</div>'
 
 
 def _response_tokens(result: dict, redact: Redactor) -> str:
@@ -142,8 +168,15 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
                 f"<p>Utility against the reference answer: ROUGE-L F {u['f']:.3f} "
                 f"(precision {u['precision']:.3f}, recall {u['recall']:.3f})</p>"
             )
+        search = r.get("search") or {}
+        if search.get("method") == "adaptive":
+            out.append(
+                f"<p>Adaptive search for the {search['top']} largest τ_i: {search['ablations']} ablations of "
+                f"{search['windows']} n-grams, {search['tokens_decoded']} tokens decoded against exhaustive "
+                f"search's {search['exhaustive_tokens']}; dotted text was measured only as part of a block.</p>"
+            )
         if r["ngrams"]:
-            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact))
+            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact, search.get("blocks", [])))
         out.append(_response(r, redact))
         out.append("<h4>N-grams</h4>" + _ngram_profile(r, redact))
         reg = r.get("regurgitation") or {}
@@ -181,26 +214,29 @@ def _dataset_profiles(summary: dict) -> str:
     """The data set's mean τ_t at each response step t and mean τ_i at each n-gram start, one line
     per λ (whole contexts only), each mean over the examples that have that position."""
     whole = sorted(((s["lam"], s) for s in summary.values() if s.get("context_size") is None), key=lambda p: p[0])
-    response, ngram = {}, {}
+    response, ngram, why = {}, {}, []
     for lam, s in whole:
         profile = s.get("response_position_profile") or []
         response[f"{lam:g}"] = (list(range(len(profile))), profile)
         starts = s.get("ngram_position_profile") or {}
         ngram[f"{lam:g}"] = (starts.get("starts") or [], starts.get("means") or [])
+        why.append((s.get("ngram_influence") or {}).get("not_measured"))
+    reasons = "; ".join(dict.fromkeys(w for w in why if w))  # e.g. adaptive search: averages need every n-gram
     return (
         "<h3>Response-position profile</h3>"
         + _by_position("Mean τ_t at each response position", "response token t", "mean τ_t (nats)", response)
         + "<h3>N-gram-position profile</h3>"
-        + _by_position("Mean τ_i at each n-gram start", "n-gram start (token of D)", "mean τ_i (nats)", ngram)
+        + _by_position("Mean τ_i at each n-gram start", "n-gram start (token of D)", "mean τ_i (nats)", ngram, reasons)
     )
 
 
-def _by_position(title: str, x_label: str, y_label: str, curves: dict[str, tuple[list, list]]) -> str:
+def _by_position(title: str, x_label: str, y_label: str, curves: dict[str, tuple[list, list]], why: str = "") -> str:
     """A line per λ through (position, mean) and a table of a row per position, a column per λ
-    (blank where that λ has no such position, n/a where its mean is None); a note if all are empty."""
+    (blank where that λ has no such position, n/a where its mean is None); if all are empty, a
+    note saying so (and ``why``, when the summary says)."""
     curves = {lam: (xs, ys) for lam, (xs, ys) in curves.items() if xs}
     if not curves:
-        return '<p class="note" data-role="no-profile">Not measured in this run (no values logged).</p>'
+        return f'<p class="note" data-role="no-profile">Not measured in this run: {esc(why or "no values logged")}.</p>'
     series = [(f"λ = {lam}", xs, [math.nan if y is None else y for y in ys]) for lam, (xs, ys) in curves.items()]
     plot = line_plot(title, series, x_label, y_label)
     values = {lam: dict(zip(xs, ys)) for lam, (xs, ys) in curves.items()}

@@ -32,7 +32,8 @@ class Plan:
     tokens_decoded: int
     estimated_seconds: float
     calibration: Calibration
-    exact: bool  # False: sampled outputs were counted at their maximum length (an upper bound)
+    exact: bool  # False: sampled outputs were counted at their maximum length (an upper bound), or see ``estimate``
+    estimate: str | None = None  # why the counts are neither exact nor a bound (a logit-dependent path)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,6 +41,8 @@ class Plan:
     def summary(self) -> str:
         minutes, seconds = divmod(round(self.estimated_seconds), 60)
         what = "exact" if self.exact else "an upper bound (sampled outputs counted at their maximum length)"
+        if self.estimate:
+            what = f"an estimate ({self.estimate})"
         return (
             f"plan: {self.decode_calls} forward passes (llama_decode calls), {self.tokens_decoded} tokens "
             f"decoded; about {minutes} min {seconds:02d} s on this machine (calibrated: "
@@ -66,10 +69,28 @@ def calibrate(engine, sizes: Sequence[int] = (16, 128), repeats: int = 3) -> Cal
     return Calibration(max(float(a), 0.0), max(float(b), 0.0))
 
 
-def plan_run(engines: Sequence, job: Callable[[], None], sampled: bool) -> Plan:
+def dry_count(engine, job: Callable[[], int]):
+    """What ``job(engine)`` returns when run with ``engine`` in dry-run mode (it counts its own
+    decodes from ``engine.tokens_decoded``), or None where the backend cannot run dry. Nothing runs,
+    so nothing is counted: the engine's counters are restored, and its cache is cleared (a dry run
+    leaves the bookkeeping of decodes that never ran); a dry run in progress (a plan) stays one."""
+    if not hasattr(engine, "dry_run"):
+        return None
+    was, counters = engine.dry_run, (engine.decode_calls, engine.tokens_decoded)
+    engine.dry_run = True
+    try:
+        return job()
+    finally:
+        engine.dry_run = was
+        engine.decode_calls, engine.tokens_decoded = counters
+        engine.clear()
+
+
+def plan_run(engines: Sequence, job: Callable[[], None], sampled: bool, estimate: str | None = None) -> Plan:
     """Run ``job`` with every engine of ``engines`` in dry-run mode and return what it would cost.
 
-    ``sampled``: the job generates text, so its counts are an upper bound."""
+    ``sampled``: the job generates text, so its counts are an upper bound. ``estimate``: the job's
+    decodes depend on the logits in another way (adaptive search), said in the plan."""
     engines = [e for e in engines if e is not None]
     if not engines or not all(hasattr(e, "dry_run") for e in engines):
         raise InvalidParameter("planning needs the llama.cpp engine (a backend that can run dry)")
@@ -87,4 +108,4 @@ def plan_run(engines: Sequence, job: Callable[[], None], sampled: bool) -> Plan:
     calls = sum(e.decode_calls - c for e, (c, _) in zip(engines, before))
     tokens = sum(e.tokens_decoded - t for e, (_, t) in zip(engines, before))
     seconds = cal.seconds_per_token * tokens + cal.seconds_per_call * calls
-    return Plan(calls, tokens, float(seconds), cal, exact=not sampled)
+    return Plan(calls, tokens, float(seconds), cal, exact=not sampled and estimate is None, estimate=estimate)
