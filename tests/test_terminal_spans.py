@@ -38,6 +38,11 @@ def test_uncovered_context_is_a_gap_and_an_overlap_belongs_to_the_larger_span():
     sparse = [_gram(8, 22, 3.0), _gram(29, 46, 1.0), _gram(40, 53, 2.0)]  # nothing covers 22–29 or 0–8
     line = spans_in_context(_result(sparse), spans=3, margin=40)
     assert line == "[Dana Whitcombe]…[lisinopril ][10 mg daily; ]"
+    block = {"start": 0, "end": 9, "char_start": 0, "char_end": 29, "text": CONTEXT[:29], "influence": 4.0}
+    searched = _result(sparse, search={"method": "adaptive", "blocks": [block]})  # its blocks fill the gaps
+    assert (
+        spans_in_context(searched, spans=3, margin=40) == "Patient [Dana Whitcombe] takes [lisinopril ][10 mg daily; ]"
+    )
 
 
 def test_long_spans_are_cut_in_the_middle_and_control_characters_are_pictures():

@@ -1,13 +1,12 @@
 """The top spans of a score run in their context, for a terminal.
 
-A score log keeps no copy of the context, only its n-gram windows (text and character span):
-the context is read back from them, so characters no window covers (a sparse search) show as
-"…". Per example and λ one line: an excerpt of ``margin`` characters either side of each of
-the ``spans`` n-grams of largest τ_i, in reading order, overlapping excerpts merged, each span
-marked in reverse video on a terminal (``ansi``; the largest also bold) and in [brackets]
-otherwise. Control characters
-of the private text are shown as their Unicode pictures, so the text can never drive the
-terminal.
+A score log keeps no copy of the context, only its n-gram windows (text and character span)
+and, for adaptive search, its measured blocks: the context is read back from them, so
+characters none covers show as "…". Per example and λ one line: an excerpt of ``margin``
+characters either side of each of the ``spans`` n-grams of largest τ_i, in reading order,
+overlapping excerpts merged, each span marked in reverse video on a terminal (``ansi``; the
+largest also bold) and in [brackets] otherwise. Control characters of the private text are
+shown as their Unicode pictures, so the text can never drive the terminal.
 """
 
 from __future__ import annotations
@@ -49,7 +48,9 @@ def spans_in_context(result: dict, spans: int = 3, margin: int = 12, width: int 
     top = _top(result, spans)
     if not top:
         return ""
-    chars = {g["char_start"] + i: c for g in [*(result.get("ngrams") or []), *top] for i, c in enumerate(g["text"])}
+    blocks = (result.get("search") or {}).get("blocks") or []  # adaptive search: text measured as blocks
+    known = [*(result.get("ngrams") or []), *top, *blocks]
+    chars = {g["char_start"] + i: c for g in known for i, c in enumerate(g["text"])}
     lo, hi = min(chars), max(chars) + 1
     owner: dict[int, int] = {}  # character -> rank of the top span it is shown in
     for rank, g in reversed(list(enumerate(top))):
