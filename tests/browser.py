@@ -36,6 +36,21 @@ def ensure_chromium() -> str | None:
     return chromium_path()
 
 
+def require_chromium() -> str:
+    """Chromium's path (installed when missing, see :func:`ensure_chromium`). Where it cannot be had,
+    the browser tests skip with the reason, except under CI (``CI`` set to true/1/yes): CI runs as
+    root with apt-get, so a missing browser there is a broken set-up, and the tests fail."""
+    import pytest
+
+    path = ensure_chromium()
+    if path is not None:
+        return path
+    why = "chromium is not installed and cannot be installed here (needs root, apt-get and Debian's package)"
+    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI={os.environ['CI']}: {why}; the HTML report tests must run in CI", pytrace=False)
+    pytest.skip(why)
+
+
 class Page:
     """What one loaded page did."""
 
@@ -166,6 +181,16 @@ class Browser:
 
     def screenshot(self, session: str) -> bytes:
         data = self._send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
+        return base64.b64decode(data["data"])
+
+    def viewport_screenshot(self, session: str, width: int, height: int, scale: float = 1.0, selector=None) -> bytes:
+        """A PNG of a ``width`` × ``height`` CSS-pixel viewport at ``scale`` device pixels per CSS pixel
+        (the image is width·scale × height·scale), scrolled to the first ``selector`` match if given."""
+        metrics = {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": False}
+        self._send("Emulation.setDeviceMetricsOverride", metrics, session=session)
+        if selector is not None:
+            self.evaluate(session, f"document.querySelector({json.dumps(selector)}).scrollIntoView()")
+        data = self._send("Page.captureScreenshot", {"format": "png"}, session=session)
         return base64.b64decode(data["data"])
 
     def close(self) -> None:

@@ -14,14 +14,16 @@ import json
 import os
 import re
 import stat
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from tests.browser import Browser, ensure_chromium
+from tests.browser import Browser, require_chromium
 
 pytestmark = pytest.mark.model
+REPO = Path(__file__).resolve().parent.parent
 
 PAYLOADS = [
     "<script>window.__pwned=1</script>",
@@ -46,10 +48,7 @@ def _run(args):
 
 @pytest.fixture(scope="module")
 def browser():
-    path = ensure_chromium()
-    if path is None:
-        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
-    b = Browser(path)
+    b = Browser(require_chromium())
     yield b
     b.close()
 
@@ -204,3 +203,134 @@ def test_context_size_curve_is_plotted_with_its_numbers(browser, logs, tmp_path)
     body = browser.evaluate(session, "document.body.innerText")
     for key in ("1.0@8", "1.0@24"):
         assert f"{summary[key]['document_influence']['mean']:.4g}" in body
+
+
+SCREENSHOTS = REPO / "docs" / "img"
+FIGURES = """Object.fromEntries([...document.querySelectorAll('figure')].filter(f => f.querySelector('svg')).map(f => {
+  const t = f.nextElementSibling, svg = f.querySelector('svg');
+  return [svg.querySelector('title').textContent, {
+    width: svg.getBoundingClientRect().width,
+    texts: [...svg.querySelectorAll('text')].map(x => x.textContent),
+    lines: svg.querySelectorAll('path').length,
+    diagonal: svg.querySelectorAll('line[stroke-dasharray="1 3"]').length,
+    caption: (f.querySelector('figcaption') || {}).textContent || '',
+    table: t && t.tagName === 'TABLE' ? [...t.rows].map(r => [...r.cells].map(c => c.textContent)) : null}];
+}))"""
+
+
+def _figures(browser, session) -> dict:
+    """Each plot of the page by its title: its size, texts, lines, caption and the table right below it."""
+    return browser.evaluate(session, FIGURES)
+
+
+def _g(v) -> str:
+    return f"{v:.4g}"  # how the report's tables print a number
+
+
+def _readme_screenshot(browser, session, name: str, selector: str | None = None) -> None:
+    """The README's picture of a report: an 880 × 640 viewport (about 50–90 KB), written into docs/img
+    only when CTXLITE_UPDATE_SCREENSHOTS=1 (so a test run never dirties the tree)."""
+    png = browser.viewport_screenshot(session, 880, 640, selector=selector)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[16:24] == (880).to_bytes(4, "big") + (640).to_bytes(4, "big")
+    if os.environ.get("CTXLITE_UPDATE_SCREENSHOTS") == "1":
+        (SCREENSHOTS / name).write_bytes(png)
+
+
+@pytest.fixture(scope="module")
+def plot_logs(tmp_path_factory):
+    """Real runs small enough for the suite: a score run of one short example with a reference answer
+    at λ = 1 and 1.5 (responses generated, 6 tokens; 4 16-grams), and an RNM audit at ε = 1 and 8 with a
+    utility query (6 trials, 2 ensembles)."""
+    d = tmp_path_factory.mktemp("plots")
+    first = json.loads((REPO / "ctxlite" / "data" / "score_sample.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    note = first["context"]  # its header and its plan: the answer's facts in 54 tokens
+    plan = note[note.index("Plan:") : note.index(". ", note.index("Plan:")) + 1]
+    example = {k: first[k] for k in ("id", "query", "answer")} | {"context": f"{note[: note.index(', DOB')]}. {plan}"}
+    (d / "note.jsonl").write_text(json.dumps(example) + "\n", encoding="utf-8")
+    _run(
+        ["score", "--data", str(d / "note.jsonl"), "--lam", "1,1.5", "--max-new-tokens", "6", "--min-new-tokens", "2"]
+        + ["--ngram", "16", "--null-ablations", "1", "--out", str(d / "sweep.jsonl")]
+    )
+    _run(
+        ["audit", "--data", str(REPO / "ctxlite" / "data" / "classify_sample.jsonl"), "--mechanism", "rnm"]
+        + ["--temperature", "0", "--epsilon", "1,8", "--trials", "6", "--ensembles", "2", "--utility-queries", "1"]
+        + ["--reference-runs", "1", "--out", str(d / "rnm.jsonl")]
+    )
+    return d
+
+
+def _end(path):
+    return json.loads(path.read_text(encoding="utf-8").splitlines()[-1])["end"]
+
+
+def test_score_report_plots_the_sweep_utility_and_profiles_with_their_tables(browser, plot_logs, tmp_path):
+    log = plot_logs / "sweep.jsonl"
+    out = tmp_path / "sweep.html"
+    _run(["report", str(log), "--html", str(out)])
+    session = _load(browser, out, tmp_path, "sweep")
+    figures = _figures(browser, session)
+    assert all(f["width"] > 0 and f["table"] for f in figures.values()), figures  # drawn, numbers below
+    summary = _end(log)["summary"]
+    results = [json.loads(line) for line in log.read_text().splitlines() if '"result"' in line][0]["result"]["results"]
+    assert [r["lam"] for r in results] == [1.0, 1.5] and all(r["utility"] for r in results)
+
+    sweep = figures["Influence across the λ sweep"]
+    assert sweep["lines"] == 2 and sweep["table"][0] == ["λ", "document influence", "largest τ_i"]
+    assert sweep["table"][1:] == [
+        [_g(r["lam"]), _g(r["document_influence"]), _g(r["max_ngram_influence"])] for r in results
+    ]
+
+    tradeoff = figures["Utility against influence across λ"]
+    assert "ROUGE-L F" in tradeoff["texts"] and "mean document influence (nats)" in tradeoff["texts"]
+    want = [[k, _g(s["document_influence"]["mean"]), _g(s["utility"]["mean"])] for k, s in summary.items()]
+    assert [row[:3] for row in tradeoff["table"][1:]] == want
+
+    response = figures["Mean τ_t at each response position"]
+    assert response["lines"] == 2 and response["table"][0] == ["response token t", "λ = 1", "λ = 1.5"]
+    assert len(response["table"]) - 1 == max(len(s["response_position_profile"]) for s in summary.values())
+    assert response["table"][1][1] == _g(summary["1.0"]["response_position_profile"][0])
+    ngram = figures["Mean τ_i at each n-gram start"]
+    profile = summary["1.5"]["ngram_position_profile"]
+    assert [row[0] for row in ngram["table"][1:]] == [str(s) for s in profile["starts"]]
+    assert [row[2] for row in ngram["table"][1:]] == [_g(m) for m in profile["means"]]
+    _readme_screenshot(browser, session, "report.png", selector='[data-lambda="1.5"]')
+
+
+def test_audit_report_plots_bounds_against_epsilon_and_utility_with_their_tables(browser, plot_logs, tmp_path):
+    log = plot_logs / "rnm.jsonl"
+    out = tmp_path / "rnm.html"
+    _run(["report", str(log), "--html", str(out)])
+    session = _load(browser, out, tmp_path, "rnm")
+    figures = _figures(browser, session)
+    assert all(f["width"] > 0 and f["table"] for f in figures.values()), figures
+    report = _end(log)["report"]
+    rows = report["rows"]
+    assert [r["epsilon"] for r in rows] == [1.0, 8.0] and report["settings"]["confidence"] == 0.95
+
+    eps = figures["Empirical ε against theoretical ε"]
+    legend = [
+        "lower bound (95% conf.)",
+        "point estimate",
+        "GDP estimate (no bound)",
+        "ε of pair (exact/upper)",
+        "ε = ε",
+    ]
+    assert [t for t in eps["texts"] if t in legend] == legend and eps["diagonal"] == 2  # the line, its key
+    assert "ε ≥ it with 95% confidence" in eps["caption"] and rows[0]["lower_bound_method"] in eps["caption"]
+    assert "estimates, not bounds" in eps["caption"]
+    assert eps["table"][0] == ["theoretical ε", *legend[:4]]
+    for row, r in zip(eps["table"][1:], rows):
+        assert row[:2] == [_g(r["epsilon"]), _g(r["epsilon_lower_bound"])]
+        assert row[4] == _g(r["epsilon_upper_bound"])  # the pair's ε: for rnm an upper bound
+
+    utility = figures["Privacy–utility trade-off"]
+    assert utility["lines"] == 1 and utility["table"][0] == ["theoretical ε", report["utility_metric"]]
+    assert utility["table"][1:] == [[_g(r["epsilon"]), _g(r["utility"])] for r in rows]
+
+    settings = browser.evaluate(
+        session,
+        "[...document.querySelectorAll('h2')].find(h => h.textContent === 'Settings of the estimates')"
+        ".nextElementSibling.innerText",
+    )
+    assert "confidence\t0.95" in settings and f"lower bound method\t{rows[0]['lower_bound_method']}" in settings
+    _readme_screenshot(browser, session, "audit.png")

@@ -172,3 +172,24 @@ def test_a_terminal_gets_a_table_and_json_on_request(tmp_path):
     assert head.split()[:4] == ["example", "λ", "tokens", "doc"] and row.split()[0] == "example", table
     assert "{" not in table
     assert json.loads(_on_a_terminal([*args, "--json"]))["result"]["id"] == "example"
+
+
+def test_a_terminal_sees_the_top_spans_marked_in_their_context(score_log):
+    """Under the table, the log's top spans in an excerpt of the context: reverse video on a
+    terminal (the largest bold), [brackets] in a pipe; what is shown is the note's own text."""
+    import re
+
+    _, log, _ = score_log
+    res = read_run_log(log, "score-run").records["example"]["result"]["results"][0]
+    on_tty = _on_a_terminal(["report", str(log)]).splitlines()
+    assert on_tty[-2].startswith("top 3 n-grams by τ_i in their context (the largest bold")
+    line = on_tty[-1].removeprefix("example λ=1: ")
+    bold = re.findall(r"\x1b\[1;7m(.*?)\x1b\[0m", line)
+    assert len(bold) == 1 and bold[0][:16] == res["top_spans"][0]["text"][:16]
+    assert len(re.findall(r"\x1b\[7m(.*?)\x1b\[0m", line)) == 2
+    piped = _run(["report", log]).stdout.splitlines()
+    assert piped[-1].startswith("example λ=1: ") and "\x1b" not in "".join(piped)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    assert plain == piped[-1].removeprefix("example λ=1: ").replace("[", "").replace("]", "")
+    for excerpt in plain.split("…"):
+        assert excerpt.strip() in NOTE  # cut spans aside, the excerpts are the context itself

@@ -39,8 +39,9 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     """Report a finished or partial run from its log: no model is loaded.
 
     A score log gives one row per example and λ (document influence, the
-    largest n-gram influence τ_i with its position and text, the noise floor);
-    an audit log gives the audit's table of ε rows. A run that did not finish
+    largest n-gram influence τ_i with its position and text, the noise floor),
+    then per example and λ its top 3 n-grams marked in an excerpt of the
+    context; an audit log gives the audit's table of ε rows. A run that did not finish
     is reported as partial, and a gate on it fails only on what finished: it
     refuses (exit 4) rather than pass an unfinished run.
 

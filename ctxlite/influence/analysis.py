@@ -14,12 +14,14 @@ be recomputed from a (resumed) result log without the model.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.reporting.terminal import printable, top_spans_block
 
 
 def bootstrap_ci(
@@ -142,10 +144,12 @@ def _utility(results: list[dict], confidence: float) -> dict | None:
     }
 
 
-def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36) -> str:
+def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, ansi: bool | None = None) -> str:
     """A readable table of example records: per example and λ, the document influence, the largest
     n-gram influence τ_i with its character span and text, the noise floor, and how many n-grams
-    stand above it (``-`` where a value was not measured, e.g. ``--doc`` or no null ablations)."""
+    stand above it (``-`` where a value was not measured, e.g. ``--doc`` or no null ablations);
+    then the top spans marked in their context, in reverse video when ``ansi`` (default: when stdout
+    is a terminal), else in brackets."""
 
     def num(v) -> str:
         return "-" if v is None else f"{v:.2f}"
@@ -160,7 +164,7 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36) -
             top = max(grams, key=lambda g: g["influence"], default=None)
             span = "-"
             if top is not None:
-                text = top["text"].replace("\n", "⏎")
+                text = printable(top["text"])
                 text = text if len(text) <= width else text[: width - 1] + "…"
                 span = f"{top['char_start']}–{top['char_end']}: {text}"
             floor = (r.get("noise_floor") or {}).get("max")
@@ -173,4 +177,5 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36) -
     for row in rows:
         cells = [cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join([*cells, row[-1]]))
-    return "\n".join(lines)
+    ansi = sys.stdout.isatty() if ansi is None else ansi
+    return "\n".join(lines + top_spans_block(keys, records, ansi=ansi))

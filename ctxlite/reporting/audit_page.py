@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ctxlite.audit.settings import AuditSettings
 from ctxlite.privacy.estimators import CanaryScoreAuditor
 from ctxlite.reporting.page import Redactor, esc, page, table
 from ctxlite.reporting.score_page import identity_table
@@ -81,13 +82,22 @@ def _row_section(row: dict, ins: list[float], outs: list[float]) -> str:
     return "".join(parts)
 
 
+def _bound_terms(rows: list[dict]) -> tuple[str, str]:
+    """The lower bound's confidence (e.g. "95%") and threshold-selection method, as logged per row."""
+    confidences = {r.get("confidence") for r in rows} - {None}
+    methods = {r.get("lower_bound_method") for r in rows} - {None}
+    conf = "/".join(f"{c:.0%}" for c in sorted(confidences)) or "unlogged"
+    return conf, "; ".join(sorted(methods)) or "not logged"
+
+
 def _epsilon_plot(rows: list[dict]) -> str:
     dp = [r for r in rows if r["epsilon"] is not None and math.isfinite(_num(r["epsilon"]))]
+    conf, method = _bound_terms(rows)
     fields = [
-        ("lower bound", "epsilon_lower_bound"),
+        (f"lower bound ({conf} conf.)", "epsilon_lower_bound"),
         ("point estimate", "epsilon_point"),
-        ("GDP estimate", "epsilon_gdp"),
-        ("ε of pair (exact or upper bound)", "epsilon_upper_bound"),
+        ("GDP estimate (no bound)", "epsilon_gdp"),
+        ("ε of pair (exact/upper)", "epsilon_upper_bound"),
     ]
     table_rows = [
         [esc(_eps_key(r["epsilon"]))] + [r.get(k) if r.get(k) is not None else "n/a" for _, k in fields] for r in rows
@@ -96,13 +106,26 @@ def _epsilon_plot(rows: list[dict]) -> str:
     if len(dp) >= 1:
         xs = [_num(r["epsilon"]) for r in dp]
         series = [(label, xs, [_num(r.get(k)) for r in dp]) for label, k in fields]
-        out += "<figure>" + line_plot("Empirical ε against theoretical ε", series, "theoretical ε", "ε", diagonal=True)
+        out += "<figure>" + line_plot(
+            "Empirical ε against theoretical ε", series, "theoretical ε", "ε", diagonal="ε = ε"
+        )
         out += (
-            "<figcaption>Only the lower bound is a guarantee; the point and GDP estimates are estimates (GDP "
-            "assumes a Gaussian trade-off curve); the pair's ε (exact, or for rnm an upper bound) is the most "
-            "the lower bound can certify; the dotted line is ε = ε.</figcaption></figure>"
+            f'<figcaption data-role="bound">Only the lower bound is a guarantee: ε ≥ it with {conf} confidence '
+            f"(Clopper–Pearson; threshold: {esc(method)}). The point and GDP values are estimates, not "
+            "bounds (GDP assumes a Gaussian trade-off curve); the pair's ε (exact, or for rnm an upper bound) "
+            "is the most the lower bound can certify; the dotted line is ε = ε.</figcaption></figure>"
         )
     return out + table(["theoretical ε"] + [label for label, _ in fields], table_rows, 1)
+
+
+def _estimation_settings(report: dict) -> str:
+    """The settings that shape the estimates but no trial (a resume may change them, so the run
+    identity does not hold them), with the lower bound's method."""
+    settings = report.get("settings", {})
+    keys = ["delta", *AuditSettings.REPORT_ONLY]
+    rows = [[esc(k), esc(settings[k])] for k in keys if k in settings]
+    rows.append(["lower bound method", esc(_bound_terms(report.get("rows", []))[1])])
+    return "<h2>Settings of the estimates</h2>" + table(["setting", "value"], rows, left=2)
 
 
 def _utility_plot(rows: list[dict], metric: str) -> str:
@@ -154,6 +177,8 @@ def audit_html(run, no_text: bool = False) -> str:
     for row in rows:
         ins, outs = scores.get(_eps_key(row["epsilon"]), ([], []))
         parts.append(_row_section(row, ins, outs))
+    if report is not None:
+        parts.append(_estimation_settings(report))
     parts.append(identity_table(run.identity, redact))
     return page(f"ctxlite audit report: {run.path.name}", "".join(parts))
 

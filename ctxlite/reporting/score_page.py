@@ -4,11 +4,15 @@ Per example and λ: the context with every token shaded by τ_i of its n-gram (t
 of the windows covering it when windows overlap; underlined when above the noise floor),
 hover or keyboard focus showing τ_i, the n-gram and the floor verdict; the response and its
 per-token τ_t; the response-position profile τ_t and the n-gram-position profile τ_i; the λ
-sweep of document and largest n-gram influence; regurgitation; and the run's identity.
+sweep of document and largest n-gram influence; regurgitation; and the run's identity. For a
+data set: per λ the mean influence, utility against influence, the context-size curve and the
+mean profiles (τ_t per response step, τ_i per n-gram start, each over the examples that have it).
 τ_i = Σ_t [log p(y_t | D) − log p(y_t | D without n-gram i)] (Wu et al. 2025, context influence).
 """
 
 from __future__ import annotations
+
+import math
 
 from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table
 from ctxlite.reporting.svg import line_plot
@@ -188,10 +192,8 @@ def _summary(summary: dict | None) -> str:
         return ""
     rows = []
     for lam, s in summary.items():
-        d = s["document_influence"]
-        rows.append(
-            [esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], s["ngram_influence"].get("max_of_mean")]
-        )
+        d, ngram = s["document_influence"], s.get("ngram_influence") or {}
+        rows.append([esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], ngram.get("max_of_mean")])
     head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
     out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary) + _context_sizes(summary)
     whole = sorted(
@@ -203,8 +205,49 @@ def _summary(summary: dict | None) -> str:
             "<figure>"
             + line_plot("Mean document influence across λ", [("mean", lams, means)], "λ", "nats")
             + "</figure>"
+            + table(["λ", "mean document influence"], [list(pair) for pair in whole])
         )
-    return out
+    return out + _dataset_profiles(summary)
+
+
+def _dataset_profiles(summary: dict) -> str:
+    """The data set's mean τ_t at each response step t and mean τ_i at each n-gram start, one line
+    per λ (whole contexts only), each mean over the examples that have that position."""
+    whole = sorted(((s["lam"], s) for s in summary.values() if s.get("context_size") is None), key=lambda p: p[0])
+    response, ngram, why = {}, {}, []
+    for lam, s in whole:
+        profile = s.get("response_position_profile") or []
+        response[f"{lam:g}"] = (list(range(len(profile))), profile)
+        starts = s.get("ngram_position_profile") or {}
+        ngram[f"{lam:g}"] = (starts.get("starts") or [], starts.get("means") or [])
+        why.append((s.get("ngram_influence") or {}).get("not_measured"))
+    reasons = "; ".join(dict.fromkeys(w for w in why if w))  # e.g. adaptive search: averages need every n-gram
+    return (
+        "<h3>Response-position profile</h3>"
+        + _by_position("Mean τ_t at each response position", "response token t", "mean τ_t (nats)", response)
+        + "<h3>N-gram-position profile</h3>"
+        + _by_position("Mean τ_i at each n-gram start", "n-gram start (token of D)", "mean τ_i (nats)", ngram, reasons)
+    )
+
+
+def _by_position(title: str, x_label: str, y_label: str, curves: dict[str, tuple[list, list]], why: str = "") -> str:
+    """A line per λ through (position, mean) and a table of a row per position, a column per λ
+    (blank where that λ has no such position, n/a where its mean is None); if all are empty, a
+    note saying so (and ``why``, when the summary says)."""
+    curves = {lam: (xs, ys) for lam, (xs, ys) in curves.items() if xs}
+    if not curves:
+        return f'<p class="note" data-role="no-profile">Not measured in this run: {esc(why or "no values logged")}.</p>'
+    series = [(f"λ = {lam}", xs, [math.nan if y is None else y for y in ys]) for lam, (xs, ys) in curves.items()]
+    plot = line_plot(title, series, x_label, y_label)
+    values = {lam: dict(zip(xs, ys)) for lam, (xs, ys) in curves.items()}
+    positions = sorted({x for xs, _ in curves.values() for x in xs})
+
+    def cell(lam: str, x) -> object:
+        v = values[lam].get(x, "")
+        return "n/a" if v is None else v
+
+    rows = [[x, *(cell(lam, x) for lam in curves)] for x in positions]
+    return f"<figure>{plot}</figure>" + table([x_label] + [f"λ = {lam}" for lam in curves], rows)
 
 
 def _context_sizes(summary: dict) -> str:
