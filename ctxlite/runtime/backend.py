@@ -101,3 +101,12 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
         raise InvalidParameter(
             f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} backend does not provide"
         )
+
+
+def logprobs_many(backend, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
+    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, concurrently where the
+    backend can (a server's ``logprobs_many``), else one after the other."""
+    many = getattr(backend, "logprobs_many", None)
+    if many is not None:
+        return many(requests, temperature)
+    return [backend.logprobs(tokens, targets_from, temperature) for tokens, targets_from in requests]
