@@ -140,11 +140,12 @@ class _Http:
                 self._open = message
         return ServerError(self._open)
 
-    def post(self, url: str, payload: dict, *, what: str, retry: bool = True) -> dict:
-        """POST ``payload`` to ``url``; the decoded JSON object. ``retry=False``: one attempt, and an
-        HTTP error is returned as ``{"_status": code}`` instead of raised (probing)."""
+    def post(self, url: str, payload: dict, *, what: str, probe: bool = False) -> dict:
+        """POST ``payload`` to ``url``; the decoded JSON object. ``probe``: an HTTP error status is
+        returned as ``{"_status": code}`` instead of retried or raised (does the endpoint exist, can
+        it decode this); timeouts and connection errors are retried either way."""
         cfg = self.config
-        attempts = cfg.retries + 1 if retry else 1
+        attempts = cfg.retries + 1
         last = ""
         for attempt in range(attempts):
             if self._open is not None:
@@ -161,7 +162,7 @@ class _Http:
             else:
                 if response.status_code < 400:
                     return self._json(response, url, what)
-                if not retry:
+                if probe:
                     return {"_status": response.status_code}
                 detail = _error_detail(response)
                 if response.status_code not in RETRY_STATUS:
@@ -173,8 +174,6 @@ class _Http:
                     self.retried += 1
                 cap = min(cfg.max_backoff, cfg.backoff * 2**attempt)
                 self._sleep(min(cfg.max_backoff, delay) if delay is not None else random.uniform(0, cap))
-        if not retry:
-            raise ServerError(f"{what}: the server at {url} gave no answer: {last}")
         raise self._trip(
             f"the server at {cfg.base_url} failed {attempts} attempt(s) for {what} ({last}); stopped sending "
             f"requests (finished work is in the --out log: start the server and --resume)"
@@ -247,13 +246,13 @@ class OpenAIServer:
         """Find the tokenizer dialect, the BOS token, the server's version and context; check that
         completions return prompt log-probabilities."""
         root, what = self.config.root, "probing the tokenizer"
-        body = self._http.post(f"{root}/extras/tokenize", {"input": ""}, what=what, retry=False)
+        body = self._http.post(f"{root}/extras/tokenize", {"input": ""}, what=what, probe=True)
         if "tokens" in body:
             self.dialect = "llama-cpp-python"
             self._bos = body["tokens"][0] if body["tokens"] else None
         else:
             probe = {"content": "", "prompt": "", "model": self.config.model_name, "add_special": True}
-            body = self._http.post(f"{root}/tokenize", {**probe, "add_special_tokens": True}, what=what, retry=False)
+            body = self._http.post(f"{root}/tokenize", {**probe, "add_special_tokens": True}, what=what, probe=True)
             if "tokens" not in body:
                 raise InvalidParameter(
                     f"the server at {root} has no tokenize endpoint (/extras/tokenize or /tokenize): ctxlite "
@@ -262,7 +261,6 @@ class OpenAIServer:
             self.dialect = "vllm" if "max_model_len" in body else "llama.cpp"
             self._bos = body["tokens"][0] if body["tokens"] else None
         self.server_version, self.n_ctx = self._server_info()
-        self.n_vocab = 0  # not reported by these servers: nothing here indexes the vocabulary
         sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
         if len(sample) < 3:
             raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
@@ -296,6 +294,13 @@ class OpenAIServer:
     @property
     def capabilities(self) -> frozenset[Capability]:
         return frozenset()
+
+    @property
+    def n_vocab(self) -> int:
+        raise InvalidParameter(
+            "the vocabulary size is not reported by OpenAI-compatible servers: the unigram canary (rare tokens "
+            "of the vocabulary) is not available with --backend openai; use --canary hex or semantic"
+        )
 
     # ----- tokenizer ----------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
@@ -331,7 +336,7 @@ class OpenAIServer:
             url, payload, key = f"{root}/detokenize", {"model": self.config.model_name, "tokens": tokens}, "prompt"
         else:
             url, payload, key = f"{root}/detokenize", {"tokens": tokens}, "content"
-        body = self._http.post(url, payload, what=what, retry=not probe)
+        body = self._http.post(url, payload, what=what, probe=probe)
         if "_status" in body:
             return None
         text = _field(body, [key], url, what)
