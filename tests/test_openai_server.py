@@ -158,6 +158,27 @@ def test_an_exact_label_distribution_matches_the_local_engine(remote, engine):
     assert np.max(np.abs(np.log(served) - np.log(local))) <= 3 * TOL_LOGPROB, (served, local)
 
 
+def test_the_teacher_forced_label_distribution_is_the_row_one(engine):
+    """The oracle's path for a backend without logit rows, on the local engine (no server): the same
+    distribution as the full-row path, with labels of several tokens that share prefixes."""
+    from ctxlite.audit.oracle import ModelOracle
+
+    class TeacherForcingOnly:
+        capabilities = frozenset()
+
+        def __getattr__(self, name):
+            if name in ("next_logits", "logits_rows", "held_logits", "streams"):
+                raise AssertionError(f"{name} used without logit rows")
+            return getattr(engine, name)
+
+    labels = [" account", " account access", " account closure", " billing", " technical issue"]
+    for prompt in ("Queue: account access\nQueue:", "Ticket: refund me\nQueue: billing\n\nTicket: crash\nQueue:"):
+        rows = ModelOracle(engine, labels).label_distribution(prompt)
+        forced = ModelOracle(TeacherForcingOnly(), labels).label_distribution(prompt)
+        assert np.max(np.abs(forced - rows)) <= 1e-5, (forced, rows)
+        assert rows[1] > 0 and rows[0] > 0
+
+
 # ----- what a server cannot do is refused by name ------------------------------------------------
 def test_what_needs_logit_rows_is_refused(remote):
     from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
@@ -265,11 +286,10 @@ def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, m
     real, calls = OpenAIServer.logprobs, []
 
     def killing(self, *a, **kw):
-        result = real(self, *a, **kw)
         calls.append(1)
-        if len(calls) == 3:  # the probe, then example a's two passes (with and without its context)
+        if len(calls) == 4:  # after the probe and example a's two passes (with and without its context)
             server.stop()
-        return result
+        return real(self, *a, **kw)
 
     try:
         monkeypatch.setattr(OpenAIServer, "logprobs", killing)
