@@ -375,3 +375,19 @@ def test_a_server_without_a_tokenizer_is_refused():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--base-url", "http://127.0.0.1:1/v1"], "--base-url: no effect without --backend openai"),
+        (["--backend", "openai", "--model-name", "m"], "needs --base-url and --model-name"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:1/v1", "--model-name", "m", "-c", "512"], "-n-ctx"),
+    ],
+)
+def test_server_options_without_effect_are_usage_errors(tmp_path, args, message):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    res = CliRunner().invoke(
+        main, ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, *args]
+    )
+    assert res.exit_code == 2 and message in res.output, res.output

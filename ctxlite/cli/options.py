@@ -268,12 +268,18 @@ SERVER_OPTIONS = ("backend", "base_url", "model_name", "concurrency", "request_t
 LOCAL_ONLY = ("model", "n_ctx", "n_batch", "threads", "n_gpu_layers", "flash_attn")
 
 
+def _backend_choice() -> click.Choice:
+    from ctxlite.runtime.backend import BackendKind
+
+    return choice(BackendKind)
+
+
 def server_options(f):
     """--backend local|openai, --base-url, --model-name, --concurrency, --request-timeout, --retries."""
     decorators = [
         click.option(
             "--backend",
-            type=click.Choice(["local", "openai"]),
+            type=_backend_choice(),
             default="local",
             show_default=True,
             help="local: llama.cpp in this process; openai: an OpenAI-compatible server (vLLM, llama.cpp "
@@ -316,7 +322,9 @@ def open_server(kwargs: dict):
     Refuses (usage error) server options without ``--backend openai`` and local engine options with it."""
     opts = {k: kwargs.pop(k) for k in SERVER_OPTIONS}
     server_flags = [f"--{k.replace('_', '-')}" for k in SERVER_OPTIONS[1:] if given_explicitly(k)]
-    if opts["backend"] != "openai":
+    from ctxlite.runtime.backend import BackendKind
+
+    if BackendKind.parse(opts["backend"]) is not BackendKind.OPENAI:
         if server_flags:
             raise click.UsageError(f"{', '.join(server_flags)}: no effect without --backend openai")
         return None

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
 
 RowsCallback = Callable[[np.ndarray, int], None]
@@ -42,6 +43,13 @@ class Capability(enum.Enum):
     PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
     STREAMS = "lock-step sampling of several prompts"
     EMBEDDINGS = "text embeddings"
+
+
+class BackendKind(Choice):
+    """Which model runtime a command drives: llama.cpp in this process, or an OpenAI-compatible server."""
+
+    LOCAL = "local"
+    OPENAI = "openai"
 
 
 @runtime_checkable
