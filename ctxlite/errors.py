@@ -18,6 +18,8 @@ Exit codes (documented in the README):
       directory, a path under a regular file, a full disk)
 8     a gate tripped (--fail-above-influence / --fail-above-epsilon):
       the run finished and every output was written
+9     the inference server (--backend openai) failed: unreachable or
+      erroring after retries, timed out, or answered malformed JSON
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -63,6 +65,13 @@ class OutputError(CtxliteError, OSError):
     """A file ctxlite must write (a log, the model cache) cannot be written."""
 
     exit_code = 7
+
+
+class ServerError(CtxliteError, RuntimeError):
+    """The inference server of ``--backend openai`` cannot be used: down after retries (the circuit
+    breaker is open), timing out, refusing a request or answering malformed JSON."""
+
+    exit_code = 9
 
 
 def output_error(path, exc: OSError, what: str = "file") -> OutputError:

@@ -52,3 +52,15 @@ def score_examples() -> list[dict]:
 def with_response(score_examples) -> list[dict]:
     """Sample examples that carry a fixed response (deterministic scoring)."""
     return [d for d in score_examples if d.get("response")]
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """llama-cpp-python's server on loopback serving the default model (tests/servers.py), shared by the
+    session; skipped where its ``server`` extra is not installed."""
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's server extra is not installed")
+    from tests.servers import LlamaServer
+
+    server = LlamaServer(tmp_path_factory.mktemp("server")).start()
+    yield server
+    server.stop()

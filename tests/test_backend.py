@@ -92,13 +92,25 @@ def test_what_needs_a_missing_capability_is_refused_by_name(engine, with_respons
         InfluenceScorer(backend, "qa", InfluenceSettings(ngram=None)).score(ex)
 
 
-def test_an_audit_on_a_backend_without_rows_is_refused_before_any_trial(engine):
+def test_a_classification_audit_without_rows_is_exact_and_a_generation_one_is_refused(engine):
+    """Without logit rows the label distribution is read by teacher forcing (the Restricted backend
+    fails the test on any row call): the same report as the row path. Generation needs rows and
+    streams: refused before any trial."""
+    from dataclasses import replace
     from importlib import resources
 
     from ctxlite.audit import AuditSettings, load_records, run_audit
 
-    records = load_records(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"), "classify")
+    data = resources.files("ctxlite").joinpath("data")
+    records = load_records(data.joinpath("classify_sample.jsonl"), "classify")
+    settings = AuditSettings(trials=8, utility_queries=0, reference_runs=2)
+    forced = run_audit(Restricted(engine), records, settings).to_dict()
+    rows = run_audit(engine, records, settings).to_dict()
+    assert forced["rows"][0]["audit_accuracy"] == rows["rows"][0]["audit_accuracy"]
+    assert forced["rows"][0]["epsilon_exact"] == pytest.approx(rows["rows"][0]["epsilon_exact"], abs=1e-3)
+
     backend = Restricted(engine)
-    with pytest.raises(InvalidParameter, match="classify audit needs full next-token logit rows"):
-        run_audit(backend, records, AuditSettings(trials=4))
+    dialogues = load_records(data.joinpath("dialogue_sample.jsonl"), "generate")
+    with pytest.raises(InvalidParameter, match="generate audit needs full next-token logit rows"):
+        run_audit(backend, dialogues, replace(settings, task="generate"))
     assert backend.calls == []

@@ -147,6 +147,8 @@ def test_documented_command_runs(line, tmp_path, request):
     args = runnable(line, tmp_path)
     if args[0] == "report":  # reports a log a documented run wrote
         args[1] = str(request.getfixturevalue("run_logs")["audit" if "audit" in args[1] else "score"])
+    if "--base-url" in args:  # --backend openai: the real loopback server of the test session
+        args[args.index("--base-url") + 1] = request.getfixturevalue("llama_server").url
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     gated = any(a.startswith("--fail-above-") for a in args)
     assert r.exit_code == 0 or (gated and r.exit_code == 8), (args, r.output)  # 8: the gate tripped

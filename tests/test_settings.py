@@ -71,6 +71,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
     from ctxlite.audit.queries import QueryKind
     from ctxlite.audit.settings import Attack, BoundKind, DetectorKind
     from ctxlite.cli.audit import audit
+    from ctxlite.runtime.backend import BackendKind
 
     kinds = {
         "task": Task,
@@ -81,6 +82,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
         "attack": Attack,
         "detector": DetectorKind,
         "bound": BoundKind,
+        "backend": BackendKind,
     }
     params = _options(audit)
     for name, kind in kinds.items():

@@ -406,7 +406,8 @@ def _check_inputs(
             f"shot(s) need {s.private_size}"
         )
     text_out = s.task is Task.GENERATE or s.attack is Attack.INJECTION or s.mechanism is MechanismKind.JUDGE
-    require(engine, [Capability.LOGIT_ROWS] + ([Capability.STREAMS] if text_out else []), f"a {s.task.value} audit")
+    # a classification's label distribution is exact by teacher forcing too: only texts need rows and streams
+    require(engine, [Capability.LOGIT_ROWS, Capability.STREAMS] if text_out else [], f"a {s.task.value} audit")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY:
         if embedder is None:
             raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")

@@ -35,6 +35,7 @@ import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
+from ctxlite.runtime.backend import Capability
 
 
 class ModelOracle:
@@ -119,20 +120,38 @@ class ModelOracle:
         hit = self._dist_cache.get(toks)
         if hit is not None:
             return hit
-        T = self.temperature
-        rows = {(): self._logprobs(self._row(toks, exact=True), T)}  # a function of the prompt alone
-        for path in self._paths:
-            rows[path] = self._logprobs(self._row(toks + path, exact=False), T)
+        logp = self._rows_logp(toks) if Capability.LOGIT_ROWS in self.engine.capabilities else self._forced_logp(toks)
         p = np.empty(len(self.labels))
         for j, (seq, children) in enumerate(zip(self.label_tokens, self._children)):
-            logp = sum(rows[seq[:i]][t] for i, t in enumerate(seq))
-            stay = 1.0 - float(np.exp(rows[seq][children]).sum()) if children else 1.0
-            p[j] = np.exp(logp) * max(stay, 0.0)
+            stay = 1.0 - float(np.exp([logp(seq, c) for c in children]).sum()) if children else 1.0
+            p[j] = np.exp(sum(logp(seq[:i], t) for i, t in enumerate(seq))) * max(stay, 0.0)
         dist = np.append(p, max(0.0, 1.0 - p.sum()))
         dist /= dist.sum()
         dist.setflags(write=False)
         self._dist_cache[toks] = dist
         return dist
+
+    def _rows_logp(self, toks: tuple[int, ...]):
+        """log p_T(token | prompt + path) from full rows: the prompt's from an empty cache (a function of
+        the prompt alone), then each label prefix's on top of its cells."""
+        T = self.temperature
+        rows = {(): self._logprobs(self._row(toks, exact=True), T)}
+        for path in self._paths:
+            rows[path] = self._logprobs(self._row(toks + path, exact=False), T)
+        return lambda path, token: rows[path][token]
+
+    def _forced_logp(self, toks: tuple[int, ...]):
+        """log p_T(token | prompt + path) by teacher forcing each label's tokens after the prompt (one
+        sequence per label, sent together: a backend without logit rows, e.g. a server). Every pair the
+        formula needs is on some label's path: a child c of label j is the next token of a longer label
+        that extends j, so its log-probability is read from that label's sequence."""
+        from ctxlite.runtime.backend import logprobs_many
+
+        n = len(toks)
+        values = logprobs_many(self.engine, [(toks + seq, n) for seq in self.label_tokens], self.temperature)
+        self._label_rows += sum(len(seq) for seq in self.label_tokens)
+        table = {(seq[:i], t): float(v[i]) for seq, v in zip(self.label_tokens, values) for i, t in enumerate(seq)}
+        return lambda path, token: table[(tuple(path), token)]
 
     def sample_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
         """Counts over (labels..., other) of ``n`` independent sampled answers."""

@@ -28,8 +28,10 @@ from ctxlite.cli.options import (
     given_explicitly,
     json_option,
     junit_option,
+    open_server,
     plan_option,
     progress,
+    server_options,
     verdict_json,
     wants_json,
 )
@@ -279,6 +281,7 @@ def _jsonable(obj):
 @junit_option
 @plan_option
 @json_option
+@server_options
 @engine_options
 def audit(**options):
     """Audit private in-context learning with canaries (ContextLeak).
@@ -327,11 +330,12 @@ def audit(**options):
     if o.chat:
         fmt = fmt.with_chat(True)
     ekw = engine_kwargs(vars(o))
-    identity = _identity(o, ekw, settings, records, fmt)
+    server = open_server(vars(o))  # --backend openai: connected now, its identity names the server
+    identity = _identity(o, ekw, settings, records, fmt, server)
     if o.out_path and o.resume:  # refuse a mismatched log before any model work (the search may change the template)
         ignore = ("settings.template_index",) if o.search_template else ()
         RecordLog.check_existing(o.out_path, identity, kind="audit", ignore=ignore)
-    engine = build_engine(**ekw, kv_slots=4)
+    engine = server or build_engine(**ekw, kv_slots=4)
     embedder = build_engine(**{**ekw, "model": o.embed_model or ekw["model"]}, embeddings=True) if _embeds(o) else None
     judge = build_engine(**{**ekw, "model": settings.judge_model}) if settings.judge_model else None
     if o.plan:
@@ -342,7 +346,7 @@ def audit(**options):
         accuracies = [round(a, 3) for a in found.accuracies]
         progress(f"template search ({found.kind}): accuracies {accuracies} -> template {found.best_index}")
         settings = replace(settings, template_index=found.best_index)
-        identity = _identity(o, ekw, settings, records, fmt)
+        identity = _identity(o, ekw, settings, records, fmt, server)
     log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
     line = ProgressLine()
     try:
@@ -391,8 +395,9 @@ def _check_options(o) -> None:
     _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
 
 
-def _identity(o, ekw: dict, settings, records, fmt) -> dict:
-    """The trial log's identity, computed without loading a model (the model files are hashed)."""
+def _identity(o, ekw: dict, settings, records, fmt, server=None) -> dict:
+    """The trial log's identity, computed without loading a model (the model files are hashed; a
+    server's identity is the server's)."""
     from ctxlite.audit.settings import audit_identity
     from ctxlite.identity import engine_part
     from ctxlite.runtime.models import model_identity, resolve_model
@@ -400,7 +405,8 @@ def _identity(o, ekw: dict, settings, records, fmt) -> dict:
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
     embed = model_identity(resolve_model(o.embed_model or ekw["model"])) if _embeds(o) else None
     judge = model_identity(resolve_model(settings.judge_model)) if settings.judge_model else None
-    return audit_identity(engine_part(resolve_model(ekw["model"]), config), settings, records, embed, fmt, judge)
+    runtime = server.identity() if server else engine_part(resolve_model(ekw["model"]), config)
+    return audit_identity(runtime, settings, records, embed, fmt, judge)
 
 
 def _nonempty(path: str) -> bool:

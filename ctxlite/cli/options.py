@@ -262,3 +262,88 @@ def emit_plan(plan, as_json: bool) -> None:
         emit_json({"plan": plan.to_dict()})
     else:
         click.echo(plan.summary())
+
+
+SERVER_OPTIONS = ("backend", "base_url", "model_name", "concurrency", "request_timeout", "retries")
+LOCAL_ONLY = ("model", "n_ctx", "n_batch", "threads", "n_gpu_layers", "flash_attn")
+
+
+def _backend_choice() -> click.Choice:
+    from ctxlite.runtime.backend import BackendKind
+
+    return choice(BackendKind)
+
+
+def server_options(f):
+    """--backend local|openai, --base-url, --model-name, --concurrency, --request-timeout, --retries."""
+    decorators = [
+        click.option(
+            "--backend",
+            type=_backend_choice(),
+            default="local",
+            show_default=True,
+            help="local: llama.cpp in this process; openai: an OpenAI-compatible server (vLLM, llama.cpp "
+            "server) at --base-url; its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
+        ),
+        click.option(
+            "--base-url", type=TEXT, default=None, metavar="URL", help="openai: the API root, e.g. http://host:8000/v1."
+        ),
+        click.option("--model-name", type=TEXT, default=None, metavar="NAME", help="openai: the served model's name."),
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 256),
+            default=4,
+            show_default=True,
+            help="openai: requests in flight.",
+        ),
+        click.option(
+            "--request-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=120.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="openai: per-request timeout.",
+        ),
+        click.option(
+            "--retries",
+            type=click.IntRange(0, 20),
+            default=4,
+            show_default=True,
+            help="openai: retries of a request on 429/5xx/timeouts/connection errors (exponential backoff, jitter).",
+        ),
+    ]
+    return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
+
+
+def open_server(kwargs: dict):
+    """Pop the server options out of a command's kwargs; the connected
+    :class:`~ctxlite.runtime.openai_server.OpenAIServer` for ``--backend openai``, else None.
+
+    Refuses (usage error) server options without ``--backend openai`` and local engine options with it."""
+    opts = {k: kwargs.pop(k) for k in SERVER_OPTIONS}
+    server_flags = [f"--{k.replace('_', '-')}" for k in SERVER_OPTIONS[1:] if given_explicitly(k)]
+    from ctxlite.runtime.backend import BackendKind
+
+    if BackendKind.parse(opts["backend"]) is not BackendKind.OPENAI:
+        if server_flags:
+            raise click.UsageError(f"{', '.join(server_flags)}: no effect without --backend openai")
+        return None
+    if kwargs.get("plan"):
+        raise click.UsageError("--plan counts llama.cpp decodes: it has no meaning with --backend openai")
+    source = click.get_current_context().get_parameter_source
+    local = [k for k in LOCAL_ONLY if source(k) is click.core.ParameterSource.COMMANDLINE]
+    if local:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in local)
+        raise click.UsageError(f"{flags}: no effect with --backend openai (the server chooses its model and settings)")
+    if not opts["base_url"] or not opts["model_name"]:
+        raise click.UsageError("--backend openai needs --base-url and --model-name")
+    from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+
+    config = ServerConfig(
+        opts["base_url"],
+        opts["model_name"],
+        concurrency=opts["concurrency"],
+        timeout=opts["request_timeout"],
+        retries=opts["retries"],
+    )
+    return OpenAIServer(config)

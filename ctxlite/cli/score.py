@@ -25,8 +25,10 @@ from ctxlite.cli.options import (
     given_explicitly,
     json_option,
     junit_option,
+    open_server,
     plan_option,
     progress,
+    server_options,
     verdict_json,
     wants_json,
 )
@@ -321,6 +323,7 @@ def _plan(log, examples, out: str, data: str | None):
 @fail_above_influence_option
 @junit_option
 @json_option
+@server_options
 @engine_options
 def score(**options):
     """Score how much a private context influences a model's response.
@@ -364,9 +367,10 @@ def score(**options):
     examples = list(_examples(o))[: o.limit]  # validate the whole input before loading the model
     _check_combination(o, examples)
     ekw = engine_kwargs(vars(o))
+    server = open_server(vars(o))  # --backend openai: connected now, its identity names the server
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
-    model_path = resolve_model(ekw["model"])
-    identity = {**engine_part(model_path, config), "template": template.text, "settings": asdict(settings)}
+    runtime = server.identity() if server else engine_part(resolve_model(ekw["model"]), config)
+    identity = {**runtime, "template": template.text, "settings": asdict(settings)}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}
     planning_only = o.plan and not (o.out and Path(o.out).exists())  # a plan writes no new log
@@ -375,7 +379,7 @@ def score(**options):
         reused, changed = _plan(log, examples, o.out, o.data)
         for key in changed:
             progress(f"{key}: its input changed since it was logged; scoring it again")
-        engine = build_engine(**ekw)
+        engine = server or build_engine(**ekw)
         if o.plan:
             scorer = InfluenceScorer(engine, template, settings)
             todo = [ex for key, ex in examples if key not in reused]

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ctxlite.choices import Choice
 from ctxlite.errors import InvalidParameter
 
 RowsCallback = Callable[[np.ndarray, int], None]
@@ -42,6 +43,13 @@ class Capability(enum.Enum):
     PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
     STREAMS = "lock-step sampling of several prompts"
     EMBEDDINGS = "text embeddings"
+
+
+class BackendKind(Choice):
+    """Which model runtime a command drives: llama.cpp in this process, or an OpenAI-compatible server."""
+
+    LOCAL = "local"
+    OPENAI = "openai"
 
 
 @runtime_checkable
@@ -101,3 +109,12 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
         raise InvalidParameter(
             f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} backend does not provide"
         )
+
+
+def logprobs_many(backend, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
+    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, concurrently where the
+    backend can (a server's ``logprobs_many``), else one after the other."""
+    many = getattr(backend, "logprobs_many", None)
+    if many is not None:
+        return many(requests, temperature)
+    return [backend.logprobs(tokens, targets_from, temperature) for tokens, targets_from in requests]

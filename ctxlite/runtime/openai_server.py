@@ -1,0 +1,558 @@
+"""A model behind an OpenAI-compatible HTTP server (llama-cpp-python's, llama.cpp's, vLLM) as a Backend.
+
+ctxlite sends requests; the server batches, caches prefixes and spreads over its GPUs. What such a
+server offers is *teacher forcing* and nothing else ctxlite needs, so :class:`OpenAIServer`
+declares no optional capability (see :mod:`ctxlite.runtime.backend`):
+
+* log p(y_t | y_<t) of given tokens: one ``/v1/completions`` request with the token ids as the
+  prompt, ``echo`` and ``logprobs``, ``max_tokens = 1`` (the one generated token is ignored). The
+  server reports log softmax of the raw logits, i.e. temperature 1: log p_T for T ≠ 1 needs the
+  normaliser Σ_v exp(l_v / T) over the whole vocabulary, which no endpoint returns, so T ≠ 1 is
+  refused rather than approximated.
+* no ``LOGIT_ROWS``: λ ≠ 1, CID generation, the judge and generation audits are refused through
+  :func:`~ctxlite.runtime.backend.require`. A classification audit's label distribution is exact
+  anyway: P(label) is a product of teacher-forced token probabilities (``ctxlite.audit.oracle``).
+* no ``PREFIX_REUSE``: every ablation is sent whole; the server's own prefix cache (vLLM
+  ``--enable-prefix-caching``, llama.cpp's slot cache) is what saves the shared prefix.
+
+Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
+once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
+with none is refused. Only the llama-cpp-python dialect is exercised by the test suite.
+
+Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
+on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
+(delay = U(0, 1) · min(max_backoff, backoff · 2^attempt), or the server's Retry-After). A request
+that exhausts its retries opens the circuit breaker: every later request fails at once with the
+same one-line :class:`~ctxlite.errors.ServerError` (exit 9), so a dead server ends the run
+promptly and a resumed run (``--resume``) continues from the log. The API key is read from
+``CTXLITE_API_KEY`` or ``OPENAI_API_KEY`` and lives only in the client's headers: never in
+``describe()``, ``identity()`` or a message.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+
+from ctxlite.errors import ContextOverflow, InvalidParameter, ServerError
+from ctxlite.runtime.backend import Capability
+
+API_KEY_VARIABLES = ("CTXLITE_API_KEY", "OPENAI_API_KEY")
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where the server is and how hard to try. ``base_url`` ends in the API root (``.../v1``)."""
+
+    base_url: str
+    model_name: str
+    concurrency: int = 4
+    timeout: float = 120.0
+    retries: int = 4
+    backoff: float = 0.5
+    max_backoff: float = 10.0
+    n_ctx: int | None = None  # the server's context window when it does not report one
+
+    def __post_init__(self):
+        if not self.base_url.startswith(("http://", "https://")):
+            raise InvalidParameter(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+        if not self.model_name.strip():
+            raise InvalidParameter("--model-name must name the served model")
+        if self.concurrency < 1 or self.retries < 0 or not self.timeout > 0 or not self.backoff >= 0:
+            raise InvalidParameter("need concurrency >= 1, retries >= 0, timeout > 0 and backoff >= 0")
+
+    @property
+    def root(self) -> str:
+        """The server's root (tokenize endpoints live there, not under ``/v1``)."""
+        url = self.base_url.rstrip("/")
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def api_key() -> str | None:
+    """The API key from the environment (``CTXLITE_API_KEY`` first), or None."""
+    for name in API_KEY_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class _Pool:
+    """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
+    (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout)."""
+
+    def __init__(self, n: int):
+        self._n, self._jobs = n, queue.SimpleQueue()
+        for i in range(n):
+            threading.Thread(target=self._work, name=f"ctxlite-http-{i}", daemon=True).start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, item = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(item))
+                except BaseException as exc:  # handed to the caller, who re-raises it
+                    future.set_exception(exc)
+
+    def submit(self, fn, item) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, item))
+        return future
+
+    def shutdown(self) -> None:
+        for _ in range(self._n):
+            self._jobs.put(None)
+
+
+class _Http:
+    """JSON over HTTP with timeouts, retries (backoff + jitter) and a circuit breaker."""
+
+    def __init__(self, config: ServerConfig, sleep=time.sleep):
+        self.config = config
+        key = api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
+        self._client = httpx.Client(headers=headers, timeout=config.timeout, limits=limits, trust_env=False)
+        self._sleep = sleep
+        self._open: str | None = None  # the breaker's message once open
+        self._lock = threading.Lock()
+        self.requests = 0  # HTTP requests sent (retries included): a cost counter
+        self.retried = 0
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _trip(self, message: str) -> ServerError:
+        with self._lock:
+            if self._open is None:
+                self._open = message
+        return ServerError(self._open)
+
+    def post(self, url: str, payload: dict, *, what: str, probe: bool = False) -> dict:
+        """POST ``payload`` to ``url``; the decoded JSON object. ``probe``: an HTTP error status is
+        returned as ``{"_status": code}`` instead of retried or raised (does the endpoint exist, can
+        it decode this); timeouts and connection errors are retried either way."""
+        cfg = self.config
+        attempts = cfg.retries + 1
+        last = ""
+        for attempt in range(attempts):
+            if self._open is not None:
+                raise ServerError(self._open)
+            delay = None
+            try:
+                with self._lock:
+                    self.requests += 1
+                response = self._client.post(url, json=payload)
+            except httpx.TimeoutException:
+                last = f"no answer within {cfg.timeout:g} s (--request-timeout)"
+            except httpx.TransportError as exc:
+                last = f"cannot connect ({type(exc).__name__})"
+            else:
+                if response.status_code < 400:
+                    return self._json(response, url, what)
+                if probe:
+                    return {"_status": response.status_code}
+                detail = _error_detail(response)
+                if response.status_code not in RETRY_STATUS:
+                    raise ServerError(f"{what}: the server at {url} answered HTTP {response.status_code}: {detail}")
+                last = f"HTTP {response.status_code}: {detail}"
+                delay = _retry_after(response)
+            if attempt + 1 < attempts:
+                with self._lock:
+                    self.retried += 1
+                cap = min(cfg.max_backoff, cfg.backoff * 2**attempt)
+                self._sleep(min(cfg.max_backoff, delay) if delay is not None else random.uniform(0, cap))
+        raise self._trip(
+            f"the server at {cfg.base_url} failed {attempts} attempt(s) for {what} ({last}); stopped sending "
+            f"requests (finished work is in the --out log: start the server and --resume)"
+        )
+
+    @staticmethod
+    def _json(response: httpx.Response, url: str, what: str) -> dict:
+        try:
+            body = response.json()
+        except ValueError:
+            head = response.text[:60].replace("\n", " ")
+            raise ServerError(f"{what}: the server at {url} returned malformed JSON ({head!r}...)") from None
+        if not isinstance(body, dict):
+            raise ServerError(f"{what}: the server at {url} returned JSON that is not an object")
+        return body
+
+
+def _error_detail(response: httpx.Response) -> str:
+    """The server's error message, short (OpenAI-style ``{"error": {"message"}}`` or the body)."""
+    try:
+        body = response.json()
+        err = body.get("error", body.get("detail", body)) if isinstance(body, dict) else body
+        text = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    except ValueError:
+        text = response.text
+    text = " ".join(str(text).split())
+    return text[:200] if text else response.reason_phrase
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _field(body: dict, path: Sequence, url: str, what: str):
+    """``body[path[0]][path[1]]...`` or a ServerError naming what is missing."""
+    node = body
+    for key in path:
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            shown = ".".join(str(k) for k in path)
+            raise ServerError(f"{what}: the answer of {url} has no {shown}") from None
+    return node
+
+
+class OpenAIServer:
+    """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend`.
+
+    >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
+    >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
+    """
+
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep):
+        self.config = config
+        self._http = _Http(config, sleep)
+        self._pool = _Pool(config.concurrency)
+        self._pieces: dict[int, bytes | None] = {}
+        try:
+            self._probe()
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- what the server offers -------------------------------------
+    def _probe(self) -> None:
+        """Find the tokenizer dialect, the BOS token, the server's version and context; check that
+        completions return prompt log-probabilities."""
+        root, what = self.config.root, "probing the tokenizer"
+        body = self._http.post(f"{root}/extras/tokenize", {"input": ""}, what=what, probe=True)
+        if "tokens" in body:
+            self.dialect = "llama-cpp-python"
+            self._bos = body["tokens"][0] if body["tokens"] else None
+        else:
+            probe = {"content": "", "prompt": "", "model": self.config.model_name, "add_special": True}
+            body = self._http.post(f"{root}/tokenize", {**probe, "add_special_tokens": True}, what=what, probe=True)
+            if "tokens" not in body:
+                raise InvalidParameter(
+                    f"the server at {root} has no tokenize endpoint (/extras/tokenize or /tokenize): ctxlite "
+                    "needs the server's own tokens for n-gram scoring and labels and will not guess them"
+                )
+            self.dialect = "vllm" if "max_model_len" in body else "llama.cpp"
+            self._bos = body["tokens"][0] if body["tokens"] else None
+        self.server_version, self.n_ctx = self._server_info()
+        sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
+        if len(sample) < 3:
+            raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
+        self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+
+    def _server_info(self) -> tuple[str | None, int | None]:
+        """(version, context window) where the server reports them (vLLM /version and /v1/models,
+        llama.cpp /props); llama-cpp-python reports neither."""
+        version, n_ctx = None, self.config.n_ctx
+        try:
+            info = self._http._client.get(f"{self.config.root}/version").json()
+            version = str(info["version"]) if isinstance(info, dict) and "version" in info else None
+        except (httpx.HTTPError, ValueError):
+            pass
+        if self.dialect == "llama.cpp":
+            try:
+                props = self._http._client.get(f"{self.config.root}/props").json()
+                version = version or props.get("build_info")
+                n_ctx = n_ctx or props.get("default_generation_settings", {}).get("n_ctx")
+            except (httpx.HTTPError, ValueError, AttributeError):
+                pass
+        if self.dialect == "vllm":
+            try:
+                models = self._http._client.get(f"{self.config.base_url.rstrip('/')}/models").json()["data"]
+                lens = [m.get("max_model_len") for m in models if m.get("id") == self.config.model_name]
+                n_ctx = n_ctx or (lens[0] if lens else None)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+                pass
+        return version, n_ctx
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return frozenset()
+
+    @property
+    def n_vocab(self) -> int:
+        raise InvalidParameter(
+            "the vocabulary size is not reported by OpenAI-compatible servers: the unigram canary (rare tokens "
+            "of the vocabulary) is not available with --backend openai; use --canary hex or semantic"
+        )
+
+    # ----- tokenizer ----------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
+        """The server's token ids of ``text`` (no BOS unless ``add_bos``).
+
+        llama-cpp-python's endpoint always adds BOS and parses special tokens: the BOS is dropped
+        when not asked for, and a text that spells a special token (``<bos>``) tokenizes as it."""
+        root, what = self.config.root, "tokenizing"
+        if self.dialect == "llama-cpp-python":
+            toks = _field(
+                self._http.post(f"{root}/extras/tokenize", {"input": text}, what=what), ["tokens"], root, what
+            )
+            if not add_bos and self._bos is not None and toks[:1] == [self._bos]:
+                toks = toks[1:]
+            elif add_bos and self._bos is not None and toks[:1] != [self._bos]:
+                toks = [self._bos, *toks]
+        elif self.dialect == "vllm":
+            payload = {"model": self.config.model_name, "prompt": text, "add_special_tokens": add_bos}
+            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
+        else:
+            payload = {"content": text, "add_special": add_bos, "parse_special": special}
+            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
+        return [int(t) for t in toks]
+
+    def _detokenize_bytes(self, tokens: Sequence[int], *, probe: bool = False) -> bytes | None:
+        """The UTF-8 bytes of ``tokens`` as the server decodes them; None (``probe``) where the
+        server cannot decode them alone (a partial UTF-8 character: an error or U+FFFD)."""
+        root, what = self.config.root, "detokenizing"
+        tokens = [int(t) for t in tokens]
+        if self.dialect == "llama-cpp-python":
+            url, payload, key = f"{root}/extras/detokenize", {"tokens": tokens}, "text"
+        elif self.dialect == "vllm":
+            url, payload, key = f"{root}/detokenize", {"model": self.config.model_name, "tokens": tokens}, "prompt"
+        else:
+            url, payload, key = f"{root}/detokenize", {"tokens": tokens}, "content"
+        body = self._http.post(url, payload, what=what, probe=probe)
+        if "_status" in body:
+            return None
+        text = _field(body, [key], url, what)
+        if probe and "\ufffd" in text:
+            return None
+        return text.encode("utf-8")
+
+    def _piece(self, token: int) -> bytes | None:
+        if token not in self._pieces:
+            self._pieces[token] = self._detokenize_bytes([token], probe=True)
+        return self._pieces[token]
+
+    def _prefetch(self, tokens: Sequence[int]) -> None:
+        todo = sorted({int(t) for t in tokens} - set(self._pieces))
+        for t, piece in zip(todo, self._map(lambda t: self._detokenize_bytes([t], probe=True), todo)):
+            self._pieces[t] = piece
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._piece(int(token))
+        if piece is None:
+            raise ServerError(f"the server cannot detokenize token {token} alone (a partial UTF-8 character)")
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return (self._detokenize_bytes(tokens) or b"").decode("utf-8", errors="replace") if len(tokens) else ""
+
+    def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """Character span ``[start, end)`` of each token in ``detokenize(tokens)``.
+
+        Each token's piece comes from the server alone; a token the server cannot decode alone
+        (part of a character) is grouped with the tokens that follow until the group decodes, and the
+        group's characters belong to its last token (the rule of the local engine)."""
+        self._prefetch(tokens)
+        spans, n_chars, group = [], 0, []
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for t in tokens:
+            group.append(int(t))
+            piece = self._pieces.get(int(t)) if len(group) == 1 else self._detokenize_bytes(group, probe=True)
+            if piece is None and len(group) < 4:
+                continue
+            text = decoder.decode(piece) if piece is not None else "\ufffd"
+            spans += [(n_chars, n_chars)] * (len(group) - 1) + [(n_chars, n_chars + len(text))]
+            n_chars += len(text)
+            group = []
+        spans += [(n_chars, n_chars)] * len(group)
+        return spans
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._bos
+
+    @property
+    def eog_ids(self) -> np.ndarray:
+        raise InvalidParameter("banning end-of-generation tokens needs full logit rows, which a server does not give")
+
+    def is_eog(self, token: int) -> bool:
+        raise InvalidParameter("generation needs full logit rows, which a server does not give")
+
+    def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
+        """Refuse a sequence longer than the server's context window, where it is known."""
+        if self.n_ctx is not None and n_tokens > self.n_ctx:
+            raise ContextOverflow(f"{what} is {n_tokens} tokens but the server's context window is {self.n_ctx} tokens")
+
+    # ----- teacher forcing ----------------------------------------------
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+        """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
+        log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
+        if temperature != 1.0:
+            raise InvalidParameter(
+                f"log-probabilities at temperature {temperature:g} need the full next-token distribution, "
+                "which an OpenAI-compatible server does not return: use -T/--temperature 1 with --backend openai"
+            )
+        tokens = [int(t) for t in tokens]
+        if not 1 <= targets_from < len(tokens):
+            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+        self.check_fits(len(tokens) + 1)
+        # llama-cpp-python drops a leading BOS from the echoed tokens (its entry j is token j + 1); without
+        # a leading BOS its entries are misaligned by one (logits after token j paired with token j)
+        offset = 0
+        if self.dialect == "llama-cpp-python":
+            if self._bos is None or tokens[0] != self._bos:
+                raise InvalidParameter(
+                    "llama-cpp-python's server pairs echoed log-probabilities with the wrong tokens unless the "
+                    "prompt starts with BOS: serve a model that adds BOS, or use vLLM / llama.cpp's server"
+                )
+            offset = 1
+        url, what = f"{self.config.base_url.rstrip('/')}/completions", "teacher forcing (echo + logprobs)"
+        payload = {
+            "model": self.config.model_name,
+            "prompt": self._prompt(tokens),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "echo": True,
+            "logprobs": 1,
+        }
+        body = self._http.post(url, payload, what=what)
+        values = _field(body, ["choices", 0, "logprobs", "token_logprobs"], url, what)
+        need = len(tokens) - offset
+        if not isinstance(values, list) or len(values) < need:
+            raise InvalidParameter(
+                f"the server at {self.config.base_url} returned {len(values) if isinstance(values, list) else 0} "
+                f"prompt log-probabilities for {need} prompt tokens: it does not echo prompt log-probabilities "
+                "(llama-cpp-python: serve with --logits_all true; vLLM: see the README)"
+            )
+        out = values[targets_from - offset : len(tokens) - offset]
+        if any(not isinstance(v, (int, float)) for v in out):
+            raise ServerError(f"{what}: the server at {url} returned a log-probability that is not a number")
+        return np.asarray(out, dtype=np.float64)
+
+    def _prompt(self, tokens: list[int]) -> list[int] | str:
+        """What to send as the prompt so that the server decodes exactly ``tokens``: the ids (vLLM,
+        llama.cpp), or for llama-cpp-python, whose server takes text only, their text after BOS,
+        checked to tokenize back to the same ids (an ablation that leaves text which tokenizes
+        otherwise, or a cut through a character, is refused rather than scored on other tokens)."""
+        if self.dialect != "llama-cpp-python":
+            return tokens
+        raw = self._detokenize_bytes(tokens[1:], probe=True)
+        text = raw.decode("utf-8") if raw is not None else None
+        if text is None or self.tokenize(text, add_bos=True, special=True) != tokens:
+            raise InvalidParameter(
+                "llama-cpp-python's server takes text prompts only, and the text of this token sequence "
+                "tokenizes to other tokens: its log-probabilities cannot be read there (use vLLM or llama.cpp's "
+                "server, which take token ids)"
+            )
+        return text
+
+    def logprobs_many(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
+        """``logprobs`` of each (tokens, targets_from), ``concurrency`` requests in flight at a time."""
+        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests)
+
+    def _map(self, fn, items) -> list:
+        """``[fn(x) for x in items]`` on the pool; the first failure is raised once every request
+        ended (a Ctrl-C in the main thread cancels what has not started)."""
+        items = list(items)
+        if len(items) <= 1 or self.config.concurrency == 1:
+            return [fn(x) for x in items]
+        futures = [self._pool.submit(fn, x) for x in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+    # ----- what the Backend protocol names but a server cannot do --------
+    def _no(self, what: str):
+        raise InvalidParameter(f"{what} needs {Capability.LOGIT_ROWS.value}, which the openai backend does not provide")
+
+    def logits_rows(self, tokens, targets_from):
+        self._no("full logit rows")
+
+    def next_logits(self, prompt, *, exact=False):
+        self._no("a next-token distribution")
+
+    def load_base(self, tokens, targets_from, on_rows=None):
+        self._no("prefix reuse")
+
+    def score_variant(self, tokens, shared, targets_from, on_rows, *, exact=False):
+        self._no("prefix reuse")
+
+    def streams(self, prompts):
+        self._no("lock-step streams")
+
+    def held_logits(self, tokens, key):
+        self._no("keyed prompts")
+
+    @property
+    def max_streams(self) -> int:
+        return 0
+
+    def embed(self, text: str):
+        self._no("embeddings")
+
+    # ----- the run record -------------------------------------------------
+    @property
+    def requests(self) -> int:
+        return self._http.requests
+
+    def identity(self) -> dict:
+        """What identifies this backend's numbers: the ctxlite version and which server answered (base URL,
+        model name, its reported version and tokenizer dialect). Never the API key."""
+        from ctxlite.identity import software
+
+        return {
+            "software": {"ctxlite": software()["ctxlite"]},
+            "server": {
+                "base_url": self.config.base_url.rstrip("/"),
+                "model_name": self.config.model_name,
+                "version": self.server_version,
+                "dialect": self.dialect,
+            },
+        }
+
+    def describe(self) -> dict:
+        return {
+            "backend": "openai",
+            "base_url": self.config.base_url.rstrip("/"),
+            "model_name": self.config.model_name,
+            "server_version": self.server_version or "not reported",
+            "tokenizer": self.dialect,
+            "n_ctx": self.n_ctx,
+            "concurrency": self.config.concurrency,
+            "request_timeout_s": self.config.timeout,
+            "retries": self.config.retries,
+            "prefix_caching": "the server's own prefix cache replaces local KV reuse (each sequence is sent whole)",
+            "requests": self._http.requests,
+            "retried": self._http.retried,
+        }
+
+    # ----- lifecycle --------------------------------------------------------
+    def close(self) -> None:
+        self._pool.shutdown()
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,393 @@
+"""``--backend openai`` against a real OpenAI-compatible server: llama-cpp-python's own
+(``python -m llama_cpp.server``, its ``server`` extra) serving the default model on loopback,
+started once per session (a second one for the kill-and-resume test), torn down after.
+
+The failure cases go through a tiny loopback proxy in front of the real server (``Proxy``) that
+answers completions with 429s, slowly, or with malformed JSON, and counts what it forwards.
+
+Cost: llama-cpp-python's server sorts the whole 262,144-token vocabulary in Python for every
+echoed prompt token (~0.3 s a token here), so every input is a few dozen tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from ctxlite.errors import InvalidParameter, ServerError
+from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from tests.servers import MODEL_NAME, LlamaServer
+
+pytestmark = pytest.mark.model
+
+SECRET = "sk-ctxlite-test-0123456789abcdef"
+TOL_LOGPROB = 5e-3
+"""Per-token |Δ log p| allowed between the server and the local engine on the same tokens. Both run the
+same llama.cpp on the same GGUF and differ only by rounding with batch shape and cache layout:
+measured here ≤ 2.4e-7 nats on most tokens and 2.3e-3 on the last token of a prompt whose prefix the
+server had cached (it re-decodes that token in a batch of its own)."""
+
+NOTE = "Dana takes 10 mg lisinopril."
+QUERY = "What?"
+RESPONSE = "lisinopril"
+TEMPLATE = "{context} Q: {query} A:"
+"""A template whose every ablated sequence is the tokenization of its own text: llama-cpp-python's server
+takes text prompts only, so the backend refuses a sequence that is not (the built-in ``qa`` template's
+``Document: `` + context boundary is one; vLLM and llama.cpp's server take token ids)."""
+
+
+@pytest.fixture(scope="session")
+def remote(llama_server):
+    with OpenAIServer(ServerConfig(llama_server.url, MODEL_NAME, concurrency=2)) as backend:
+        yield backend
+
+
+class Proxy:
+    """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
+    can answer ``fail`` 429s first, sleep ``delay`` seconds, or return ``garbage``; it keeps the
+    Authorization headers it saw."""
+
+    def __init__(self, target: str, *, fail: int = 0, delay: float = 0.0, garbage: bool = False, limit: int = 200):
+        self.target = target.rstrip("/").removesuffix("/v1")
+        self.fail, self.delay, self.garbage, self.limit = fail, delay, garbage, limit
+        self.seen, self.auth, self.completions = 0, set(), 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._forward(None)
+
+            def do_POST(self):
+                self._forward(self.rfile.read(int(self.headers.get("content-length", 0))))
+
+            def _forward(self, body):
+                proxy.seen += 1
+                proxy.auth.add(self.headers.get("authorization"))
+                if proxy.seen > proxy.limit:
+                    return self._answer(503, b'{"error": "proxy request limit"}')
+                if self.path.endswith("/completions"):
+                    proxy.completions += 1
+                    if proxy.completions <= proxy.fail:
+                        return self._answer(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
+                    if proxy.garbage:
+                        return self._answer(200, b'{"choices": [{"logprobs": ')
+                    time.sleep(proxy.delay)
+                with httpx.Client(timeout=120) as client:
+                    headers = {"content-type": self.headers.get("content-type", "application/json")}
+                    r = client.request(self.command, proxy.target + self.path, content=body, headers=headers)
+                self._answer(r.status_code, r.content)
+
+            def _answer(self, status, content, headers=()):
+                try:
+                    self.send_response(status)
+                    for k, v in dict(headers).items():
+                        self.send_header(k, v)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(content)))
+                    self.end_headers()
+                    self.wfile.write(content)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _args(url: str, *more: str) -> list[str]:
+    return ["--backend", "openai", "--base-url", url, "--model-name", MODEL_NAME, *more]
+
+
+def _score_args(url: str, out: Path, *more: str) -> list[str]:
+    base = ["score", "--context", str(out.parent / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--template", TEMPLATE]
+    return [*base, "--ngram", "4"] + _args(url, "-T", "1", "--out", str(out), "--json", *more)
+
+
+# ----- the same numbers as the local engine -------------------------------------------------------
+def test_the_servers_tokens_are_the_local_engines(remote, engine):
+    for text in (NOTE, " lisinopril", "Über 10 µg, naïve café ☕.", "Question: x\nAnswer:"):
+        assert remote.tokenize(text) == engine.tokenize(text), text
+        assert remote.tokenize(text, add_bos=True) == engine.tokenize(text, add_bos=True), text
+        toks = engine.tokenize(text)
+        assert remote.char_spans(toks) == engine.char_spans(toks), text
+        assert remote.detokenize(toks) == engine.detokenize(toks), text
+    assert remote.bos_id == engine.bos_id
+    assert remote.describe()["tokenizer"] == "llama-cpp-python"
+
+
+def test_teacher_forced_logprobs_match_the_local_engine(remote, engine):
+    toks = engine.tokenize(NOTE + " She takes lisinopril.", add_bos=True)
+    local, served = engine.logprobs(toks, 2), remote.logprobs(toks, 2)
+    assert served.shape == local.shape
+    assert np.max(np.abs(served - local)) <= TOL_LOGPROB, np.max(np.abs(served - local))
+
+
+def test_an_exact_label_distribution_matches_the_local_engine(remote, engine):
+    """Labels of one and two tokens, two sharing their first token: the teacher-forced distribution
+    (server) against the full-row one (engine)."""
+    from ctxlite.audit.oracle import ModelOracle
+
+    labels = [" billing", " account access", " account closure"]
+    prompt = "Queue: account access\nQueue:"
+    local = ModelOracle(engine, labels).label_distribution(prompt)
+    served = ModelOracle(remote, labels).label_distribution(prompt)
+    assert local.sum() == pytest.approx(1) and local.min() > 0
+    assert np.max(np.abs(np.log(served) - np.log(local))) <= 3 * TOL_LOGPROB, (served, local)
+
+
+def test_the_teacher_forced_label_distribution_is_the_row_one(engine):
+    """The oracle's path for a backend without logit rows, on the local engine (no server): the same
+    distribution as the full-row path, with labels of several tokens that share prefixes."""
+    from ctxlite.audit.oracle import ModelOracle
+
+    class TeacherForcingOnly:
+        capabilities = frozenset()
+
+        def __getattr__(self, name):
+            if name in ("next_logits", "logits_rows", "held_logits", "streams"):
+                raise AssertionError(f"{name} used without logit rows")
+            return getattr(engine, name)
+
+    labels = [" account", " account access", " account closure", " billing", " technical issue"]
+    for prompt in ("Queue: account access\nQueue:", "Ticket: refund me\nQueue: billing\n\nTicket: crash\nQueue:"):
+        rows = ModelOracle(engine, labels).label_distribution(prompt)
+        forced = ModelOracle(TeacherForcingOnly(), labels).label_distribution(prompt)
+        assert np.max(np.abs(forced - rows)) <= 1e-5, (forced, rows)
+        assert rows[1] > 0 and rows[0] > 0
+
+
+# ----- what a server cannot do is refused by name ------------------------------------------------
+def test_what_needs_logit_rows_is_refused(remote):
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+
+    with pytest.raises(InvalidParameter, match="full next-token logit rows.*openai"):
+        InfluenceScorer(remote, "qa", InfluenceSettings(lambdas=(0.5, 1.0)))
+    with pytest.raises(InvalidParameter, match="temperature 0.8.*-T/--temperature 1"):
+        InfluenceScorer(remote, "qa", InfluenceSettings()).score(Example(NOTE, QUERY, RESPONSE))
+    with pytest.raises(InvalidParameter, match="generating a response needs"):
+        InfluenceScorer(remote, "qa", InfluenceSettings()).score(Example(NOTE, QUERY))
+
+
+# ----- the CLI, end to end ------------------------------------------------------------------------
+def test_a_lambda_1_score_on_the_server_matches_local_and_keeps_the_key_out_of_the_log(
+    llama_server, engine, tmp_path, monkeypatch
+):
+    """``ctxlite score --backend openai`` end to end (through a counting proxy, with an API key in the
+    environment): its λ = 1 result equals the local engine's within the tolerance, the key reached the
+    server but not the log or the output, and the log is refused to a local run."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime.sampling import SamplingSettings
+
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    monkeypatch.setenv("CTXLITE_API_KEY", SECRET)
+    out = tmp_path / "run.jsonl"
+    with Proxy(llama_server.url) as proxy:
+        res = CliRunner().invoke(main, _score_args(proxy.url, out))
+        assert res.exit_code == 0, res.output
+        assert f"Bearer {SECRET}" in proxy.auth  # the key was sent
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header["identity"]["server"]["base_url"] == proxy.url
+    assert header["identity"]["server"]["model_name"] == MODEL_NAME
+    assert SECRET not in out.read_text() and SECRET not in res.output
+    served = json.loads(res.stdout)["result"]["results"][0]
+
+    settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
+    local = InfluenceScorer(engine, TEMPLATE, settings).score(Example(NOTE, QUERY, RESPONSE)).to_dict()["results"][0]
+    assert served["response_ids"] == local["response_ids"]
+    for key in ("token_logprob", "token_logprob_without"):
+        assert np.max(np.abs(np.subtract(served[key], local[key]))) <= TOL_LOGPROB, key
+    n = len(served["response_ids"])
+    assert abs(served["document_influence"] - local["document_influence"]) <= 2 * TOL_LOGPROB * n
+    assert [g["start"] for g in served["ngrams"]] == [g["start"] for g in local["ngrams"]]
+    for a, b in zip(served["ngrams"], local["ngrams"]):
+        assert abs(a["influence"] - b["influence"]) <= 2 * TOL_LOGPROB * n, (a, b)
+
+    # the same log is never reused by a local run (another identity: exit 4)
+    local_args = [a for a in _score_args("x", out) if a not in _args("x")]
+    res = CliRunner().invoke(main, local_args)
+    assert res.exit_code == 4 and "server" in res.output, res.output
+
+
+def _tiny_audit(tmp: Path) -> tuple[Path, Path]:
+    """A two-label format with short records: prompts of a few dozen tokens."""
+    records = [("great fun", "good"), ("awful", "bad"), ("loved it", "good"), ("boring", "bad")] * 3
+    records += [("so good", "good"), ("dull", "bad"), ("superb", "good"), ("weak", "bad")]
+    data = tmp / "tiny.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in records), encoding="utf-8")
+    fmt = tmp / "tiny.toml"
+    fmt.write_text(
+        'task = "classify"\ninstruction = ""\nrecord = "{text}: {label}\\n"\ninput = "text"\noutput = "label"\n',
+        encoding="utf-8",
+    )
+    return data, fmt
+
+
+def _audit_args(url, data, fmt, out, *more) -> list[str]:
+    base = ["audit", "--data", str(data), "--format", str(fmt), "--shots", "1", "--reference-runs", "2"]
+    return [*base, "--canary", "semantic"] + _args(
+        url, "--utility-queries", "0", "--queries-per-trial", "8", "--out", str(out), "--json", *more
+    )
+
+
+def test_a_classification_audit_on_the_server_equals_the_local_one(llama_server, tmp_path):
+    """The same audit (same seed) on the server and locally: the label distributions agree to ~1e-6,
+    so every trial and reference run draws the same answers (equal signals, not just equal in
+    distribution). A fixed private set has two prompts (Z = 0, 1): four teacher-forced requests."""
+    data, fmt = _tiny_audit(tmp_path)
+    runs = {}
+    for name, url in (("served", llama_server.url), ("local", None)):
+        out = tmp_path / f"{name}.jsonl"
+        args = _audit_args(url or "x", data, fmt, out, "--trials", "8")
+        res = CliRunner().invoke(main, args if url else [a for a in args if a not in _args("x")])
+        assert res.exit_code == 0, res.output
+        runs[name] = {l["key"]: l for l in map(json.loads, out.read_text().splitlines()[1:]) if "key" in l}
+    served, local = runs["served"], runs["local"]
+    assert set(served) == set(local) and sum(k.startswith("eps=inf/trial=") for k in served) == 8
+    assert all(local[k]["z"] == served[k]["z"] and local[k]["signal"] == served[k]["signal"] for k in local)
+
+
+def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, monkeypatch):
+    """Two examples scored on a server that is killed once the first is done: exit 9 with the first
+    in the log; after a restart on the same port the same command reuses it and scores the second.
+
+    (On score rather than an audit: a fixed-set classification audit reads all its label distributions
+    before its first record, and a --resample-data one costs ~30 s a trial on this server.)"""
+    examples = [{"id": "a", "context": NOTE, "query": QUERY, "response": RESPONSE}]
+    examples.append({"id": "b", "context": "Lee takes insulin.", "query": QUERY, "response": "insulin"})
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(e) + "\n" for e in examples), encoding="utf-8")
+    server = LlamaServer(tmp_path).start()
+    out = tmp_path / "scores.jsonl"
+    args = ["score", "--data", str(data), "--doc", "--template", TEMPLATE]
+    args += _args(server.url, "-T", "1", "--out", str(out), "--json", "--retries", "1")
+    real, calls = OpenAIServer.logprobs, []
+
+    def killing(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 4:  # after the probe and example a's two passes (with and without its context)
+            server.stop()
+        return real(self, *a, **kw)
+
+    try:
+        monkeypatch.setattr(OpenAIServer, "logprobs", killing)
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 9, res.output
+        assert "stopped sending requests" in res.output and "--resume" in res.output
+        lines = [json.loads(l) for l in out.read_text().splitlines()]
+        assert [l["key"] for l in lines[1:]] == ["a"]
+        monkeypatch.setattr(OpenAIServer, "logprobs", real)
+        server.start()
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output
+    finally:
+        server.stop()
+    report = json.loads(res.stdout)
+    assert report["reused"] == ["a"] and report["scored"] == ["b"]
+    lines = [json.loads(l) for l in out.read_text().splitlines()]
+    assert [l.get("key") for l in lines[1:-1]] == ["a", "b"] and "end" in lines[-1]
+
+
+# ----- failures: retried, timed out, malformed, breaker ------------------------------------------
+def test_429_then_success_is_retried(llama_server, engine):
+    with Proxy(llama_server.url, fail=2) as proxy:
+        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, backoff=0.01)) as backend:
+            toks = engine.tokenize("Hi there.", add_bos=True)
+            assert backend.logprobs(toks, 2).shape == (len(toks) - 2,)
+            assert backend.describe()["retried"] == 2 and proxy.completions == 4  # the probe met the 429s
+
+
+def test_a_slow_server_times_out_with_exit_9(llama_server, tmp_path):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    with Proxy(llama_server.url, delay=3.0) as proxy:
+        with pytest.raises(ServerError, match=r"no answer within 0.5 s"):
+            OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, timeout=0.5, retries=1, backoff=0.01))
+        res = CliRunner().invoke(
+            main, _score_args(proxy.url, tmp_path / "s.jsonl", "--request-timeout", "0.5", "--retries", "0")
+        )
+        assert res.exit_code == 9, res.output
+        assert res.output.count("\n") == 1 and "no answer within 0.5 s" in res.output
+
+
+def test_malformed_json_is_a_clear_error(llama_server, tmp_path):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    with Proxy(llama_server.url, garbage=True) as proxy:
+        res = CliRunner().invoke(main, _score_args(proxy.url, tmp_path / "s.jsonl"))
+        assert res.exit_code == 9, res.output
+        assert "malformed JSON" in res.output and res.output.count("\n") == 1
+
+
+def test_the_breaker_stops_requests_after_a_request_exhausts_its_retries(llama_server, engine):
+    with Proxy(llama_server.url) as proxy:
+        backend = OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, retries=2, backoff=0.01))
+        toks = engine.tokenize("Hi there.", add_bos=True)
+        proxy.fail = proxy.completions + 100  # every completion from now on is a 429
+        with pytest.raises(ServerError, match="failed 3 attempt"):
+            backend.logprobs(toks, 2)
+        seen = proxy.seen
+        with pytest.raises(ServerError, match="failed 3 attempt"):
+            backend.logprobs(toks, 2)
+        assert proxy.seen == seen  # the second call sent nothing
+        backend.close()
+
+
+def test_a_server_without_a_tokenizer_is_refused():
+    """A server that answers 404 everywhere has no tokenize endpoint: refused, not guessed."""
+
+    class NotFound(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        do_GET = do_POST
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(InvalidParameter, match="no tokenize endpoint"):
+            OpenAIServer(ServerConfig(f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--base-url", "http://127.0.0.1:1/v1"], "--base-url: no effect without --backend openai"),
+        (["--backend", "openai", "--model-name", "m"], "needs --base-url and --model-name"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:1/v1", "--model-name", "m", "-c", "512"], "-n-ctx"),
+    ],
+)
+def test_server_options_without_effect_are_usage_errors(tmp_path, args, message):
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    res = CliRunner().invoke(
+        main, ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, *args]
+    )
+    assert res.exit_code == 2 and message in res.output, res.output
