@@ -110,10 +110,14 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
                 if ngram_profile["means"]
                 else None,
                 "fraction_above_noise": float(np.mean(flagged)) if flagged else None,
-                "not_measured": f"{adaptive} result(s) of adaptive search, which measures only the n-grams it "
-                "chooses: n-gram averages need every n-gram (--search exhaustive)"
-                if adaptive
-                else None,
+                **(
+                    {
+                        "not_measured": f"{adaptive} result(s) of adaptive search, which measures only the "
+                        "n-grams it chooses: n-gram averages need every n-gram (--search exhaustive)"
+                    }
+                    if adaptive
+                    else {}
+                ),
             },
             "noise_floor_max_mean": float(np.mean(floors)) if floors else None,
             "response_position_profile": position_means(r["token_influence"] for r in results),

@@ -476,12 +476,13 @@ class InfluenceScorer:
         runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
         method = st.search_for(len(enc.context))
         if method == "exhaustive":
-            outs = runner.run([(c, c + n) for c in windows], self._null_points(windows, len(windows), len(enc.prefix)))
+            nulls = self._null_points(windows, len(windows), len(enc.prefix), passes.reuse)
+            outs = runner.run([(c, c + n) for c in windows], nulls)
             ablated = {k: {c: out[k] for c, out in zip(windows, outs)} for k in base}
             return ablated, runner.nulls, runner.record("exhaustive", len(windows))
         rule, kept = st.adaptive_rule, {}
         top_level = -(-len(windows) // rule.block_size(len(windows)))  # the first pass's ablations
-        nulls = self._null_points(windows, top_level, len(enc.prefix))
+        nulls = self._null_points(windows, top_level, len(enc.prefix), passes.reuse)
 
         def measure(nodes):  # the null ablations go with the first pass
             outs = runner.run([(windows[i], windows[j - 1] + n) for i, j in nodes], [] if runner.done else nulls)
@@ -527,13 +528,13 @@ class InfluenceScorer:
 
         return dry_count(eng, job)
 
-    def _null_points(self, windows: list[int], first_pass: int, prefix_len: int) -> list[int]:
+    def _null_points(self, windows: list[int], first_pass: int, prefix_len: int, reuse: bool = True) -> list[int]:
         """Split points (n-gram starts in D) for null ablations: one per ten ablations of the first
         pass (``first_pass`` of them), at least one and at most ``null_ablations``, each at the middle
         of an equal share of the windows (so they cost what an average ablation costs); none in exact
-        mode, where a from-scratch decode of the base is the base."""
+        mode or without prefix ``reuse``, where a from-scratch decode of the base is the base."""
         k = min(self.settings.null_ablations, max(1, first_pass // 10))
-        if k == 0 or self.settings.exact or not windows:
+        if k == 0 or self.settings.exact or not windows or not reuse:
             return []
         picks = sorted({(2 * i + 1) * len(windows) // (2 * k) for i in range(k)})
         return [windows[j] for j in picks if prefix_len + windows[j] >= 1]
