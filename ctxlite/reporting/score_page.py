@@ -36,6 +36,10 @@ def _floor_word(g: dict) -> str:
     ]
 
 
+def _count(n: int | None) -> str:
+    return "n/a (this backend counts no tokens)" if n is None else str(n)
+
+
 def _unmeasured(blocks: list[dict], ngrams: list[dict]) -> list[tuple[int, int, dict]]:
     """Adaptive search: the parts of the context no measured n-gram covers, each with the smallest
     measured block holding it (its n-grams were not measured)."""
@@ -172,8 +176,9 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
         if search.get("method") == "adaptive":
             out.append(
                 f"<p>Adaptive search for the {search['top']} largest τ_i: {search['ablations']} ablations of "
-                f"{search['windows']} n-grams, {search['tokens_decoded']} tokens decoded against exhaustive "
-                f"search's {search['exhaustive_tokens']}; dotted text was measured only as part of a block.</p>"
+                f"{search['windows']} n-grams, {_count(search['tokens_decoded'])} tokens decoded against "
+                f"exhaustive search's {_count(search['exhaustive_tokens'])}; dotted text was measured only as "
+                "part of a block.</p>"
             )
         if r["ngrams"]:
             out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact, search.get("blocks", [])))
