@@ -41,6 +41,11 @@ const char *ctxlite_kernels_version(void);
  * a code not listed above); never NULL. */
 const char *ctxlite_strerror(int status);
 
+/* A llama.cpp/ggml log callback that drops the message.  It is C so that no
+ * Python runs inside llama.cpp's calls: a Ctrl-C landing in a Python callback
+ * is printed and swallowed by ctypes, and the run would go on. */
+void ctxlite_drop_log(int level, const char *text, void *user_data);
+
 /*
  * out[r] = log softmax(rows[r] / T)[targets[r]].
  * On rows with ban_row[r] != 0 the tokens banned_ids[0..n_banned) get

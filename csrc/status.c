@@ -40,3 +40,10 @@ const char *ctxlite_strerror(int status)
         return "unknown ctxlite kernel status";
     }
 }
+
+void ctxlite_drop_log(int level, const char *text, void *user_data)
+{
+    (void)level;
+    (void)text;
+    (void)user_data;
+}

@@ -269,6 +269,22 @@ def test_ctrl_c_at_any_moment_exits_130(note, delay):
     assert "Traceback" not in err
 
 
+def test_llama_cpp_logs_into_c_not_python():
+    """llama.cpp's log callback is ctxlite's C function: a Ctrl-C that lands in a Python ctypes
+    callback is printed and swallowed ("Exception ignored on calling ctypes callback"), and the run
+    went on to exit 0 (seen once in ~10 runs of test_ctrl_c_at_any_moment_exits_130)."""
+    import ctypes
+
+    import llama_cpp.llama_cpp as llama
+
+    from ctxlite.runtime import engine, kernels
+
+    engine._init_backend()
+    callback, user_data = llama.llama_log_callback(), ctypes.c_void_p()
+    llama.llama_log_get(ctypes.byref(callback), ctypes.byref(user_data))
+    assert ctypes.cast(callback, ctypes.c_void_p).value == kernels.drop_log_address()
+
+
 def test_ctrl_c_inside_string_exec_still_exits_130(tmp_path):
     """A Ctrl-C that lands in code run from a string (dataclasses build ``__init__`` so while
     llama_cpp imports) made ``python -m ctxlite`` die of SIGINT (-2) after printing its message."""

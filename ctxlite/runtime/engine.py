@@ -54,12 +54,6 @@ from ctxlite.runtime.backend import Capability, RowsCallback
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import resolve_model
 
-
-@_llama.llama_log_callback
-def _drop_log(level, text, user_data):  # pragma: no cover - called from C
-    return None
-
-
 _backend_ready = False
 
 
@@ -68,7 +62,10 @@ def _init_backend() -> None:
     if _backend_ready:
         return
     if not os.environ.get("CTXLITE_LLAMA_LOG"):
-        _llama.llama_log_set(_drop_log, ctypes.c_void_p())
+        # a C callback: a Ctrl-C landing in a Python one would be swallowed by ctypes
+        from ctxlite.runtime.kernels import drop_log_address
+
+        _llama.llama_log_set(ctypes.cast(drop_log_address(), _llama.llama_log_callback), ctypes.c_void_p())
     _llama.llama_backend_init()
     _backend_ready = True
 

@@ -39,7 +39,14 @@ if _BUILT_VERSION != __version__:  # pragma: no cover - depends on the build
         f"{__version__}: the compiled kernels are stale; rebuild with `pip install -e .`"
     )
 
+
+def drop_log_address() -> int:
+    """The address of ``ctxlite_drop_log``, a C log callback that drops llama.cpp's messages."""
+    return int(ffi.cast("uintptr_t", ffi.addressof(lib, "ctxlite_drop_log")))
+
+
 __all__ = [
+    "drop_log_address",
     "MixedLogprob",
     "NoisyHistogram",
     "embed_aggregate",
