@@ -11,7 +11,6 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.influence.analysis import summarize
 from ctxlite.influence.scorer import Example, ExampleResult, InfluenceScorer, InfluenceSettings
-from ctxlite.runtime.planning import plan_run
 from ctxlite.runtime.sampling import SamplingSettings
 
 pytestmark = pytest.mark.model
@@ -114,10 +113,19 @@ def test_summary_leaves_out_ngram_averages_of_adaptive_results(single):
     assert exhaustive["ngram_influence"]["max_of_mean"] == single[0].max_ngram_influence
 
 
-def test_a_plan_of_adaptive_search_says_it_is_an_estimate(engine):
-    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(search="adaptive", lambdas=(1.0,), **TREE))
-    plan = plan_run([engine], lambda: scorer.score(Example(planted(), QUERY, RESPONSE)), False, "path")
-    assert not plan.exact and "estimate (path)" in plan.summary()
+def test_a_plan_of_adaptive_search_says_it_is_an_estimate(tmp_path):
+    """The search refines where the logits say and a plan computes none: ``--plan`` says its
+    counts are an estimate, while the same plan of exhaustive search stays exact."""
+    note = tmp_path / "note.txt"
+    note.write_text(planted(), encoding="utf-8")
+    base = ["score", "--context", str(note), "-q", QUERY, "-r", RESPONSE, "--ngram", "4", "--plan", "--json"]
+    plans = {}
+    for search in ("adaptive", "exhaustive"):
+        r = CliRunner().invoke(main, base + ["--search", search], catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        plans[search] = json.loads(r.stdout)["plan"]
+    assert not plans["adaptive"]["exact"] and "adaptive search" in plans["adaptive"]["estimate"]
+    assert plans["exhaustive"]["exact"] and plans["exhaustive"]["estimate"] is None
 
 
 def test_cli_adaptive_search_and_its_refusals(tmp_path):

@@ -508,22 +508,19 @@ class InfluenceScorer:
     def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the
         engine in dry-run mode (nothing decoded; the cache is cleared after); None where the
-        backend cannot run dry."""
+        backend has no prefix reuse or cannot run dry."""
         from ctxlite.runtime.planning import dry_count
 
         eng, n, p, full = self.engine, self.settings.ngram, len(enc.prefix), enc.with_context
-        reuse = Capability.PREFIX_REUSE in eng.capabilities
+        if Capability.PREFIX_REUSE not in eng.capabilities:
+            return None
 
         def job():
-            if reuse:
-                eng.load_base(full + y, len(full))
+            eng.load_base(full + y, len(full))
             start = eng.tokens_decoded
             for c in sorted(windows, reverse=True):
                 variant = full[: p + c] + full[p + c + n :] + y
-                if reuse:
-                    eng.score_variant(variant, p + c, len(full) - n, None, exact=self.settings.exact or p + c < 1)
-                else:
-                    eng.logprobs(variant, len(full) - n)
+                eng.score_variant(variant, p + c, len(full) - n, None, exact=self.settings.exact or p + c < 1)
             return eng.tokens_decoded - start
 
         return dry_count(eng, job)
