@@ -11,15 +11,17 @@ Per example: decoded tokens of the ablations (ctxlite's own count, ``search.toke
 wall time of the whole ``score`` call for both searches, whether adaptive's top-1 n-gram equals
 exhaustive's, and |top-3 ∩ top-3| / 3. Adaptive's n-grams are checked bit for bit against
 exhaustive's. Then the scaling table (tokens and seconds against L), the null ablations' share
-of each bundled run (tokens), and, with --ratios, the trade-off across the refinement ratio ρ.
+of each bundled run (tokens), and, with several --ratios or --top, the trade-off across the
+refinement ratio ρ and the number K of n-grams searched for (the top-3 comparison stays at 3: a
+search for K > 3 reports its own 3 best).
 
 Its last line, over the examples with L >= 512 (F = Σ adaptive tokens / Σ exhaustive tokens, at
-the first ρ of --ratios):
+the first K of --top and the first ρ of --ratios):
 
     tokens_fraction=F top1_agreement=A top3_overlap=O
 
     python bench/bench_search.py [--samples 30] [--lengths 512,1024,2048] [--per-length 2]
-                                 [--ratios 0.5] [--top 3] [--threads 1]
+                                 [--ratios 1,1.5,2] [--top 3,5] [--threads 1]
 """
 
 import argparse
@@ -87,14 +89,20 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=30, help="bundled samples scored as they are (0 = none)")
     p.add_argument("--lengths", default="512,1024,2048", help="long-context lengths in tokens ('' = none)")
     p.add_argument("--per-length", type=int, default=2, help="long contexts per length")
-    p.add_argument("--ratios", default="0.5", help="refinement ratios ρ; the first is the headline")
-    p.add_argument("--top", type=int, default=3, help="K, the n-grams adaptive search looks for")
+    p.add_argument(
+        "--ratios",
+        default=f"{InfluenceSettings().refine_ratio:g}",
+        help="refinement ratios ρ; the first is the headline",
+    )
+    p.add_argument("--top", default="3", help="K, the n-grams adaptive search looks for; the first is the headline")
     p.add_argument("--ngram", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (1: steadier wall times on shared cores)")
     p.add_argument("--model", default=None)
     args = p.parse_args()
     ratios = [float(x) for x in args.ratios.split(",")]
+    tops = [int(x) for x in args.top.split(",")]
+    sweep = [(k, rho) for k in tops for rho in ratios]
     lengths = [int(x) for x in args.lengths.split(",") if x]
 
     engine = Engine(args.model, EngineConfig(n_ctx=max(lengths + [512]) + 256, n_threads=args.threads))
@@ -105,24 +113,23 @@ def main() -> None:
         Example(context=s["context"], query=s["query"], response=s.get("response"), id=s["id"])
         for s in samples[: args.samples]
     ]
-    examples = [
-        fixed_response(engine, plain, ex, args.seed)
-        for ex in examples + long_examples(engine, samples, lengths, args.per_length)
-    ]
+    # longest first: the wall-time ratio that matters most is measured while the machine is freshest
+    long = sorted(long_examples(engine, samples, lengths, args.per_length), key=lambda ex: -len(ex.context))
+    examples = [fixed_response(engine, plain, ex, args.seed) for ex in long + examples]
 
     print(
-        f"{'example':<22}{'L':>5}{'W':>5} {'ρ':>5}{'abl ex':>7}{'abl ad':>7}{'tok ex':>8}{'tok ad':>8}{'F':>6}"
+        f"{'example':<22}{'L':>5}{'W':>5}{'K':>3} {'ρ':>5}{'abl ex':>7}{'abl ad':>7}{'tok ex':>8}{'tok ad':>8}{'F':>6}"
         f"{'s ex':>7}{'s ad':>7}{'top1':>5}{'top3':>5}{'null%':>6}"
     )
     rows = []
     for ex in examples:
-        common = dict(lambdas=(1.0,), ngram=args.ngram, top_spans=args.top)
-        full, t_ex, all_ex = run(engine, ex, InfluenceSettings(search="exhaustive", **common))
+        common = dict(lambdas=(1.0,), ngram=args.ngram)
+        full, t_ex, all_ex = run(engine, ex, InfluenceSettings(search="exhaustive", top_spans=tops[0], **common))
         best = [g.start for g in full.top_spans(3)]
         exact = {g.start: g.influence for g in full.ngrams}
         null_share = full.search["null_tokens"] / all_ex
-        for rho in ratios:
-            ad, t_ad, _ = run(engine, ex, InfluenceSettings(search="adaptive", refine_ratio=rho, **common))
+        for k, rho in sweep:
+            ad, t_ad, _ = run(engine, ex, InfluenceSettings(search="adaptive", refine_ratio=rho, top_spans=k, **common))
             if any(exact[g.start] != g.influence for g in ad.ngrams):
                 raise SystemExit(f"{ex.id}: an adaptive n-gram differs from exhaustive search's value")
             found = [g.start for g in ad.top_spans(3)]
@@ -131,6 +138,7 @@ def main() -> None:
                 "L": full.context_tokens,
                 "W": full.search["windows"],
                 "rho": rho,
+                "K": k,
                 "abl": (full.search["ablations"], ad.search["ablations"]),
                 "tok": (full.search["tokens_decoded"], ad.search["tokens_decoded"]),
                 "counted": ad.search["exhaustive_tokens"],
@@ -143,15 +151,16 @@ def main() -> None:
             if row["counted"] != row["tok"][0]:
                 raise SystemExit(f"{ex.id}: the dry-run count of exhaustive tokens differs from the real one")
             print(
-                f"{ex.id[:21]:<22}{row['L']:>5}{row['W']:>5} {rho:>5.2f}{row['abl'][0]:>7}{row['abl'][1]:>7}"
+                f"{ex.id[:21]:<22}{row['L']:>5}{row['W']:>5}{k:>3} {rho:>5.2f}{row['abl'][0]:>7}{row['abl'][1]:>7}"
                 f"{row['tok'][0]:>8}{row['tok'][1]:>8}{row['tok'][1] / row['tok'][0]:>6.2f}{t_ex:>7.1f}{t_ad:>7.1f}"
                 f"{'yes' if row['top1'] else 'NO':>5}{row['top3']:>5.2f}{100 * null_share:>6.1f}",
                 flush=True,
             )
 
-    print("\nscaling (first ρ): tokens and seconds against L")
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    print("\nscaling (first K and ρ): tokens and seconds against L")
     print(f"{'L':>6}{'examples':>9}{'tok ex':>10}{'tok ad':>10}{'s ex':>8}{'s ad':>8}{'time ×':>8}")
-    first = [r for r in rows if r["rho"] == ratios[0]]
+    first = [r for r in rows if (r["K"], r["rho"]) == sweep[0]]
     for L in sorted({r["L"] for r in first}):
         at = [r for r in first if r["L"] == L]
         tex, tad = statistics.mean(r["tok"][0] for r in at), statistics.mean(r["tok"][1] for r in at)
@@ -164,14 +173,14 @@ def main() -> None:
             f"\nnull ablations' share of the decoded tokens (exhaustive, defaults, L < 512): "
             f"mean {100 * statistics.mean(shares):.1f} %, max {100 * max(shares):.1f} %"
         )
-    if len(ratios) > 1:
-        print("\ntrade-off across ρ (L >= 512): F, top-1 agreement, top-3 overlap")
-        for rho in ratios:
-            at = [r for r in rows if r["rho"] == rho and r["L"] >= 512]
+    if len(sweep) > 1:
+        print("\ntrade-off across K and ρ (L >= 512): F, top-1 agreement, top-3 overlap")
+        for k, rho in sweep:
+            at = [r for r in rows if (r["K"], r["rho"]) == (k, rho) and r["L"] >= 512]
             if at:
                 f = sum(r["tok"][1] for r in at) / sum(r["tok"][0] for r in at)
                 print(
-                    f"  ρ={rho:<5g} F={f:.3f} A={statistics.mean(r['top1'] for r in at):.3f} "
+                    f"  K={k} ρ={rho:<5g} F={f:.3f} A={statistics.mean(r['top1'] for r in at):.3f} "
                     f"O={statistics.mean(r['top3'] for r in at):.3f}"
                 )
     long = [r for r in first if r["L"] >= 512]
