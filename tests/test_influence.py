@@ -158,7 +158,7 @@ def test_epsilon_bounded_generation_respects_epsilon(engine, score_examples):
     d = score_examples[2]
     eps = 2.0
     settings = InfluenceSettings(
-        lambdas=(1.5,), ngram=None, epsilon=eps, sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1)
+        lambdas=(1.5,), ngram=None, epsilons=(eps,), sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1)
     )
     r = InfluenceScorer(engine, "qa", settings).score(_example({**d, "response": None})).results[0]
     assert max(r.generation["realised_epsilon"]) <= eps + 1e-9
@@ -201,7 +201,7 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
     settings = InfluenceSettings(
         lambdas=(lam,),
         ngram=n,
-        epsilon=epsilon,
+        epsilons=() if epsilon is None else (epsilon,),
         exact=True,
         null_ablations=0,
         sampling=SamplingSettings(min_new_tokens=min_new, max_new_tokens=12, seed=5),

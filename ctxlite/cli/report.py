@@ -14,6 +14,7 @@ from ctxlite.cli.options import (
     verdict_json,
 )
 from ctxlite.errors import DataError
+from ctxlite.reporting.labels import epsilon_label, result_epsilon
 
 
 @click.command()
@@ -101,8 +102,10 @@ def _headline(out: dict) -> str:
         span = r["top_spans"][0]
         text = " ".join(span["text"].split())
         floor = {True: "above", False: "within", None: "no"}[span.get("above_noise")]
+        eps = epsilon_label(r)
+        at = f"λ = {r['lam']:g}" + (f", ε = {eps}" if eps else "")
         return (
-            f"score: largest n-gram influence {r['max_ngram_influence']:.2f} nats in {key} at λ = {r['lam']:g}, "
+            f"score: largest n-gram influence {r['max_ngram_influence']:.2f} nats in {key} at {at}, "
             f'"{text[:40]}{"…" if len(text) > 40 else ""}" ({floor} noise floor)'
         )
     rows = out["rows"]
@@ -169,7 +172,11 @@ def _compact(record: dict) -> dict:
     return {
         "context_tokens": record.get("context_tokens"),
         "results": [
-            {**{k: r.get(k) for k in keep}, "top_spans": [_span(g) for g in r.get("top_spans", [])]}
+            {
+                **{k: r.get(k) for k in keep},
+                "epsilon": result_epsilon(r),
+                "top_spans": [_span(g) for g in r.get("top_spans", [])],
+            }
             for r in record["results"]
         ],
     }
