@@ -77,7 +77,8 @@ def _eps_entry(lam: float, eps: float | None, doc: float, f1: float, realised_ma
     entry = _entry(lam, [doc], None)
     entry["epsilon"] = eps
     entry["document_influence"] = {"mean": doc, "std": 0.0, "ci": [doc - 0.5, doc + 0.5], "confidence": 0.95}
-    entry["utility"] = {"metric": "rouge_l_f", "mean": f1, "ci": [f1 - 0.1, f1 + 0.1], "confidence": 0.95, "examples": 2}
+    entry["utility"] = {"metric": "rouge_l_f", "mean": f1, "ci": [f1 - 0.1, f1 + 0.1], "confidence": 0.95}
+    entry["utility"]["examples"] = 2
     entry["realised_epsilon"] = {"mean": realised_max / 2, "max": realised_max, "steps": 6}
     return entry
 

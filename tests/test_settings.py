@@ -126,7 +126,8 @@ def test_score_defaults_are_the_library_defaults(monkeypatch):
 
 
 def test_score_epsilon_sweep_reaches_the_settings(monkeypatch):
-    """``--epsilon 4,1`` is the sweep ``InfluenceSettings(epsilons=(1.0, 4.0))``: sorted, no repeats, like the audit's."""
+    """``--epsilon 4,1,4`` is the sweep ``InfluenceSettings(epsilons=(1.0, 4.0))``: sorted, no repeats (like
+    the audit's); a bad ε is refused by the settings and by the CLI."""
     from ctxlite.cli import score as score_mod
     from ctxlite.errors import InvalidParameter
     from ctxlite.influence.scorer import InfluenceSettings

@@ -39,7 +39,7 @@ from ctxlite.reporting.labels import epsilon_label, result_epsilon
 def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_above_epsilon, junit):
     """Report a finished or partial run from its log: no model is loaded.
 
-    A score log gives one row per example and λ (document influence, the
+    A score log gives one row per example and λ (and ε; document influence, the
     largest n-gram influence τ_i with its position and text, the noise floor),
     then per example and λ its top 3 n-grams marked in an excerpt of the
     context; an audit log gives the audit's table of ε rows. A run that did not finish
