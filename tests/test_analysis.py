@@ -422,6 +422,10 @@ def test_score_table_gives_epsilon_a_column_only_when_a_result_has_one():
     swept = roundtrip(
         [ExampleResult("e", 10, "q", [eps_result(1.0, 1.0, 1.0, 0.5, [1.0]), eps_result(1.0, 4.0, 2.0, 0.5, [3.0])])]
     )
+    for r, infl in zip(swept[0]["results"], (2.0, 3.0)):  # an n-gram each, so each gets a top-span line
+        r["ngrams"] = r["top_spans"] = [{"start": 0, "n": 1, "char_start": 0, "char_end": 4, "text": "Dana",
+                                         "influence": infl, "per_token": [infl], "above_noise": True}]  # fmt: skip
     lines = score_table(["e"], swept, ansi=False).splitlines()
     assert lines[0].split()[:4] == ["example", "λ", "ε", "tokens"]
     assert [line.split()[:3] for line in lines[1:3]] == [["e", "1", "1"], ["e", "1", "4"]]
+    assert lines[-2:] == ["e λ=1 ε=1: [Dana]", "e λ=1 ε=4: [Dana]"]

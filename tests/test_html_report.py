@@ -393,6 +393,8 @@ def test_score_report_plots_influence_and_utility_against_epsilon(browser, eps_l
     headings = browser.evaluate(session, "[...document.querySelectorAll('h3[data-epsilon]')].map(h => h.textContent)")
     assert headings == ["λ = 1 · ε = 1", "λ = 1 · ε = 4", "λ = 1.5 · ε = 1", "λ = 1.5 · ε = 4"] * 2
 
+    compact = json.loads(CliRunner().invoke(main, ["report", str(log), "--json"], catch_exceptions=False).stdout)
+    assert [(r["lam"], r["epsilon"]) for r in compact["examples"][0]["results"]] == [p[:2] for p in pairs]
     table = CliRunner().invoke(main, ["report", str(log)], catch_exceptions=False).stdout.splitlines()
     assert table[0].split()[:4] == ["example", "λ", "ε", "tokens"] and table[4].split()[1:3] == ["1.5", "4"]
     again = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)  # --resume: all four reused
