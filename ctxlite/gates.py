@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxlite.errors import InvalidParameter, output_error
+from ctxlite.reporting.labels import epsilon_label
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def worst_ngram(result: dict) -> dict | None:
 
 def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None) -> list[Case]:
     """One case per example (``(key, ExampleResult.to_dict())`` pairs): its largest τ_i above the noise
-    floor over every λ (and context size); failed when that exceeds ``threshold``."""
+    floor over every λ (and context size, and ε of ε-bounded CID), named in the message; failed when
+    that exceeds ``threshold``."""
     cases = []
     for key, rec in records:
         worst, where = None, None
@@ -102,9 +104,11 @@ def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None
             cases.append(Case(key, False, "no n-gram above the noise floor"))
             continue
         floor = (where.get("noise_floor") or {}).get("max")
+        eps = epsilon_label(where)
         size = "" if where.get("context_size") is None else f", first {where['context_size']} context tokens"
+        at = f"λ={where['lam']:g}" + (f", ε={eps}" if eps else "") + size
         message = (
-            f"max τ_i {_num(worst['influence'])} nats (noise floor {_num(floor)}) at λ={where['lam']:g}{size}: "
+            f"max τ_i {_num(worst['influence'])} nats (noise floor {_num(floor)}) at {at}: "
             f"context tokens {worst['start']}–{worst['start'] + worst['n']}, "
             f"characters {worst['char_start']}–{worst['char_end']}"
         )

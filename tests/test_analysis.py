@@ -361,3 +361,71 @@ def test_summarize_gives_utility_with_its_bootstrap_ci_only_where_answers_exist(
     assert u["metric"] == "rouge_l_f" and u["examples"] == 3 and u["mean"] == pytest.approx(0.5)
     assert (u["ci"][0], u["ci"][1]) == bootstrap_ci([0.2, 0.4, 0.9], 0.95)
     assert out["0.5"]["utility"] is None  # no answers at this lambda's results
+
+
+def eps_result(lam, eps, doc, f1, realised):
+    """A generated response of ε-bounded CID (``eps`` None: unbounded) with its ROUGE-L F and per-step realised ε."""
+    r = lam_result(lam, [doc])
+    r.generated, r.epsilon = True, eps
+    r.utility = {"metric": "rouge_l", "precision": f1, "recall": f1, "f": f1}
+    r.generation = {"stop_reason": "eog", "epsilon": eps, "step_lambdas": [lam], "realised_epsilon": list(realised)}
+    return r
+
+
+def test_summarize_keys_results_by_lambda_and_epsilon():
+    """Two ε at one λ are two entries, never one: keyed ``"λ/eps=ε"`` (after the unbounded ``"λ"``), each with
+    its own ``epsilon``, means, utility and realised per-step ε; README: output schema."""
+    recs = roundtrip(
+        [
+            ExampleResult(
+                f"e{i}",
+                10,
+                "q",
+                [eps_result(1.5, None, 9.0 + i, 0.6, [5.0]), eps_result(1.5, 4.0, 3.0 + i, 0.5, [4.0, 2.0])]
+                + [eps_result(1.5, 1.0, 1.0 + i, 0.3 + i / 10, [1.0, 0.5]), eps_result(0.5, 1.0, 0.5, 0.2, [0.25])],
+            )
+            for i in range(2)
+        ]
+    )
+    out = summarize(recs)
+    assert list(out) == ["0.5/eps=1.0", "1.5", "1.5/eps=1.0", "1.5/eps=4.0"]
+    assert [(s["lam"], s["epsilon"], s["context_size"]) for s in out.values()] == [
+        (0.5, 1.0, None),
+        (1.5, None, None),
+        (1.5, 1.0, None),
+        (1.5, 4.0, None),
+    ]
+    one, four = out["1.5/eps=1.0"], out["1.5/eps=4.0"]
+    assert one["examples"] == four["examples"] == 2
+    assert one["document_influence"]["mean"] == pytest.approx(1.5) and four["document_influence"]["mean"] == 3.5
+    assert one["utility"]["mean"] == pytest.approx(0.35) and four["utility"]["mean"] == pytest.approx(0.5)
+    assert one["realised_epsilon"] == {"mean": pytest.approx(0.75), "max": 1.0, "steps": 4}
+    assert four["realised_epsilon"]["max"] == 4.0 and out["1.5"]["realised_epsilon"]["max"] == 5.0
+    assert json.loads(json.dumps(out)) == out
+
+
+def test_summarize_reads_the_epsilon_of_older_logs_from_generation():
+    """A log written before results carried ``epsilon`` has it only in ``generation``: still keyed by it."""
+    old = roundtrip([ExampleResult("e", 10, "q", [eps_result(1.0, 2.0, 1.0, 0.5, [2.0])])])
+    del old[0]["results"][0]["epsilon"]
+    assert list(summarize(old)) == ["1.0/eps=2.0"] and summarize(old)["1.0/eps=2.0"]["epsilon"] == 2.0
+    sized = roundtrip([ExampleResult("e", 10, "q", [eps_result(1.0, 2.0, 1.0, 0.5, [2.0])])])
+    sized[0]["results"][0]["context_size"] = 8
+    assert list(summarize(sized)) == ["1.0@8/eps=2.0"]
+
+
+def test_score_table_gives_epsilon_a_column_only_when_a_result_has_one():
+    from ctxlite.influence.analysis import score_table
+
+    plain = roundtrip([ExampleResult("e", 10, "q", [lam_result(1.0, [1.0])])])
+    assert score_table(["e"], plain, ansi=False).splitlines()[0].split()[:3] == ["example", "λ", "tokens"]
+    swept = roundtrip(
+        [ExampleResult("e", 10, "q", [eps_result(1.0, 1.0, 1.0, 0.5, [1.0]), eps_result(1.0, 4.0, 2.0, 0.5, [3.0])])]
+    )
+    for r, infl in zip(swept[0]["results"], (2.0, 3.0)):  # an n-gram each, so each gets a top-span line
+        r["ngrams"] = r["top_spans"] = [{"start": 0, "n": 1, "char_start": 0, "char_end": 4, "text": "Dana",
+                                         "influence": infl, "per_token": [infl], "above_noise": True}]  # fmt: skip
+    lines = score_table(["e"], swept, ansi=False).splitlines()
+    assert lines[0].split()[:4] == ["example", "λ", "ε", "tokens"]
+    assert [line.split()[:3] for line in lines[1:3]] == [["e", "1", "1"], ["e", "1", "4"]]
+    assert lines[-2:] == ["e λ=1 ε=1: [Dana]", "e λ=1 ε=4: [Dana]"]

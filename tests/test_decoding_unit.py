@@ -350,7 +350,7 @@ def test_check_lambda_accepts_and_returns_float(lam):
     assert out == lam and type(out) is float
 
 
-@pytest.mark.parametrize("eps", [0.0, -0.5, float("nan"), float("-inf")])
+@pytest.mark.parametrize("eps", [0.0, -0.5, float("nan"), float("-inf"), float("inf")])
 def test_check_epsilon_rejects(eps):
     with pytest.raises(InvalidParameter):
         check_epsilon(eps)

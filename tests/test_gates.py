@@ -134,3 +134,15 @@ def test_reading_a_log_that_is_not_one(tmp_path):
     p.write_text(json.dumps({"type": "audit", "identity": {}}) + "\n")
     with pytest.raises(DataError, match="is not a ctxlite score-run log"):
         read_run_log(p, "score-run")
+
+
+def test_the_message_names_the_epsilon_of_the_worst_result():
+    """Two results at one λ that differ only in ε: the message says which one tripped."""
+    rec = _record((1.5, [_gram(0, 3.0, True)], FLOOR), (1.5, [_gram(4, 7.0, True)], FLOOR))
+    rec["results"][0]["epsilon"], rec["results"][1]["epsilon"] = 1.0, 4.0
+    [case] = influence_cases([("ex-1", rec)], threshold=5.0)
+    assert case.failed and "at λ=1.5, ε=4: context tokens 4–8" in case.message
+    del rec["results"][1]["epsilon"]  # an older log: the ε is only in the generation record
+    rec["results"][1]["generation"] = {"epsilon": 4.0}
+    assert "at λ=1.5, ε=4:" in influence_cases([("ex-1", rec)], threshold=5.0)[0].message
+    assert "ε" not in influence_cases([("ex-1", _record((1.5, [_gram(0, 3.0, True)], FLOOR)))], 1.0)[0].message

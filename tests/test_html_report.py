@@ -334,3 +334,70 @@ def test_audit_report_plots_bounds_against_epsilon_and_utility_with_their_tables
     )
     assert "confidence\t0.95" in settings and f"lower bound method\t{rows[0]['lower_bound_method']}" in settings
     _readme_screenshot(browser, session, "audit.png")
+
+
+@pytest.fixture(scope="module")
+def eps_log(tmp_path_factory):
+    """A real ε sweep small enough for the suite: two sample notes cut to their first sentences, with their
+    reference answers and no given response, at λ = 1 and 1.5 and ε = 1 and 4 (document level, 6 tokens)."""
+    d = tmp_path_factory.mktemp("eps")
+    lines = (REPO / "ctxlite" / "data" / "score_sample.jsonl").read_text(encoding="utf-8").splitlines()[:2]
+    rows = []
+    for line in lines:
+        ex = json.loads(line)
+        first = ex["context"][: ex["context"].index(". ", 160) + 1]
+        rows.append({k: ex[k] for k in ("id", "query", "answer")} | {"context": first})
+    (d / "notes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    args = ["score", "--data", str(d / "notes.jsonl"), "--lam", "1,1.5", "--epsilon", "4,1", "--doc"]
+    args += ["--max-new-tokens", "6", "--min-new-tokens", "2", "--out", str(d / "eps.jsonl")]
+    r = _run(args)
+    return d / "eps.jsonl", args, r
+
+
+def test_score_report_plots_influence_and_utility_against_epsilon(browser, eps_log, tmp_path):
+    """--epsilon 4,1: a result per λ and ε in the log, an entry per λ and ε in the summary, and the report's
+    privacy–utility plots across ε (a curve per λ) with the summary's numbers in the tables below them."""
+    log, args, first = eps_log
+    summary = _end(log)["summary"]
+    assert list(summary) == ["1.0/eps=1.0", "1.0/eps=4.0", "1.5/eps=1.0", "1.5/eps=4.0"]
+    assert "λ=1.5 ε=4: document influence" in first.stderr  # the summary lines name the ε
+    records = [json.loads(line)["result"] for line in log.read_text().splitlines() if '"result"' in line]
+    for rec in records:
+        pairs = [(r["lam"], r["epsilon"], r["generation"]["epsilon"]) for r in rec["results"]]
+        assert pairs == [(1.0, 1.0, 1.0), (1.0, 4.0, 4.0), (1.5, 1.0, 1.0), (1.5, 4.0, 4.0)]
+    out = tmp_path / "eps.html"
+    _run(["report", str(log), "--html", str(out)])
+    session = _load(browser, out, tmp_path, "eps")
+    figures = _figures(browser, session)
+    assert all(f["width"] > 0 and f["table"] for f in figures.values()), figures
+
+    influence = figures["Mean document influence against ε"]
+    assert influence["lines"] == 2 and "λ = 1" in influence["texts"] and "λ = 1.5" in influence["texts"]
+    assert "ε of ε-bounded CID" in influence["texts"] and "at most ε" in influence["caption"]
+    assert influence["table"][0] == ["λ", "ε", "examples", "mean document influence", "95% CI low", "95% CI high",
+                                     "realised ε mean", "realised ε max"]  # fmt: skip
+    want = []
+    for s in summary.values():
+        d, e = s["document_influence"], s["realised_epsilon"]
+        assert e["max"] <= s["epsilon"] + 1e-9
+        want.append([_g(s["lam"]), _g(s["epsilon"]), "2", *map(_g, [d["mean"], *d["ci"], e["mean"], e["max"]])])
+    assert influence["table"][1:] == want
+
+    utility = figures["Mean utility against ε"]
+    assert utility["lines"] == 2 and "ROUGE-L F" in utility["texts"]
+    assert utility["table"][0] == ["λ", "ε", "mean ROUGE-L F", "95% CI low", "95% CI high", "examples"]
+    assert utility["table"][1:] == [
+        [_g(s["lam"]), _g(s["epsilon"]), _g(s["utility"]["mean"]), *map(_g, s["utility"]["ci"]), "2"]
+        for s in summary.values()
+    ]
+    headings = browser.evaluate(session, "[...document.querySelectorAll('h3[data-epsilon]')].map(h => h.textContent)")
+    assert headings == ["λ = 1 · ε = 1", "λ = 1 · ε = 4", "λ = 1.5 · ε = 1", "λ = 1.5 · ε = 4"] * 2
+
+    compact = json.loads(CliRunner().invoke(main, ["report", str(log), "--json"], catch_exceptions=False).stdout)
+    assert [(r["lam"], r["epsilon"]) for r in compact["examples"][0]["results"]] == [p[:2] for p in pairs]
+    table = CliRunner().invoke(main, ["report", str(log)], catch_exceptions=False).stdout.splitlines()
+    assert table[0].split()[:4] == ["example", "λ", "ε", "tokens"] and table[4].split()[1:3] == ["1.5", "4"]
+    again = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)  # --resume: all four reused
+    assert again.exit_code == 0 and json.loads(again.stdout)["reused"] == [r["id"] for r in records]
+    other = CliRunner().invoke(main, [*args[:6], "1", *args[7:]])  # another ε sweep on the same log
+    assert other.exit_code == 4 and "settings.epsilons" in other.output

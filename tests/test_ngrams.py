@@ -109,8 +109,10 @@ def test_lambdas_are_normalised_to_a_tuple_of_floats():
         {"lambdas": (1.0, -0.5)},
         {"lambdas": (float("nan"),)},
         {"lambdas": (float("inf"),)},
-        {"epsilon": 0.0},
-        {"epsilon": -1.0},
+        {"epsilons": (0.0,)},
+        {"epsilons": (1.0, -1.0)},
+        {"epsilons": (float("inf"),)},
+        {"epsilons": (None,)},
         {"ngram": 0},
         {"ngram": -3},
         {"stride": 0},
@@ -126,9 +128,9 @@ def test_influence_settings_reject_bad_values(kw):
 
 def test_influence_settings_accept_edge_values():
     s = InfluenceSettings(
-        lambdas=(0.0,), epsilon=1e-6, ngram=1, stride=1, null_ablations=0, sampling=SamplingSettings(top_p=0.5)
+        lambdas=(0.0,), epsilons=(1e-6,), ngram=1, stride=1, null_ablations=0, sampling=SamplingSettings(top_p=0.5)
     )
-    assert s.epsilon == 1e-6 and s.window_stride == 1
+    assert s.epsilons == (1e-6,) and s.window_stride == 1
 
 
 @pytest.mark.parametrize("context", ["", "   ", "\n\t "])

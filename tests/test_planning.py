@@ -82,3 +82,16 @@ def test_cli_plan_runs_nothing_and_writes_no_log(tmp_path):
     plan = json.loads(r.stdout)["plan"]
     assert plan["exact"] is True and plan["decode_calls"] > 0 and plan["tokens_decoded"] > plan["decode_calls"]
     assert not out.exists()
+
+
+def test_an_epsilon_sweep_is_planned_with_a_response_per_lambda_and_epsilon(engine):
+    """--plan counts the ε sweep: a second ε adds a generated and scored response at every λ."""
+
+    def plan(epsilons):
+        sampling = SamplingSettings(max_new_tokens=6, min_new_tokens=2)
+        settings = InfluenceSettings(lambdas=(1.0, 1.5), ngram=8, epsilons=epsilons, sampling=sampling)
+        scorer = InfluenceScorer(engine, "qa", settings)
+        return plan_run([engine], lambda: scorer.score(Example(NOTE, "What was prescribed?")), sampled=True)
+
+    one, two = plan((1.0,)), plan((1.0, 4.0))
+    assert two.decode_calls > one.decode_calls and two.tokens_decoded > one.tokens_decoded

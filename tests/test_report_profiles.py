@@ -71,3 +71,61 @@ def test_an_adaptive_search_summary_says_why_it_has_no_ngram_profile():
     entry["ngram_influence"]["not_measured"] = "2 result(s) of adaptive search, <which> measures only some"
     ngram = _section(_page({"1.0": entry}), "N-gram-position profile")
     assert "Not measured in this run: 2 result(s) of adaptive search, &lt;which&gt; measures only some." in ngram
+
+
+def _eps_entry(lam: float, eps: float | None, doc: float, f1: float, realised_max: float) -> dict:
+    entry = _entry(lam, [doc], None)
+    entry["epsilon"] = eps
+    entry["document_influence"] = {"mean": doc, "std": 0.0, "ci": [doc - 0.5, doc + 0.5], "confidence": 0.95}
+    entry["utility"] = {"metric": "rouge_l_f", "mean": f1, "ci": [f1 - 0.1, f1 + 0.1], "confidence": 0.95}
+    entry["utility"]["examples"] = 2
+    entry["realised_epsilon"] = {"mean": realised_max / 2, "max": realised_max, "steps": 6}
+    return entry
+
+
+def _rows(section: str, title: str) -> list[list[str]]:
+    """The table right below the plot titled ``title``."""
+    after = section.split(f"<title>{title}</title>", 1)[1].split("</figure>", 1)[1]
+    body = after.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    return [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
+
+
+def test_the_epsilon_sweep_is_plotted_per_lambda_with_its_numbers():
+    """Privacy–utility across ε: influence and utility against ε, a curve per λ, each with its table;
+    the unbounded entry is in the λ views, never a point on the ε axis."""
+    html = _page(
+        {
+            "1.0/eps=1.0": _eps_entry(1.0, 1.0, 2.0, 0.25, 1.0),
+            "1.0/eps=4.0": _eps_entry(1.0, 4.0, 3.0, 0.375, 3.5),
+            "1.5": _eps_entry(1.5, None, 9.0, 0.625, 12.0),
+            "1.5/eps=1.0": _eps_entry(1.5, 1.0, 2.5, 0.25, 1.0),
+            "1.5/eps=4.0": _eps_entry(1.5, 4.0, 4.0, 0.5, 4.0),
+        }
+    )
+    section = html.split("<h3>Privacy–utility across ε</h3>", 1)[1].split("<h3>", 1)[0]
+    assert section.count("<svg") == 2 and section.count("<path ") == 4  # two plots, a curve per λ in each
+    assert _rows(section, "Mean document influence against ε") == [
+        ["1", "1", "2", "2", "1.5", "2.5", "0.5", "1"],
+        ["1", "4", "2", "3", "2.5", "3.5", "1.75", "3.5"],
+        ["1.5", "1", "2", "2.5", "2", "3", "0.5", "1"],
+        ["1.5", "4", "2", "4", "3.5", "4.5", "2", "4"],
+    ]
+    assert _rows(section, "Mean utility against ε") == [
+        ["1", "1", "0.25", "0.15", "0.35", "2"],
+        ["1", "4", "0.375", "0.275", "0.475", "2"],
+        ["1.5", "1", "0.25", "0.15", "0.35", "2"],
+        ["1.5", "4", "0.5", "0.4", "0.6", "2"],
+    ]
+    assert "realised ε max" in section and ">9<" not in section  # the unbounded λ = 1.5 entry is no ε point
+    tradeoff = html.split("<title>Utility against influence across λ</title>", 1)[1].split("</svg>", 1)[0]
+    assert [t for t in re.findall(r">(λ sweep[^<]*)<", tradeoff)] == ["λ sweep", "λ sweep, ε = 1", "λ sweep, ε = 4"]
+    across = html.split("<title>Mean document influence across λ</title>", 1)[1].split("</svg>", 1)[0]
+    assert re.findall(r">(mean[^<]*)<", across) == ["mean", "mean, ε = 1", "mean, ε = 4"]  # a curve per ε
+    assert "<th>λ = 1.5, ε = 4</th>" in _section(html, "Response-position profile")
+
+
+def test_one_epsilon_gets_its_table_and_no_plot():
+    html = _page({"1.0/eps=2.0": _eps_entry(1.0, 2.0, 2.0, 0.25, 2.0)})
+    section = html.split("<h3>Privacy–utility across ε</h3>", 1)[1].split("<h3>", 1)[0]
+    assert "<svg" not in section and "<td>2</td>" in section
+    assert "Privacy–utility across ε" not in _page({"1.0": _entry(1.0, [0.5], None)})

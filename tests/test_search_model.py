@@ -90,7 +90,7 @@ def test_a_lambda_sweep_is_searched_exactly_for_every_lambda(engine):
 def test_epsilon_bounded_generation_searches_its_own_response(engine):
     sampling = SamplingSettings(max_new_tokens=6, min_new_tokens=2, seed=3)
     example = Example(planted(), QUERY)
-    (ex,), (ad,) = both(engine, example, lambdas=(1.0,), epsilon=2.0, sampling=sampling, **TREE)
+    (ex,), (ad,) = both(engine, example, lambdas=(1.0,), epsilons=(2.0,), sampling=sampling, **TREE)
     assert ex.response_ids == ad.response_ids and ad.generation["step_lambdas"]
     assert_exact(ex, ad)
 

@@ -123,3 +123,29 @@ def test_score_defaults_are_the_library_defaults(monkeypatch):
     r = CliRunner().invoke(main, ["score", "--context", "-", "-q", "Who?"], input="Alice")
     assert isinstance(r.exception, _Stop), r.output
     assert made[0] == InfluenceSettings()
+
+
+def test_score_epsilon_sweep_reaches_the_settings(monkeypatch):
+    """``--epsilon 4,1,4`` is the sweep ``InfluenceSettings(epsilons=(1.0, 4.0))``: sorted, no repeats (like
+    the audit's); a bad ε is refused by the settings and by the CLI."""
+    from ctxlite.cli import score as score_mod
+    from ctxlite.errors import InvalidParameter
+    from ctxlite.influence.scorer import InfluenceSettings
+
+    made = []
+
+    def stop(o, examples):
+        made.append(score_mod._settings(o))
+        raise _Stop
+
+    monkeypatch.setattr(score_mod, "_check_combination", stop)
+    r = CliRunner().invoke(main, ["score", "--context", "-", "-q", "Who?", "--epsilon", "4,1,4"], input="Alice")
+    assert isinstance(r.exception, _Stop), r.output
+    assert made[0].epsilons == (1.0, 4.0) and made[0] == InfluenceSettings(epsilons=(4.0, 1.0))
+    assert InfluenceSettings(epsilons=2).epsilons == (2.0,) and InfluenceSettings().epsilons == ()
+    for bad in ((0.0,), (1.0, -1.0), (math.inf,), (None,)):
+        with pytest.raises(InvalidParameter):
+            InfluenceSettings(epsilons=bad)
+    for bad in ("0", "1,inf", "1,x"):
+        r = CliRunner().invoke(main, ["score", "--context", "-", "-q", "Who?", "--epsilon", bad], input="Alice")
+        assert r.exit_code == 2 and "--epsilon" in r.output, (bad, r.output)

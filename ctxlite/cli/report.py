@@ -14,6 +14,7 @@ from ctxlite.cli.options import (
     verdict_json,
 )
 from ctxlite.errors import DataError
+from ctxlite.reporting.labels import epsilon_label, result_epsilon
 
 
 @click.command()
@@ -38,7 +39,7 @@ from ctxlite.errors import DataError
 def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_above_epsilon, junit):
     """Report a finished or partial run from its log: no model is loaded.
 
-    A score log gives one row per example and λ (document influence, the
+    A score log gives one row per example and λ (and ε; document influence, the
     largest n-gram influence τ_i with its position and text, the noise floor),
     then per example and λ its top 3 n-grams marked in an excerpt of the
     context; an audit log gives the audit's table of ε rows. A run that did not finish
@@ -101,8 +102,10 @@ def _headline(out: dict) -> str:
         span = r["top_spans"][0]
         text = " ".join(span["text"].split())
         floor = {True: "above", False: "within", None: "no"}[span.get("above_noise")]
+        eps = epsilon_label(r)
+        at = f"λ = {r['lam']:g}" + (f", ε = {eps}" if eps else "")
         return (
-            f"score: largest n-gram influence {r['max_ngram_influence']:.2f} nats in {key} at λ = {r['lam']:g}, "
+            f"score: largest n-gram influence {r['max_ngram_influence']:.2f} nats in {key} at {at}, "
             f'"{text[:40]}{"…" if len(text) > 40 else ""}" ({floor} noise floor)'
         )
     rows = out["rows"]
@@ -169,7 +172,11 @@ def _compact(record: dict) -> dict:
     return {
         "context_tokens": record.get("context_tokens"),
         "results": [
-            {**{k: r.get(k) for k in keep}, "top_spans": [_span(g) for g in r.get("top_spans", [])]}
+            {
+                **{k: r.get(k) for k in keep},
+                "epsilon": result_epsilon(r),
+                "top_spans": [_span(g) for g in r.get("top_spans", [])],
+            }
             for r in record["results"]
         ],
     }

@@ -36,6 +36,7 @@ from ctxlite.cli.progress import ProgressLine
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
+from ctxlite.reporting.labels import result_label
 from ctxlite.runtime.sampling import SamplingSettings
 
 
@@ -64,7 +65,7 @@ def _settings(o):
         stride=None if o.doc else o.stride,
         null_ablations=o.null_ablations,
         exact=o.exact,
-        epsilon=o.epsilon,
+        epsilons=o.epsilon or (),
         sampling=sampling,
         top_spans=o.top,
         context_sizes=o.context_sizes or (),
@@ -246,9 +247,10 @@ def _plan(log, examples, out: str, data: str | None):
 )
 @click.option(
     "--epsilon",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NumberList(minimum=0, strict=True),
     default=None,
-    help="ε-bounded CID generation: per-step λ* = min(λ, ε / (2·max|pmi|)).",
+    help="ε-bounded CID generation, comma-separated sweep (one response per λ and ε): per-step "
+    "λ* = min(λ, ε / (2·max|pmi|)) [default: unbounded].",
 )
 @click.option(
     "--temperature",
@@ -343,6 +345,7 @@ def score(**options):
       ctxlite score --data examples.jsonl --fail-above-influence 5 --junit influence.xml
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --plan
       ctxlite score --context note.txt -q "Who is the patient?" --search adaptive --top 3
+      ctxlite score --context note.txt -q "What was prescribed?" --lam 1,1.5 --epsilon 1,4 --answer "Lisinopril."
     """
     from ctxlite.gates import score_verdict
     from ctxlite.identity import engine_part
@@ -449,11 +452,13 @@ def _score_all(scorer, examples, log, reused: list[str], line: ProgressLine) -> 
 
 
 def _say_summary(summary: dict) -> None:
-    """One line per λ on stderr: the data set's mean document influence with its bootstrap CI."""
-    for lam, s in summary.items():
-        d = s["document_influence"]
+    """One line per λ (and context size and ε) on stderr: the data set's mean document influence with
+    its bootstrap CI, and the mean utility where the data has answers."""
+    for s in summary.values():
+        d, u = s["document_influence"], s.get("utility")
+        utility = "" if not u else f", ROUGE-L F {u['mean']:.3f} (95% CI {u['ci'][0]:.3f}–{u['ci'][1]:.3f})"
         progress(
-            f"λ={lam}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
+            f"{result_label(s)}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
             f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
-            f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}"
+            f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}{utility}"
         )

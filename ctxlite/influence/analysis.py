@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.reporting.labels import epsilon_label, lambda_label, result_epsilon
 from ctxlite.reporting.terminal import printable, top_spans_block
 
 
@@ -68,19 +69,33 @@ def start_means(ngram_lists: Iterable[Sequence[dict]]) -> dict:
     return {"starts": starts, "means": [sums[s] / counts[s] for s in starts]}
 
 
-def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
-    """Per-λ dataset summary of example records (``ExampleResult.to_dict()`` output).
+def summary_key(lam: float, context_size: int | None = None, epsilon: float | None = None) -> str:
+    """The key of a ``summarize`` entry: ``"λ"``, ``"λ@k"`` for the first k context tokens, and
+    ``"/eps=ε"`` appended for ε-bounded CID (numbers as Python's ``str`` writes floats):
+    ``"1.5"``, ``"1.5@32"``, ``"1.5/eps=2.0"``, ``"1.5@32/eps=2.0"``."""
+    key = str(lam) if context_size is None else f"{lam}@{context_size}"
+    return key if epsilon is None else f"{key}/eps={epsilon}"
 
-    Keys are ``"λ"``, or ``"λ@k"`` for results scored on the first k context
-    tokens (the context-size analysis).
+
+def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
+    """Dataset summary of example records (``ExampleResult.to_dict()`` output), one entry per λ,
+    context size and ε of ε-bounded CID.
+
+    Keys are ``summary_key(λ, k, ε)``: ``"λ"``; ``"λ@k"`` for results scored on the first k
+    context tokens (the context-size analysis); either with ``"/eps=ε"`` appended for responses
+    generated with ε-bounded CID at that ε (``"1.5/eps=2.0"``). A given response, or one of
+    unbounded CID, has no ε part. Each entry also holds ``lam``, ``context_size`` and
+    ``epsilon`` (None where absent), so a consumer never parses a key. Entries are ordered by λ,
+    then k (whole contexts first), then ε (unbounded first).
     """
-    by_lam: dict[tuple, list[dict]] = defaultdict(list)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
     for rec in records:
         for res in rec["results"]:
-            size = res.get("context_size")
-            by_lam[(res["lam"], -1 if size is None else size)].append(res)
+            size, eps = res.get("context_size"), result_epsilon(res)
+            groups[(res["lam"], -1 if size is None else size, -1.0 if eps is None else eps)].append(res)
     out = {}
-    for (lam, size), results in sorted(by_lam.items()):
+    for (lam, size, eps), results in sorted(groups.items()):
+        size, eps = (None if size == -1 else size), (None if eps == -1.0 else eps)
         doc = [r["document_influence"] for r in results]
         # adaptive search measured only the n-grams it chose: averages over them would be biased
         adaptive = sum((r.get("search") or {}).get("method") == "adaptive" for r in results)
@@ -91,10 +106,10 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
         floors = [r["noise_floor"]["max"] for r in results if r.get("noise_floor")]
         reg = [r["regurgitation"] for r in results]
         lo, hi = bootstrap_ci(doc, confidence)
-        key = str(lam) if size == -1 else f"{lam}@{size}"
-        out[key] = {
+        out[summary_key(lam, size, eps)] = {
             "lam": lam,
-            "context_size": None if size == -1 else size,
+            "context_size": size,
+            "epsilon": eps,
             "context_tokens_mean": float(np.mean([r.get("context_tokens", 0) for r in results])),
             "examples": len(results),
             "document_influence": {
@@ -123,6 +138,7 @@ def summarize(records: Iterable[dict], confidence: float = 0.95) -> dict:
             "response_position_profile": position_means(r["token_influence"] for r in results),
             "ngram_position_profile": ngram_profile,
             "utility": _utility(results, confidence),
+            "realised_epsilon": _realised(results),
             "regurgitation": {
                 "repeat": sum(r["repeat"] for r in reg),
                 "rouge": sum(r["rouge"] for r in reg),
@@ -148,8 +164,18 @@ def _utility(results: list[dict], confidence: float) -> dict | None:
     }
 
 
+def _realised(results: list[dict]) -> dict | None:
+    """The per-step bound 2·λ_t·max_v |pmi_D(v)| the generated responses actually had (≤ ε under
+    ε-bounded CID): its mean and max over every step of every response, or None without any."""
+    steps = [v for r in results for v in (r.get("generation") or {}).get("realised_epsilon") or ()]
+    if not steps:
+        return None
+    return {"mean": float(np.mean(steps)), "max": float(np.max(steps)), "steps": len(steps)}
+
+
 def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, ansi: bool | None = None) -> str:
-    """A readable table of example records: per example and λ, the document influence, the largest
+    """A readable table of example records: per example and λ (and ε, in a column of its own when
+    some result has one), the document influence, the largest
     n-gram influence τ_i with its character span and text, the noise floor, and how many n-grams
     stand above it (``-`` where a value was not measured, e.g. ``--doc`` or no null ablations);
     then the top spans marked in their context, in reverse video when ``ansi`` (default: when stdout
@@ -158,10 +184,12 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, a
     def num(v) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    rows = [("example", "λ", "tokens", "doc τ", "max τ_i", "floor", "above", "top n-gram (chars: text)")]
+    with_eps = any(result_epsilon(r) is not None for rec in records for r in rec["results"])
+    eps_head = ("ε",) if with_eps else ()
+    rows = [("example", "λ", *eps_head, "tokens", "doc τ", "max τ_i", "floor", "above", "top n-gram (chars: text)")]
     for key, rec in zip(keys, records):
         for r in rec["results"]:
-            lam = f"{r['lam']:g}" + ("" if r.get("context_size") is None else f"@{r['context_size']}")
+            name = (lambda_label(r), epsilon_label(r) or "-") if with_eps else (lambda_label(r),)
             grams = r.get("ngrams") or []
             flags = [g.get("above_noise") for g in grams]
             above = "-" if not grams or None in flags else f"{sum(flags)}/{len(grams)}"
@@ -173,7 +201,7 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, a
                 span = f"{top['char_start']}–{top['char_end']}: {text}"
             floor = (r.get("noise_floor") or {}).get("max")
             rows.append(
-                (key, lam, str(r.get("context_tokens", "-")), num(r["document_influence"]),
+                (key, *name, str(r.get("context_tokens", "-")), num(r["document_influence"]),
                  num(max((g["influence"] for g in grams), default=None)), num(floor), above, span)
             )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -30,11 +30,12 @@ def check_lambda(lam: float) -> float:
 
 
 def check_epsilon(epsilon: float | None) -> float | None:
+    """ε of ε-bounded CID as a float: finite and > 0 (None, unbounded CID, stays None)."""
     if epsilon is None:
         return None
     epsilon = float(epsilon)
-    if not epsilon > 0:
-        raise InvalidParameter(f"epsilon must be > 0, got {epsilon}")
+    if not (epsilon > 0 and np.isfinite(epsilon)):
+        raise InvalidParameter(f"epsilon must be a finite number > 0 (omit it for unbounded CID), got {epsilon}")
     return epsilon
 
 

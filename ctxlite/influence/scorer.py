@@ -52,6 +52,13 @@ class InfluenceSettings:
     ``search.ADAPTIVE_FROM_TOKENS`` context tokens on (and exhaustive when ``top_spans`` is 0).
     ``null_ablations`` is the most null ablations an example gets: one per ten ablations of the
     first pass, at least one (their cost stays near a tenth of the run's).
+
+    ``epsilons``: ε-bounded CID (``ctxlite.influence.cid``). A generated response is made for
+    every pair of a λ of ``lambdas`` and an ε of ``epsilons`` (each step's λ_t* = min(λ, ε /
+    (2·max_v |pmi_D(v)|))), and each ``LambdaResult`` records its ``epsilon``; empty (the default)
+    is unbounded CID. Each ε must be finite and > 0; the sweep is kept sorted, without repeats
+    (a single number is taken as a sweep of one). A given response is scored once per λ, with
+    no ε: it was not generated under one.
     """
 
     lambdas: tuple[float, ...] = (1.0,)
@@ -59,7 +66,7 @@ class InfluenceSettings:
     stride: int | None = None
     null_ablations: int = 4
     exact: bool = False
-    epsilon: float | None = None
+    epsilons: tuple[float, ...] = ()
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     top_spans: int = 5
     context_sizes: tuple[int, ...] = ()
@@ -72,7 +79,10 @@ class InfluenceSettings:
         if not self.lambdas:
             raise InvalidParameter("give at least one lambda")
         object.__setattr__(self, "lambdas", tuple(check_lambda(l) for l in self.lambdas))
-        check_epsilon(self.epsilon)
+        eps = (self.epsilons,) if isinstance(self.epsilons, (int, float)) else tuple(self.epsilons)
+        if None in eps:
+            raise InvalidParameter("epsilons holds numbers > 0; leave it empty for unbounded CID")
+        object.__setattr__(self, "epsilons", tuple(sorted({check_epsilon(e) for e in eps})))
         if self.ngram is not None and self.ngram < 1:
             raise InvalidParameter(f"ngram must be >= 1, got {self.ngram}")
         if self.stride is not None and (self.ngram is None or not 1 <= self.stride <= self.ngram):
@@ -168,7 +178,7 @@ class NoiseFloor:
 
 @dataclass
 class LambdaResult:
-    """Everything measured for one λ on one example."""
+    """Everything measured for one λ (and, for ε-bounded CID, one ε) on one example."""
 
     lam: float
     response: str
@@ -188,6 +198,7 @@ class LambdaResult:
     context_tokens: int = 0  # tokens of D actually used
     context_size: int | None = None  # the requested truncation (None = whole context)
     search: dict | None = None  # which n-grams were ablated and what that cost (``_Ablations.record``)
+    epsilon: float | None = None  # ε of the ε-bounded CID that generated the response (None: unbounded or given)
 
     @property
     def max_ngram_influence(self) -> float:
@@ -326,7 +337,7 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
-        if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilon is not None:
+        if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
             require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
         self._render = None
         if self.template.chat:  # the model's own chat template; refused now when it has none
@@ -384,14 +395,19 @@ class InfluenceScorer:
         else:
             require(self.engine, [Capability.LOGIT_ROWS, Capability.STREAMS], "generating a response")
             for lam in st.lambdas:
-                gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, st.epsilon)
-                if not gen.token_ids:
-                    raise DataError(f"example {example.id}: the model produced an empty response at lambda={lam}")
-                ban = np.arange(len(gen.token_ids)) < st.sampling.min_new_tokens
-                lams = gen.step_lambdas if st.epsilon is not None else None
-                results += self._score_response(
-                    enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams
-                )
+                for eps in st.epsilons or (None,):
+                    gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, eps)
+                    if not gen.token_ids:
+                        at = f"lambda={lam}" + ("" if eps is None else f", epsilon={eps}")
+                        raise DataError(f"example {example.id}: the model produced an empty response at {at}")
+                    ban = np.arange(len(gen.token_ids)) < st.sampling.min_new_tokens
+                    lams = gen.step_lambdas if eps is not None else None
+                    scored = self._score_response(
+                        enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams
+                    )
+                    for r in scored:
+                        r.epsilon = eps
+                    results += scored
         source = example.source or example.context
         for r in results:
             r.regurgitation = regurgitation(r.response, source).to_dict()

@@ -1,12 +1,14 @@
 """The HTML report of a ``ctxlite score`` log: where in the context the model copied from.
 
-Per example and λ: the context with every token shaded by τ_i of its n-gram (the largest τ_i
-of the windows covering it when windows overlap; underlined when above the noise floor),
-hover or keyboard focus showing τ_i, the n-gram and the floor verdict; the response and its
-per-token τ_t; the response-position profile τ_t and the n-gram-position profile τ_i; the λ
-sweep of document and largest n-gram influence; regurgitation; and the run's identity. For a
-data set: per λ the mean influence, utility against influence, the context-size curve and the
-mean profiles (τ_t per response step, τ_i per n-gram start, each over the examples that have it).
+Per example and λ (and ε of ε-bounded CID): the context with every token shaded by τ_i of its
+n-gram (the largest τ_i of the windows covering it when windows overlap; underlined when above
+the noise floor), hover or keyboard focus showing τ_i, the n-gram and the floor verdict; the
+response and its per-token τ_t; the response-position profile τ_t and the n-gram-position
+profile τ_i; the λ sweep of document and largest n-gram influence; with an ε sweep, influence
+and utility against ε per λ; regurgitation; and the run's identity. For a data set: per λ (and
+ε) the mean influence, utility against influence, the privacy–utility curves across ε, the
+context-size curve and the mean profiles (τ_t per response step, τ_i per n-gram start, each
+over the examples that have it).
 τ_i = Σ_t [log p(y_t | D) − log p(y_t | D without n-gram i)] (Wu et al. 2025, context influence).
 """
 
@@ -14,8 +16,22 @@ from __future__ import annotations
 
 import math
 
+from ctxlite.reporting.labels import result_epsilon
 from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table
 from ctxlite.reporting.svg import line_plot
+
+
+def _eps_tag(eps: float | None, sep: str = ", ") -> str:
+    """``", ε = 2"`` for a curve or heading of ε-bounded CID; ``""`` without an ε."""
+    return "" if eps is None else f"{sep}ε = {eps:g}"
+
+
+def _by_epsilon(items: list[dict]) -> dict:
+    """Results (or summary entries) grouped by their ε, unbounded first, then by increasing ε."""
+    groups: dict = {}
+    for item in items:
+        groups.setdefault(result_epsilon(item), []).append(item)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0.0)))
 
 
 def _segments(ngrams: list[dict]) -> list[tuple[int, int, dict]]:
@@ -139,20 +155,129 @@ def _ngram_profile(result: dict, redact: Redactor) -> str:
 
 
 def _sweep(results: list[dict]) -> str:
-    if len(results) < 2:
+    """Document and largest n-gram influence against λ: a pair of curves per ε (one pair without)."""
+    groups = _by_epsilon(results)
+    if max(len({r["lam"] for r in rs}) for rs in groups.values()) < 2:
         return ""
-    lams = [r["lam"] for r in results]
-    plot = line_plot(
-        "Influence across the λ sweep",
-        [
-            ("document influence", lams, [r["document_influence"] for r in results]),
-            ("largest τ_i", lams, [r["max_ngram_influence"] for r in results]),
-        ],
-        "λ",
-        "nats",
-    )
-    rows = [[r["lam"], r["document_influence"], r["max_ngram_influence"]] for r in results]
-    return f"<h4>λ sweep</h4><figure>{plot}</figure>" + table(["λ", "document influence", "largest τ_i"], rows)
+    series = []
+    for eps, rs in groups.items():
+        lams = [r["lam"] for r in rs]
+        series.append((f"document influence{_eps_tag(eps)}", lams, [r["document_influence"] for r in rs]))
+        series.append((f"largest τ_i{_eps_tag(eps)}", lams, [r["max_ngram_influence"] for r in rs]))
+    plot = line_plot("Influence across the λ sweep", series, "λ", "nats")
+    with_eps = any(eps is not None for eps in groups)
+    head = ["λ", *(["ε"] if with_eps else []), "document influence", "largest τ_i"]
+    rows = [
+        [r["lam"], *([_eps_cell(eps)] if with_eps else []), r["document_influence"], r["max_ngram_influence"]]
+        for eps, rs in groups.items()
+        for r in rs
+    ]
+    return f"<h4>λ sweep</h4><figure>{plot}</figure>" + table(head, rows)
+
+
+def _eps_cell(eps: float | None) -> object:
+    return "none" if eps is None else eps
+
+
+def _realised(result: dict) -> dict | None:
+    """The per-step bound 2·λ_t·max|pmi| one generated response had: mean and max (None if not generated)."""
+    steps = (result.get("generation") or {}).get("realised_epsilon") or []
+    if not steps:
+        return None
+    return {"mean": sum(steps) / len(steps), "max": max(steps), "steps": len(steps)}
+
+
+def _example_epsilon_points(results: list[dict]) -> list[dict]:
+    """One example's results as points of the ε plots (whole contexts only)."""
+    return [
+        {
+            "lam": r["lam"],
+            "epsilon": result_epsilon(r),
+            "examples": 1,
+            "influence": r["document_influence"],
+            "influence_ci": None,
+            "utility": (r.get("utility") or {}).get("f"),
+            "utility_ci": None,
+            "realised": _realised(r),
+        }
+        for r in results
+        if r.get("context_size") is None
+    ]
+
+
+def _summary_epsilon_points(summary: dict) -> list[dict]:
+    """The data set's summary entries as points of the ε plots (whole contexts only)."""
+    return [
+        {
+            "lam": s["lam"],
+            "epsilon": s.get("epsilon"),
+            "examples": s["examples"],
+            "influence": s["document_influence"]["mean"],
+            "influence_ci": s["document_influence"]["ci"],
+            "utility": (s.get("utility") or {}).get("mean"),
+            "utility_ci": (s.get("utility") or {}).get("ci"),
+            "realised": s.get("realised_epsilon"),
+        }
+        for s in summary.values()
+        if s.get("context_size") is None
+    ]
+
+
+EPSILON_CAPTION = (
+    "ε-bounded CID, a curve per λ: each step's λ_t = min(λ, ε / (2·max|pmi|)), so its realised ε "
+    "(2·λ_t·max|pmi|, in the table) is at most ε"
+)
+UTILITY_CAPTION = "utility: ROUGE-L F of the response against the reference answer, a curve per λ"
+
+
+def _per_lambda(points: list[dict], y: str) -> list[tuple[str, list, list]]:
+    """A curve per λ through (ε, point[y]) in increasing ε."""
+    by_lam: dict[float, list[dict]] = {}
+    for p in sorted(points, key=lambda p: (p["lam"], p["epsilon"])):
+        by_lam.setdefault(p["lam"], []).append(p)
+    return [(f"λ = {lam:g}", [p["epsilon"] for p in ps], [p[y] for p in ps]) for lam, ps in by_lam.items()]
+
+
+def _epsilon_sweep(points: list[dict], mean: bool) -> str:
+    """Privacy–utility across ε: document influence and utility (ROUGE-L F) against the ε of
+    ε-bounded CID, a curve per λ, each plot with its numbers in a table below it (the table alone
+    while no λ has two ε); the realised per-step ε (≤ ε) in the influence table. ``mean``: the
+    points are data-set means, with their CIs. Nothing when no point has an ε."""
+    points = sorted((p for p in points if p["epsilon"] is not None), key=lambda p: (p["lam"], p["epsilon"]))
+    if not points:
+        return ""
+    what = "Mean document influence" if mean else "Document influence"
+    out = ["<h3>Privacy–utility across ε</h3>" if mean else "<h4>Privacy–utility across ε</h4>"]
+
+    def ci(p, key):
+        return list(p[key] or (None, None)) if mean else []
+
+    series = _per_lambda(points, "influence")
+    if max(len(xs) for _, xs, _ in series) > 1:
+        plot = line_plot(f"{what} against ε", series, "ε of ε-bounded CID", "nats")
+        out.append(f"<figure>{plot}<figcaption>{EPSILON_CAPTION}</figcaption></figure>")
+    ci_head = ["95% CI low", "95% CI high"] if mean else []
+    head = ["λ", "ε", "examples", what.lower(), *ci_head, "realised ε mean", "realised ε max"]
+    realised = [p["realised"] or {} for p in points]
+    rows = [
+        [p["lam"], p["epsilon"], p["examples"], p["influence"], *ci(p, "influence_ci"), r.get("mean"), r.get("max")]
+        for p, r in zip(points, realised)
+    ]
+    out.append(table(head, rows))
+    useful = [p for p in points if p["utility"] is not None]
+    if not useful:
+        return "".join(out)
+    series = _per_lambda(useful, "utility")
+    if max(len(xs) for _, xs, _ in series) > 1:
+        title = f"{'Mean utility' if mean else 'Utility'} against ε"
+        plot = line_plot(title, series, "ε of ε-bounded CID", "ROUGE-L F")
+        out.append(f"<figure>{plot}<figcaption>{UTILITY_CAPTION}</figcaption></figure>")
+    head = ["λ", "ε", "mean ROUGE-L F" if mean else "ROUGE-L F", *ci_head, *(["examples"] if mean else [])]
+    rows = [
+        [p["lam"], p["epsilon"], p["utility"], *ci(p, "utility_ci"), *([p["examples"]] if mean else [])] for p in useful
+    ]
+    out.append(table(head, rows))
+    return "".join(out)
 
 
 def _example(key: str, result: dict, redact: Redactor) -> str:
@@ -160,12 +285,20 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
     out.append(f"<p>Query: {redact(result['query'], 'query')} · {result['context_tokens']} context tokens</p>")
     for r in result["results"]:
         floor = r.get("noise_floor") or {}
+        eps = result_epsilon(r)
+        eps_attr = "" if eps is None else f' data-epsilon="{eps}"'
         out.append(
-            f'<h3 data-lambda="{r["lam"]}">λ = {r["lam"]:g}</h3>'
+            f'<h3 data-lambda="{r["lam"]}"{eps_attr}>λ = {r["lam"]:g}{_eps_tag(eps, " · ")}</h3>'
             f"<p>Document influence {r['document_influence']:.4f} nats · largest τ_i "
             f"{r['max_ngram_influence']:.4f} nats · noise floor {floor.get('max', 0.0):.3g} nats "
             f"(max of {len(floor.get('sums', []))} null ablations)</p>"
         )
+        realised = _realised(r) if eps is not None else None
+        if realised:
+            out.append(
+                f"<p>ε-bounded CID at ε = {eps:g}: realised per-step ε (2·λ_t·max|pmi|) mean "
+                f"{realised['mean']:.4g}, max {realised['max']:.4g} over {realised['steps']} steps</p>"
+            )
         if r.get("utility"):
             u = r["utility"]
             out.append(
@@ -188,6 +321,7 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
         if reg:
             out.append("<h4>Regurgitation</h4>" + table(["metric", "value"], [[esc(k), v] for k, v in reg.items()], 1))
     out.append(_sweep(result["results"]))
+    out.append(_epsilon_sweep(_example_epsilon_points(result["results"]), mean=False))
     out.append("</section>")
     return "".join(out)
 
@@ -201,30 +335,40 @@ def _summary(summary: dict | None) -> str:
         rows.append([esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], ngram.get("max_of_mean")])
     head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
     out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary) + _context_sizes(summary)
-    whole = sorted(
-        (s["lam"], s["document_influence"]["mean"]) for s in summary.values() if s.get("context_size") is None
-    )
-    if len(whole) > 1:  # the λ sweep over whole contexts (the context-size entries have their own plot)
-        lams, means = [lam for lam, _ in whole], [m for _, m in whole]
+    # the λ sweep over whole contexts, a curve per ε (the context-size entries have their own plot)
+    groups = _by_epsilon([s for s in summary.values() if s.get("context_size") is None])
+    curves = {eps: sorted((s["lam"], s["document_influence"]["mean"]) for s in ss) for eps, ss in groups.items()}
+    if any(len(c) > 1 for c in curves.values()):
+        with_eps = any(eps is not None for eps in curves)
+        series = [
+            ("mean" if eps is None else f"mean{_eps_tag(eps)}", [lam for lam, _ in c], [m for _, m in c])
+            for eps, c in curves.items()
+        ]
+        head = ["λ", *(["ε"] if with_eps else []), "mean document influence"]
+        rows = [[lam, *([_eps_cell(eps)] if with_eps else []), m] for eps, c in curves.items() for lam, m in c]
         out += (
             "<figure>"
-            + line_plot("Mean document influence across λ", [("mean", lams, means)], "λ", "nats")
+            + line_plot("Mean document influence across λ", series, "λ", "nats")
             + "</figure>"
-            + table(["λ", "mean document influence"], [list(pair) for pair in whole])
+            + table(head, rows)
         )
-    return out + _dataset_profiles(summary)
+    return out + _epsilon_sweep(_summary_epsilon_points(summary), mean=True) + _dataset_profiles(summary)
 
 
 def _dataset_profiles(summary: dict) -> str:
     """The data set's mean τ_t at each response step t and mean τ_i at each n-gram start, one line
     per λ (whole contexts only), each mean over the examples that have that position."""
-    whole = sorted(((s["lam"], s) for s in summary.values() if s.get("context_size") is None), key=lambda p: p[0])
+    whole = sorted(
+        (s for s in summary.values() if s.get("context_size") is None),
+        key=lambda s: (s["lam"], result_epsilon(s) is not None, result_epsilon(s) or 0.0),
+    )
     response, ngram, why = {}, {}, []
-    for lam, s in whole:
+    for s in whole:
+        name = f"{s['lam']:g}{_eps_tag(result_epsilon(s))}"  # "1.5", or "1.5, ε = 2"
         profile = s.get("response_position_profile") or []
-        response[f"{lam:g}"] = (list(range(len(profile))), profile)
+        response[name] = (list(range(len(profile))), profile)
         starts = s.get("ngram_position_profile") or {}
-        ngram[f"{lam:g}"] = (starts.get("starts") or [], starts.get("means") or [])
+        ngram[name] = (starts.get("starts") or [], starts.get("means") or [])
         why.append((s.get("ngram_influence") or {}).get("not_measured"))
     reasons = "; ".join(dict.fromkeys(w for w in why if w))  # e.g. adaptive search: averages need every n-gram
     return (
@@ -256,36 +400,50 @@ def _by_position(title: str, x_label: str, y_label: str, curves: dict[str, tuple
 
 
 def _context_sizes(summary: dict) -> str:
-    """Mean document influence against the number of context tokens scored (keys "λ@k")."""
-    curves: dict[float, list[tuple[int, float]]] = {}
+    """Mean document influence against the number of context tokens scored (keys "λ@k"), a curve per
+    λ (and ε)."""
+    curves: dict[str, list[tuple[int, float]]] = {}
     for s in summary.values():
         if s.get("context_size") is not None:
-            curves.setdefault(s["lam"], []).append((s["context_size"], s["document_influence"]["mean"]))
+            name = f"{s['lam']:g}{_eps_tag(result_epsilon(s))}"
+            curves.setdefault(name, []).append((s["context_size"], s["document_influence"]["mean"]))
     if not curves:
         return ""
-    series = [(f"λ = {lam:g}", [k for k, _ in sorted(c)], [v for _, v in sorted(c)]) for lam, c in curves.items()]
+    series = [(f"λ = {lam}", [k for k, _ in sorted(c)], [v for _, v in sorted(c)]) for lam, c in curves.items()]
     plot = line_plot("Document influence against context size", series, "context tokens scored (k)", "nats")
-    rows = [[f"{lam:g}", k, v] for lam, c in curves.items() for k, v in sorted(c)]
+    rows = [[esc(lam), k, v] for lam, c in curves.items() for k, v in sorted(c)]
     return "<h3>Context size</h3><figure>" + plot + "</figure>" + table(["λ", "k", "mean document influence"], rows, 1)
 
 
 def _tradeoff(summary: dict) -> str:
-    """Utility (ROUGE-L F against the reference answers) against influence across the λ sweep."""
+    """Utility (ROUGE-L F against the reference answers) against influence across the λ sweep, a
+    curve per ε of ε-bounded CID (one without)."""
     rows = [(k, s) for k, s in summary.items() if s.get("utility")]
     if not rows:
         return ""
+    groups = _by_epsilon([s for _, s in rows])
+    order = [id(s) for ss in groups.values() for s in ss]  # the entries of each ε together, in summary order
+    rows.sort(key=lambda row: order.index(id(row[1])))
     table_rows = [
         [esc(k), s["document_influence"]["mean"], s["utility"]["mean"], *s["utility"]["ci"], s["utility"]["examples"]]
         for k, s in rows
     ]
     out = "<h3>Privacy–utility across λ</h3>"
     if len(rows) > 1:
-        xs = [s["document_influence"]["mean"] for _, s in rows]
-        ys = [s["utility"]["mean"] for _, s in rows]
-        plot = line_plot(
-            "Utility against influence across λ", [("λ sweep", xs, ys)], "mean document influence (nats)", "ROUGE-L F"
+        series = [
+            (
+                f"λ sweep{_eps_tag(eps)}",
+                [s["document_influence"]["mean"] for s in ss],
+                [s["utility"]["mean"] for s in ss],
+            )
+            for eps, ss in groups.items()
+        ]
+        plot = line_plot("Utility against influence across λ", series, "mean document influence (nats)", "ROUGE-L F")
+        out += (
+            f"<figure>{plot}<figcaption>one point per λ, in the order of the table"
+            + (", a curve per ε" if len(groups) > 1 else "")
+            + "</figcaption></figure>"
         )
-        out += f"<figure>{plot}<figcaption>one point per λ, in the order of the table</figcaption></figure>"
     head = ["λ", "mean document influence", "mean ROUGE-L F", "95% CI low", "95% CI high", "examples"]
     return out + table(head, table_rows, 1)
 

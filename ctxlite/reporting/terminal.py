@@ -2,7 +2,7 @@
 
 A score log keeps no copy of the context, only its n-gram windows (text and character span)
 and, for adaptive search, its measured blocks: the context is read back from them, so
-characters none covers show as "…". Per example and λ one line: an excerpt of ``margin``
+characters none covers show as "…". Per example and λ (and ε) one line: an excerpt of ``margin``
 characters either side of each of the ``spans`` n-grams of largest τ_i, in reading order,
 overlapping excerpts merged, each span marked in reverse video on a terminal (``ansi``; the
 largest also bold) and in [brackets] otherwise. Control characters of the private text are
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
+
+from ctxlite.reporting.labels import result_label
 
 BOLD_REVERSE, REVERSE, RESET = "\x1b[1;7m", "\x1b[7m", "\x1b[0m"
 GAP = "…"
@@ -88,15 +90,14 @@ def spans_in_context(result: dict, spans: int = 3, margin: int = 12, width: int 
 
 
 def top_spans_block(keys: Sequence[str], records: Sequence[dict], spans: int = 3, ansi: bool = False) -> list[str]:
-    """The lines under the score table: a heading, then per example and λ its top spans in context
+    """The lines under the score table: a heading, then per example and λ (and ε) its top spans in context
     (nothing when no result has n-grams, e.g. ``--doc``)."""
     lines = []
     for key, rec in zip(keys, records):
         for r in rec["results"]:
             excerpt = spans_in_context(r, spans, ansi=ansi)
             if excerpt:
-                lam = f"{r['lam']:g}" + ("" if r.get("context_size") is None else f"@{r['context_size']}")
-                lines.append(f"{printable(key)} λ={lam}: {excerpt}")
+                lines.append(f"{printable(key)} {result_label(r)}: {excerpt}")
     if not lines:
         return []
     how = "the largest bold" if ansi else "each [in brackets]"
