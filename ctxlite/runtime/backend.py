@@ -111,10 +111,21 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
         )
 
 
-def logprobs_many(backend, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
-    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, concurrently where the
-    backend can (a server's ``logprobs_many``), else one after the other."""
+def logprobs_many(
+    backend,
+    requests: Sequence[tuple[Sequence[int], int]],
+    temperature: float = 1.0,
+    on_done: Callable[[int], None] | None = None,
+) -> list:
+    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, in the order given,
+    concurrently where the backend can (a server's ``logprobs_many``), else one after the other;
+    ``on_done(k)`` after the k-th request ends (in the calling thread, in any order of requests)."""
     many = getattr(backend, "logprobs_many", None)
     if many is not None:
-        return many(requests, temperature)
-    return [backend.logprobs(tokens, targets_from, temperature) for tokens, targets_from in requests]
+        return many(requests, temperature, on_done)
+    out = []
+    for tokens, targets_from in requests:
+        out.append(backend.logprobs(tokens, targets_from, temperature))
+        if on_done is not None:
+            on_done(len(out))
+    return out

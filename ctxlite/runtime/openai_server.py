@@ -19,6 +19,14 @@ Tokens must be the server's: tokenization goes through its tokenize/detokenize e
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
 with none is refused. Only the llama-cpp-python dialect is exercised by the test suite.
 
+Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
+ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
+request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
+flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
+
+A server that returns no ``logprobs`` is refused at connection (InvalidParameter naming it): the
+label distributions are not estimated from sampled answers (why: the README's server section).
+
 Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
 on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
 (delay = U(0, 1) · min(max_backoff, backoff · 2^attempt), or the server's Retry-After). A request
@@ -37,8 +45,8 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 
 import httpx
@@ -88,6 +96,19 @@ def api_key() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class RequestStats:
+    """The HTTP requests of one backend so far: ``in_flight`` now (sent, not answered), the most
+    that were ever in flight together, how many ended (answered or failed, retries included) and the
+    prompt tokens the server reported processing (``usage.prompt_tokens`` of completions; None while
+    it reported none)."""
+
+    in_flight: int
+    max_in_flight: int
+    ended: int
+    prompt_tokens: int | None
+
+
 class _Pool:
     """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
     (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout)."""
@@ -130,6 +151,20 @@ class _Http:
         self._lock = threading.Lock()
         self.requests = 0  # HTTP requests sent (retries included): a cost counter
         self.retried = 0
+        self.in_flight = self.max_in_flight = self.ended = 0
+        self.prompt_tokens: int | None = None
+
+    def stats(self) -> RequestStats:
+        with self._lock:
+            return RequestStats(self.in_flight, self.max_in_flight, self.ended, self.prompt_tokens)
+
+    def count_prompt_tokens(self, body: dict) -> None:
+        """Add a completion's ``usage.prompt_tokens``, where the server reports it."""
+        usage = body.get("usage")
+        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            with self._lock:
+                self.prompt_tokens = (self.prompt_tokens or 0) + n
 
     def close(self) -> None:
         self._client.close()
@@ -154,7 +189,14 @@ class _Http:
             try:
                 with self._lock:
                     self.requests += 1
-                response = self._client.post(url, json=payload)
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    response = self._client.post(url, json=payload)
+                finally:
+                    with self._lock:
+                        self.in_flight -= 1
+                        self.ended += 1
             except httpx.TimeoutException:
                 last = f"no answer within {cfg.timeout:g} s (--request-timeout)"
             except httpx.TransportError as exc:
@@ -235,6 +277,8 @@ class OpenAIServer:
         self._http = _Http(config, sleep)
         self._pool = _Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
+        # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
+        self.on_request: Callable[[], None] | None = None
         try:
             self._probe()
         except BaseException:
@@ -433,7 +477,15 @@ class OpenAIServer:
             "logprobs": 1,
         }
         body = self._http.post(url, payload, what=what)
-        values = _field(body, ["choices", 0, "logprobs", "token_logprobs"], url, what)
+        self._http.count_prompt_tokens(body)
+        choice = _field(body, ["choices", 0], url, what)
+        if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
+            raise InvalidParameter(
+                f"the server at {self.config.base_url} returns no log-probabilities for completions (echo + "
+                "logprobs): scoring and classification audits read them, and ctxlite does not estimate them "
+                "from sampled answers (README: Running against vLLM)"
+            )
+        values = _field(choice, ["logprobs", "token_logprobs"], url, what)
         need = len(tokens) - offset
         if not isinstance(values, list) or len(values) < need:
             raise InvalidParameter(
@@ -463,23 +515,47 @@ class OpenAIServer:
             )
         return text
 
-    def logprobs_many(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
-        """``logprobs`` of each (tokens, targets_from), ``concurrency`` requests in flight at a time."""
-        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests)
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list:
+        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
+        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
+        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
 
-    def _map(self, fn, items) -> list:
-        """``[fn(x) for x in items]`` on the pool; the first failure is raised once every request
-        ended (a Ctrl-C in the main thread cancels what has not started)."""
+    def request_stats(self) -> RequestStats:
+        """The requests sent so far (what the CLI's progress line shows: in flight, rates)."""
+        return self._http.stats()
+
+    def _map(self, fn, items, on_done: Callable[[int], None] | None = None) -> list:
+        """``[fn(x) for x in items]`` on the pool, results in the order of ``items``. After each call
+        ends, in the calling thread: ``on_done(number ended)`` and the ``on_request`` hook. The first
+        failure to end is raised and what has not started is cancelled (so is it on a Ctrl-C)."""
         items = list(items)
         if len(items) <= 1 or self.config.concurrency == 1:
-            return [fn(x) for x in items]
+            out = []
+            for x in items:
+                out.append(fn(x))
+                self._ended(len(out), on_done)
+            return out
         futures = [self._pool.submit(fn, x) for x in items]
         try:
+            for k, future in enumerate(as_completed(futures), 1):
+                future.result()  # the first failure ends the batch
+                self._ended(k, on_done)
             return [f.result() for f in futures]
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
+
+    def _ended(self, k: int, on_done) -> None:
+        if on_done is not None:
+            on_done(k)
+        if self.on_request is not None:
+            self.on_request()
 
     # ----- what the Backend protocol names but a server cannot do --------
     def _no(self, what: str):
