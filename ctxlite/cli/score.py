@@ -32,7 +32,7 @@ from ctxlite.cli.options import (
     verdict_json,
     wants_json,
 )
-from ctxlite.cli.progress import ProgressLine
+from ctxlite.cli.progress import ProgressLine, progress_line
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
@@ -395,7 +395,7 @@ def score(**options):
             "settings": identity["settings"],
             "identity": identity,
         }
-        line = ProgressLine()
+        line = progress_line(server)
         try:
             records = _score_all(
                 InfluenceScorer(engine, template, settings, progress=line.tick), examples, log, reused, line
