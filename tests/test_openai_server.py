@@ -12,6 +12,7 @@ echoed prompt token (~0.3 s a token here), so every input is a few dozen tokens.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,13 +54,28 @@ def remote(llama_server):
 
 class Proxy:
     """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
-    can answer ``fail`` 429s first, sleep ``delay`` seconds, or return ``garbage``; it keeps the
-    Authorization headers it saw."""
+    can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
+    seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
+    ``"logprobs": null`` (``no_logprobs``: a server that offers none); it keeps the Authorization
+    headers it saw and the most completions it had in flight at once."""
 
-    def __init__(self, target: str, *, fail: int = 0, delay: float = 0.0, garbage: bool = False, limit: int = 200):
+    def __init__(
+        self,
+        target: str,
+        *,
+        fail: int = 0,
+        delay: float = 0.0,
+        garbage: bool = False,
+        limit: int = 200,
+        no_logprobs: bool = False,
+        stagger: float = 0.0,
+    ):
         self.target = target.rstrip("/").removesuffix("/v1")
         self.fail, self.delay, self.garbage, self.limit = fail, delay, garbage, limit
+        self.no_logprobs, self.stagger = no_logprobs, stagger
         self.seen, self.auth, self.completions = 0, set(), 0
+        self.in_flight = self.max_in_flight = 0
+        lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,16 +94,35 @@ class Proxy:
                 if proxy.seen > proxy.limit:
                     return self._answer(503, b'{"error": "proxy request limit"}')
                 if self.path.endswith("/completions"):
-                    proxy.completions += 1
-                    if proxy.completions <= proxy.fail:
+                    with lock:
+                        proxy.completions += 1
+                        number = proxy.completions
+                    if number <= proxy.fail:
                         return self._answer(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
                     if proxy.garbage:
                         return self._answer(200, b'{"choices": [{"logprobs": ')
-                    time.sleep(proxy.delay)
+                    with lock:
+                        proxy.in_flight += 1
+                        proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                    try:
+                        time.sleep(proxy.delay + (proxy.stagger if number % 2 else 0.0))
+                        return self._pass_on(body)
+                    finally:
+                        with lock:
+                            proxy.in_flight -= 1
+                self._pass_on(body)
+
+            def _pass_on(self, body):
                 with httpx.Client(timeout=120) as client:
                     headers = {"content-type": self.headers.get("content-type", "application/json")}
                     r = client.request(self.command, proxy.target + self.path, content=body, headers=headers)
-                self._answer(r.status_code, r.content)
+                content = r.content
+                if proxy.no_logprobs and self.path.endswith("/completions") and r.status_code == 200:
+                    answer = json.loads(content)
+                    for choice in answer["choices"]:
+                        choice["logprobs"] = None
+                    content = json.dumps(answer).encode()
+                self._answer(r.status_code, content)
 
             def _answer(self, status, content, headers=()):
                 try:
@@ -308,6 +343,73 @@ def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, m
     assert report["reused"] == ["a"] and report["scored"] == ["b"]
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert [l.get("key") for l in lines[1:-1]] == ["a", "b"] and "end" in lines[-1]
+
+
+# ----- concurrent requests and their progress ------------------------------------------------------
+def _score_served(backend) -> dict:
+    """λ = 1, T = 1 scores of the note's 4-grams (``TEMPLATE``) on ``backend``."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime.sampling import SamplingSettings
+
+    settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
+    return InfluenceScorer(backend, TEMPLATE, settings).score(Example(NOTE, QUERY, RESPONSE)).to_dict()["results"][0]
+
+
+def _distinct_ablations(result: dict) -> None:
+    """Every two n-grams' per-token influences differ by far more than rounding: a result taken for
+    the wrong ablation cannot go unseen."""
+    rows = [np.asarray(g["per_token"]) for g in result["ngrams"]]
+    assert len(rows) >= 3
+    assert min(np.max(np.abs(a - b)) for i, a in enumerate(rows) for b in rows[i + 1 :]) > 10 * TOL_LOGPROB
+
+
+def test_an_examples_ablations_are_in_flight_together_on_the_server(llama_server):
+    """``--concurrency 3`` through a proxy that holds every other completion, so that requests end
+    out of order: an example's ablations (and its with/without-context pair) were in flight together
+    -- at the proxy, and by the backend's own count -- and the result equals the one of
+    ``--concurrency 1``, whose requests went one at a time."""
+    with OpenAIServer(ServerConfig(llama_server.url, MODEL_NAME, concurrency=1)) as backend:
+        one_by_one, alone = _score_served(backend), backend.request_stats()
+    with Proxy(llama_server.url, stagger=1.0) as proxy:
+        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=3)) as backend:
+            together, overlapped = _score_served(backend), backend.request_stats()
+    assert alone.max_in_flight == 1 and overlapped.max_in_flight > 1 and proxy.max_in_flight > 1, (alone, overlapped)
+    _distinct_ablations(one_by_one)
+    assert together == one_by_one
+
+
+def test_the_progress_line_shows_the_servers_requests_on_a_terminal_only(llama_server, tmp_path):
+    """``--backend openai`` on a terminal: the line shows requests in flight and the observed request
+    and prompt-token rates; on a pipe nothing of it."""
+    from tests.test_progress import _run
+
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--template", TEMPLATE]
+    args += ["--doc", *_args(llama_server.url, "-T", "1")]
+    code, err = _run(args, tty=True)
+    assert code == 0, err
+    assert re.search(r"\| requests \d in flight [0-9.e+-]+/s [0-9.e+-]+ prompt tok/s", err), err
+    code, err = _run(args, tty=False)
+    assert code == 0, err
+    assert "in flight" not in err and "\r" not in err and "\x1b" not in err
+
+
+# ----- a server without log-probabilities ---------------------------------------------------------
+def test_a_server_without_logprobs_is_refused_by_name(llama_server, tmp_path):
+    """Completions without ``logprobs`` (the proxy sets them null): ``score`` and a classification audit
+    are refused at connection, in one line naming the missing capability (exit 2), before any log is
+    written; no sampled-answer estimate stands in for the distribution."""
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    data, fmt = _tiny_audit(tmp_path)
+    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+        score = _score_args(proxy.url, tmp_path / "s.jsonl")
+        audit = _audit_args(proxy.url, data, fmt, tmp_path / "a.jsonl", "--trials", "4")
+        for args in (score, audit):
+            res = CliRunner().invoke(main, args)
+            assert res.exit_code == 2, res.output
+            assert res.output.count("\n") == 1 and "returns no log-probabilities for completions" in res.output
+        assert proxy.completions == 2  # one probe each
+    assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "a.jsonl").exists()
 
 
 # ----- failures: retried, timed out, malformed, breaker ------------------------------------------
