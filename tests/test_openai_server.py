@@ -57,7 +57,7 @@ class Proxy:
     can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
     seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
     ``"logprobs": null`` (``no_logprobs``: a server that offers none); it keeps the Authorization
-    headers it saw and the most completions it had in flight at once."""
+    headers it saw, the completion requests it passed on and the most it had in flight at once."""
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class Proxy:
         self.no_logprobs, self.stagger = no_logprobs, stagger
         self.seen, self.auth, self.completions = 0, set(), 0
         self.in_flight = self.max_in_flight = 0
+        self.payloads: list[dict] = []  # the completion requests it passed on
         lock = threading.Lock()
         proxy = self
 
@@ -104,6 +105,7 @@ class Proxy:
                     with lock:
                         proxy.in_flight += 1
                         proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                        proxy.payloads.append(json.loads(body))
                     try:
                         time.sleep(proxy.delay + (proxy.stagger if number % 2 else 0.0))
                         return self._pass_on(body)
@@ -392,6 +394,47 @@ def test_the_progress_line_shows_the_servers_requests_on_a_terminal_only(llama_s
     code, err = _run(args, tty=False)
     assert code == 0, err
     assert "in flight" not in err and "\r" not in err and "\x1b" not in err
+
+
+# ----- generation audits: the server samples the texts --------------------------------------------
+DIALOGUE = "Anna: Are you coming tonight?\nTom: Yes, but I'll be late, the bus is stuck.\nSummary:"
+
+
+def test_served_texts_are_the_local_greedy_texts_at_temperature_0(remote, engine):
+    """At T = 0 both samplers are greedy: the server's completions, cut at the stop as the local walks
+    are, are the local engine's texts."""
+    from ctxlite.audit.oracle import ModelOracle
+
+    prompts = [DIALOGUE, "Lee: The meeting moved to 3 pm.\nKim: Thanks!\nSummary:"]
+    texts = {}
+    for name, backend in (("served", remote), ("local", engine)):
+        oracle = ModelOracle(backend, temperature=0.0, max_new_tokens=8)
+        texts[name] = oracle.sample_texts(prompts, np.random.default_rng(0))
+    assert texts["served"] == texts["local"] and all(texts["local"]), texts
+
+
+def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_server, tmp_path):
+    """``audit --task generate`` end to end on the server: every text is one sampled completion with
+    the audit's temperature and token budget, a seed of its own and the server's own filters off; the
+    texts are embedded locally; the report says the server sampled them."""
+    from ctxlite.audit.settings import AuditSettings
+
+    out = tmp_path / "gen.jsonl"
+    args = ["audit", "--data", "ctxlite/data/dialogue_sample.jsonl", "--task", "generate", "--shots", "1"]
+    args += ["--trials", "4", "--queries-per-trial", "2", "--reference-runs", "1", "--max-new-tokens", "6"]
+    with Proxy(llama_server.url) as proxy:
+        res = CliRunner().invoke(main, args + _args(proxy.url, "--utility-queries", "0", "--out", str(out), "--json"))
+        assert res.exit_code == 0, res.output
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    trials = [json.loads(line) for line in out.read_text().splitlines()[1:] if '"trial"' in line]
+    assert len([t for t in trials if t.get("type") == "trial"]) == 4
+    assert len(sampled) >= 4 * 2  # one completion per text: the trials' two queries each (and the references')
+    for p in sampled:
+        assert p["temperature"] == AuditSettings().temperature and p["max_tokens"] == 6 and p["top_p"] == 1.0
+        assert p["top_k"] == 0 and p["min_p"] == 0.0 and p["repeat_penalty"] == 1.0 and p["n"] == 1
+    assert len({p["seed"] for p in sampled}) == len(sampled)
+    report = json.loads(res.stdout)
+    assert any(n.startswith("texts: sampled by the server") for n in report["notes"]), report["notes"]
 
 
 # ----- a server without log-probabilities ---------------------------------------------------------

@@ -24,7 +24,12 @@ before it (a resume included). ``tests/test_audit.py`` checks it against real to
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
-is decoded once, and the walks are exact i.i.d. samples.
+is decoded once, and the walks are exact i.i.d. samples. A backend without
+logit rows that samples itself (``Capability.SAMPLES``: a server) is asked for
+one completion per prompt instead, each with its own seed drawn from the same
+generator, so the texts are i.i.d. samples of the model as the server samples it
+(the local tree bans an end-of-generation token as the first token; a server
+may end a text there, which is then empty).
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ class ModelOracle:
         self._embed_cache: dict[str, np.ndarray] = {}
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
+        self._served = 0  # completions sampled by the backend (``Capability.SAMPLES``)
 
     def _label_tokens(self, label: str) -> list[int]:
         toks = self.engine.tokenize(label)
@@ -176,6 +182,9 @@ class ModelOracle:
         replayed at another ε (same seeds: common random numbers) draws the
         same texts, from memoised nodes, without decoding.
         """
+        caps = self.engine.capabilities
+        if not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps:  # a server
+            return self._served_texts(prompts, rng, stop)
         tree = self._trees.get(stop)
         if tree is None:
             tree = ContinuationTree(
@@ -186,6 +195,21 @@ class ModelOracle:
         texts = []
         for p in prompts:
             text = self.engine.detokenize(tree.sample(self.tokens(p), walk_rng)).lstrip()
+            texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
+        return texts
+
+    def _served_texts(self, prompts: Sequence[str], rng: np.random.Generator, stop: str) -> list[str]:
+        """``sample_texts`` on a backend that samples itself: one request per prompt, its seed from a
+        generator seeded by one integer of ``rng`` (as the tree's walks are), so a trial replayed at
+        another ε asks for the same seeds. The text is cut at ``stop`` here, after leading whitespace,
+        as the tree's walks are (a server-side stop would end a text that starts with a newline)."""
+        seeds = np.random.default_rng(int(rng.integers(2**63))).integers(2**31, size=len(prompts))
+        requests = [(self.tokens(p), int(seed)) for p, seed in zip(prompts, seeds)]
+        raw = self.engine.sample_texts(requests, self.temperature, self.max_new_tokens)
+        self._served += len(requests)
+        texts = []
+        for text in raw:
+            text = text.lstrip()
             texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
         return texts
 

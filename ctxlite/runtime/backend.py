@@ -15,6 +15,9 @@ teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optiona
   scorer's exact mode does, and no noise floor is needed.
 * ``STREAMS`` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
 * ``EMBEDDINGS`` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
+* ``SAMPLES`` -- continuations sampled by the backend itself (``sample_texts(requests, temperature,
+  max_new_tokens)`` with ``requests`` a list of (prompt tokens, seed)): what a server offers
+  instead of ``LOGIT_ROWS`` + ``STREAMS`` for the texts of generation audits.
 
 A command that needs a capability the backend lacks fails through :func:`require`, with a message
 that names the backend, the capability and what needed it.
@@ -43,6 +46,7 @@ class Capability(enum.Enum):
     PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
     STREAMS = "lock-step sampling of several prompts"
     EMBEDDINGS = "text embeddings"
+    SAMPLES = "sampled completions"
 
 
 class BackendKind(Choice):

@@ -1,19 +1,23 @@
 """A model behind an OpenAI-compatible HTTP server (llama-cpp-python's, llama.cpp's, vLLM) as a Backend.
 
 ctxlite sends requests; the server batches, caches prefixes and spreads over its GPUs. What such a
-server offers is *teacher forcing* and nothing else ctxlite needs, so :class:`OpenAIServer`
-declares no optional capability (see :mod:`ctxlite.runtime.backend`):
+server offers is *teacher forcing* and its own *sampled completions*, so :class:`OpenAIServer`
+declares one optional capability, ``SAMPLES`` (see :mod:`ctxlite.runtime.backend`):
 
 * log p(y_t | y_<t) of given tokens: one ``/v1/completions`` request with the token ids as the
   prompt, ``echo`` and ``logprobs``, ``max_tokens = 1`` (the one generated token is ignored). The
   server reports log softmax of the raw logits, i.e. temperature 1: log p_T for T ≠ 1 needs the
   normaliser Σ_v exp(l_v / T) over the whole vocabulary, which no endpoint returns, so T ≠ 1 is
   refused rather than approximated.
-* no ``LOGIT_ROWS``: λ ≠ 1, CID generation, the judge and generation audits are refused through
+* no ``LOGIT_ROWS``: λ ≠ 1, CID generation and a self-judging judge are refused through
   :func:`~ctxlite.runtime.backend.require`. A classification audit's label distribution is exact
   anyway: P(label) is a product of teacher-forced token probabilities (``ctxlite.audit.oracle``).
 * no ``PREFIX_REUSE``: every ablation is sent whole; the server's own prefix cache (vLLM
   ``--enable-prefix-caching``, llama.cpp's slot cache) is what saves the shared prefix.
+* ``SAMPLES``: a generation audit's texts are the server's own sampled completions
+  (:meth:`OpenAIServer.sample_texts`), one request per text, with the temperature, ``max_tokens`` and
+  a seed per text, and every other filter of the server turned off (top-p 1, top-k and min-p off,
+  no repetition penalty), so the text is a sample of softmax(logits / T), as locally.
 
 Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
@@ -277,6 +281,7 @@ class OpenAIServer:
         self._http = _Http(config, sleep)
         self._pool = _Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
+        self._texts: dict[tuple[int, ...], str] = {}
         # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
         self.on_request: Callable[[], None] | None = None
         try:
@@ -337,7 +342,7 @@ class OpenAIServer:
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset()
+        return frozenset({Capability.SAMPLES})
 
     @property
     def n_vocab(self) -> int:
@@ -498,6 +503,47 @@ class OpenAIServer:
             raise ServerError(f"{what}: the server at {url} returned a log-probability that is not a number")
         return np.asarray(out, dtype=np.float64)
 
+    # ----- sampled completions -------------------------------------------
+    SAMPLING_OFF = {
+        "llama-cpp-python": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
+        "llama.cpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
+        "vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
+    }
+    """Per dialect, the settings that turn the server's own filters off (their defaults are not
+    plain sampling: llama-cpp-python's are top-k 40, min-p 0.05 and a repetition penalty of 1.1)."""
+
+    def sample_texts(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float, max_new_tokens: int):
+        """One completion of each (prompt tokens, seed), sampled by the server at ``temperature``
+        (0: greedy) and at most ``max_new_tokens`` tokens, in the order given (``concurrency`` in
+        flight); the texts as the server returns them."""
+        if not temperature >= 0 or max_new_tokens < 1:
+            raise InvalidParameter(
+                f"need temperature >= 0 and max_new_tokens >= 1, got {temperature} and {max_new_tokens}"
+            )
+        url, what = f"{self.config.base_url.rstrip('/')}/completions", "sampling a completion"
+
+        def one(request) -> str:
+            tokens, seed = [int(t) for t in request[0]], int(request[1])
+            self.check_fits(len(tokens) + max_new_tokens)
+            payload = {
+                "model": self.config.model_name,
+                "prompt": self._prompt(tokens),
+                "max_tokens": int(max_new_tokens),
+                "temperature": float(temperature),
+                "top_p": 1.0,
+                "seed": seed,
+                "n": 1,
+                **self.SAMPLING_OFF[self.dialect],
+            }
+            body = self._http.post(url, payload, what=what)
+            self._http.count_prompt_tokens(body)
+            text = _field(body, ["choices", 0, "text"], url, what)
+            if not isinstance(text, str):
+                raise ServerError(f"{what}: the server at {url} returned a completion that is not text")
+            return text
+
+        return self._map(one, requests)
+
     def _prompt(self, tokens: list[int]) -> list[int] | str:
         """What to send as the prompt so that the server decodes exactly ``tokens``: the ids (vLLM,
         llama.cpp), or for llama-cpp-python, whose server takes text only, their text after BOS,
@@ -505,14 +551,19 @@ class OpenAIServer:
         otherwise, or a cut through a character, is refused rather than scored on other tokens)."""
         if self.dialect != "llama-cpp-python":
             return tokens
+        key = tuple(tokens)
+        if key in self._texts:
+            return self._texts[key]
         raw = self._detokenize_bytes(tokens[1:], probe=True)
         text = raw.decode("utf-8") if raw is not None else None
         if text is None or self.tokenize(text, add_bos=True, special=True) != tokens:
             raise InvalidParameter(
                 "llama-cpp-python's server takes text prompts only, and the text of this token sequence "
-                "tokenizes to other tokens: its log-probabilities cannot be read there (use vLLM or llama.cpp's "
+                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM or llama.cpp's "
                 "server, which take token ids)"
             )
+        if len(self._texts) < 4096:  # an audit repeats its prompts: checked once each
+            self._texts[key] = text
         return text
 
     def logprobs_many(
