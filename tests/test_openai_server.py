@@ -437,22 +437,69 @@ def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_serv
     assert any(n.startswith("texts: sampled by the server") for n in report["notes"]), report["notes"]
 
 
-# ----- a server without log-probabilities ---------------------------------------------------------
-def test_a_server_without_logprobs_is_refused_by_name(llama_server, tmp_path):
-    """Completions without ``logprobs`` (the proxy sets them null): ``score`` and a classification audit
-    are refused at connection, in one line naming the missing capability (exit 2), before any log is
-    written; no sampled-answer estimate stands in for the distribution."""
+# ----- a server without log-probabilities: scoring refused, answers sampled ------------------------
+def test_scoring_on_a_server_without_logprobs_is_refused_by_name(llama_server, tmp_path):
+    """Completions without ``logprobs`` (the proxy sets them null): ``score`` is refused in one line
+    naming the missing capability (exit 2) after the connection probe, before a log is written."""
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
-    data, fmt = _tiny_audit(tmp_path)
     with Proxy(llama_server.url, no_logprobs=True) as proxy:
-        score = _score_args(proxy.url, tmp_path / "s.jsonl")
-        audit = _audit_args(proxy.url, data, fmt, tmp_path / "a.jsonl", "--trials", "4")
-        for args in (score, audit):
-            res = CliRunner().invoke(main, args)
-            assert res.exit_code == 2, res.output
-            assert res.output.count("\n") == 1 and "returns no log-probabilities for completions" in res.output
-        assert proxy.completions == 2  # one probe each
-    assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "a.jsonl").exists()
+        res = CliRunner().invoke(main, _score_args(proxy.url, tmp_path / "s.jsonl"))
+        assert proxy.completions == 1  # the probe
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and "scoring needs log-probabilities of given tokens" in res.output
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_sampled_answers_follow_the_exact_distribution(llama_server, remote):
+    """On a server without log-probabilities each answer is one sampled completion: 150 of them agree
+    with the exact distribution read on the same server with log-probabilities (chi-square)."""
+    from scipy.stats import chisquare
+
+    from ctxlite.audit.oracle import ModelOracle
+
+    labels, prompt = [" good", " bad"], "great fun: good\nawful: bad\nloved it: good\nso-so:"
+    exact = ModelOracle(remote, labels).label_distribution(prompt)
+    assert exact[:2].min() > 0.1, exact  # an informative prompt: both labels likely
+    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=4)) as backend:
+            assert not backend.prompt_logprobs
+            oracle = ModelOracle(backend, labels)
+            counts = oracle.sample_answers(prompt, 150, np.random.default_rng(5))
+            assert oracle.served_completions == 150
+    assert counts.sum() == 150
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    assert len(sampled) == 150 and len({p["seed"] for p in sampled}) == 150
+    assert all(p["max_tokens"] == 1 and p["temperature"] == 1.0 for p in sampled)
+    big = exact * 150 >= 5
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(exact[big], exact[~big].sum()) * 150
+    keep = expected > 0
+    assert chisquare(observed[keep], expected[keep]).pvalue > 1e-3, (counts, exact)
+
+
+def test_a_classification_audit_on_a_server_without_logprobs_samples_its_answers(llama_server, tmp_path):
+    """The tiny audit through a proxy that strips log-probabilities: it runs on sampled answers, one
+    completion per answer, says so on stderr and in the report's notes, computes no pair's ε (and says
+    why), and its log is refused to the same audit on a server that reads distributions exactly."""
+    data, fmt = _tiny_audit(tmp_path)
+    out = tmp_path / "a.jsonl"
+    args = _audit_args("URL", data, fmt, out, "--trials", "4")
+    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+        res = CliRunner().invoke(main, [proxy.url if a == "URL" else a for a in args])
+        assert res.exit_code == 0, res.output
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    assert len(sampled) >= 4 * 8 and len(sampled) % 8 == 0  # 8 answers a trial (and a reference run)
+    assert "ctxlite: note: answers: sampled by the server" in res.stderr
+    report = json.loads(res.stdout)
+    assert any(n.startswith("answers: sampled by the server") for n in report["notes"]), report["notes"]
+    row = report["rows"][0]
+    assert row["epsilon_upper_bound"] is None and "not known" in row["reasons"]["epsilon_upper_bound"], row
+    trials = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    trials = [t for t in trials if t.get("type") == "trial"]
+    assert len(trials) == 4 and all(abs(sum(t["signal"]) - 1) < 1e-9 for t in trials)
+    assert all(float(8 * v).is_integer() for t in trials for v in t["signal"])
+    res = CliRunner().invoke(main, [llama_server.url if a == "URL" else a for a in args] + ["--resume"])
+    assert res.exit_code == 4 and "prompt_logprobs" in res.output, res.output
 
 
 # ----- failures: retried, timed out, malformed, breaker ------------------------------------------

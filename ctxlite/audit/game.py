@@ -339,6 +339,7 @@ def run_audit(
         forward_passes=game.oracle.forward_passes,
         notes=_notes(s, len(game.pool), bool(game.held_out))
         + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
+        + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
         + _above_exact(rows, s.alpha)
         + ([warning] if warning else []),
         format=fmt.identity(),
@@ -488,6 +489,19 @@ def _served_note(s: AuditSettings) -> list[str]:
         "served model; not comparable text for text with a local run (the server may end a text at its first "
         "token, which the local sampler bans), and a trial replayed at another epsilon draws the same texts "
         "only where the server's seeded sampling is deterministic"
+    ]
+
+
+def _sampled_answers_note(s: AuditSettings) -> list[str]:
+    """What the reader must know when the server sampled the answers (no log-probabilities)."""
+    per = f"{s.queries_per_trial} per trial" + (f", each from {s.ensembles} ensembles" if s.mechanism.is_dp else "")
+    return [
+        f"answers: sampled by the server, which returns no log-probabilities: every answer is one completion at "
+        f"temperature {s.temperature:g} ({per}), the longest label its text starts with or other. They are "
+        "i.i.d. answers of the model as served, so a trial's answer frequencies, which the detector scores, "
+        "have the law they have when the distribution is read exactly, and the epsilon lower bound stays "
+        "valid; the distribution itself is not known, so the pair's exact epsilon is not computed, and every "
+        "answer costs a request"
     ]
 
 

@@ -15,6 +15,15 @@ rows after label prefixes are decoded on top of the prompt's cells, shared betwe
 Temperature 0 puts all mass on the greedy path. An answer that spells a label with other
 tokens than the tokenizer's own (a rare split) counts as "other".
 
+Sampled answers. A backend without teacher forcing (a server whose completions carry no
+log-probabilities) gives no distribution at all: each answer is then one completion it samples
+(``Capability.SAMPLES``) at temperature T, of as many tokens as the longest label, seeded from the
+caller's generator, and is the longest label its text starts with ("other" if none). Those are
+i.i.d. answers of the model as served, so a release (n answers) has the law it has on the exact
+path; what is lost is the distribution itself (``label_distribution`` refuses: the pair's exact ε
+is not computed) and its reuse (every answer is a request). The text rule matches the token rule
+above except where the server spells a label with other tokens than the tokenizer's own.
+
 The distribution is cached by prompt tokens, so n queries on one prompt cost one pass plus one
 multinomial draw, and a prompt seen in an earlier trial, ε or reference run costs nothing. The
 prompt is decoded from an empty cache, and the label rows in a fixed order after it, so the
@@ -40,7 +49,7 @@ import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
-from ctxlite.runtime.backend import Capability
+from ctxlite.runtime.backend import Capability, teacher_forcing
 
 
 class ModelOracle:
@@ -85,6 +94,9 @@ class ModelOracle:
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
         self._served = 0  # completions sampled by the backend (``Capability.SAMPLES``)
+        self.sampled_answers = bool(self.labels) and not teacher_forcing(engine)
+        if self.sampled_answers and Capability.SAMPLES not in engine.capabilities:
+            raise InvalidParameter("a backend without teacher forcing must sample completions to give answers")
 
     def _label_tokens(self, label: str) -> list[int]:
         toks = self.engine.tokenize(label)
@@ -122,6 +134,11 @@ class ModelOracle:
 
     def label_distribution(self, prompt: str) -> np.ndarray:
         """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""
+        if self.sampled_answers:
+            raise InvalidParameter(
+                "the answer distribution is not known: the server returns no log-probabilities, so its "
+                "answers are sampled completions"
+            )
         toks = self.tokens(prompt)
         hit = self._dist_cache.get(toks)
         if hit is not None:
@@ -161,7 +178,38 @@ class ModelOracle:
 
     def sample_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
         """Counts over (labels..., other) of ``n`` independent sampled answers."""
+        if self.sampled_answers:
+            return self._served_answers(prompt, n, rng)
         return rng.multinomial(n, self.label_distribution(prompt))
+
+    def sample_answer(self, prompt: str, rng: np.random.Generator) -> int:
+        """The index in (labels..., other) of one sampled answer."""
+        if self.sampled_answers:
+            return int(np.argmax(self._served_answers(prompt, 1, rng)))
+        p = self.label_distribution(prompt)
+        return int(rng.choice(len(p), p=p))
+
+    def _served_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Counts of ``n`` answers, each a completion sampled by the backend (seeded from ``rng``)."""
+        seeds = np.random.default_rng(int(rng.integers(2**63))).integers(2**31, size=n)
+        toks = self.tokens(prompt)
+        budget = max(len(t) for t in self.label_tokens)
+        texts = self.engine.sample_texts([(toks, int(s)) for s in seeds], self.temperature, budget)
+        self._served += n
+        counts = np.zeros(self.n_outcomes, dtype=np.int64)
+        for text in texts:
+            counts[self.answer_of(text)] += 1
+        return counts
+
+    def answer_of(self, text: str) -> int:
+        """The index in (labels..., other) of a sampled text: the longest label it starts with."""
+        starts = [j for j, label in enumerate(self.labels) if text.startswith(label)]
+        return max(starts, key=lambda j: len(self.labels[j])) if starts else len(self.labels)
+
+    @property
+    def served_completions(self) -> int:
+        """Completions the backend sampled for this oracle (answers and texts)."""
+        return self._served
 
     def next_token_probs(self, prompt: str, words: Sequence[str], prefix: str = " ") -> np.ndarray:
         """P(first token of ``prefix + word``) at T = 1 for each word (cached), e.g. a judge's Yes/No."""

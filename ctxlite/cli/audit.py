@@ -353,6 +353,9 @@ def audit(**options):
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
         if report.rereport_warning:
             progress(f"ctxlite: warning: {report.rereport_warning}")
+        for note in report.notes:
+            if note.startswith(("answers: sampled by the server", "texts: sampled by the server")):
+                progress(f"ctxlite: note: {note}")  # the table does not show the notes
         result = _jsonable(report.to_dict())
         if log is not None:
             finish_log(log, {"report": result})

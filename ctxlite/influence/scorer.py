@@ -32,7 +32,7 @@ from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
-from ctxlite.runtime.backend import Capability, logprobs_many, require
+from ctxlite.runtime.backend import Capability, logprobs_many, require, require_teacher_forcing
 from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.runtime.templates import PromptTemplate, get_template
 
@@ -346,6 +346,7 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
+        require_teacher_forcing(engine, "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilon is not None:
             require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
         self._render = None

@@ -4,8 +4,11 @@
 implements it, and any other model runtime (an inference server, say) plugs in by implementing the
 same methods; ``ctxlite.influence`` and ``ctxlite.audit`` use nothing else.
 
-A backend declares what it can do in ``capabilities``. Everything needs tokenization and
-teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optional:
+A backend declares what it can do in ``capabilities``. Everything needs tokenization; scoring
+needs teacher forcing (log p(y_t | y_<t, prompt) of given tokens), which every backend has but a
+server whose completions carry no log-probabilities (:func:`teacher_forcing`), and a
+classification audit reads its exact label distributions through it where it can (else it
+samples its answers: ``SAMPLES``). The rest is optional:
 
 * ``LOGIT_ROWS`` -- full next-token logit rows. The λ-mixture of Context Influence Decoding,
   log softmax((λ·l_D + (1−λ)·l_∅)/T), needs both rows over the whole vocabulary, so λ ≠ 1, CID
@@ -112,6 +115,22 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
         name = backend.describe().get("backend", type(backend).__name__)
         raise InvalidParameter(
             f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} backend does not provide"
+        )
+
+
+def teacher_forcing(backend) -> bool:
+    """Whether ``backend`` returns log-probabilities of given tokens: every backend but a server whose
+    completions carry none (``prompt_logprobs = False``; ``ctxlite.runtime.openai_server``)."""
+    return getattr(backend, "prompt_logprobs", True) is not False
+
+
+def require_teacher_forcing(backend, for_what: str) -> None:
+    """Refuse (InvalidParameter) a backend without teacher forcing, naming what needed it."""
+    if not teacher_forcing(backend):
+        name = backend.describe().get("backend", type(backend).__name__)
+        raise InvalidParameter(
+            f"{for_what} needs log-probabilities of given tokens, which the {name} backend does not return "
+            "(its completions carry no logprobs)"
         )
 
 

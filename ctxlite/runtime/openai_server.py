@@ -28,8 +28,9 @@ ablations, a prompt's labels), at most ``concurrency`` in flight, each result re
 request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
 flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
 
-A server that returns no ``logprobs`` is refused at connection (InvalidParameter naming it): the
-label distributions are not estimated from sampled answers (why: the README's server section).
+A server whose completions carry no ``logprobs`` is found at connection (``prompt_logprobs`` is
+then False): teacher forcing, hence scoring, is refused naming the missing capability, and a
+classification audit takes its answers from sampled completions instead (``ctxlite.audit.oracle``).
 
 Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
 on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
@@ -111,6 +112,10 @@ class RequestStats:
     max_in_flight: int
     ended: int
     prompt_tokens: int | None
+
+
+class NoPromptLogprobs(InvalidParameter):
+    """The server returns no log-probabilities for completions."""
 
 
 class _Pool:
@@ -313,7 +318,11 @@ class OpenAIServer:
         sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
         if len(sample) < 3:
             raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
-        self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+        self.prompt_logprobs = True
+        try:
+            self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+        except NoPromptLogprobs:
+            self.prompt_logprobs = False
 
     def _server_info(self) -> tuple[str | None, int | None]:
         """(version, context window) where the server reports them (vLLM /version and /v1/models,
@@ -458,6 +467,8 @@ class OpenAIServer:
                 f"log-probabilities at temperature {temperature:g} need the full next-token distribution, "
                 "which an OpenAI-compatible server does not return: use -T/--temperature 1 with --backend openai"
             )
+        if not self.prompt_logprobs:
+            raise NoPromptLogprobs(self._no_logprobs)
         tokens = [int(t) for t in tokens]
         if not 1 <= targets_from < len(tokens):
             raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
@@ -485,11 +496,7 @@ class OpenAIServer:
         self._http.count_prompt_tokens(body)
         choice = _field(body, ["choices", 0], url, what)
         if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
-            raise InvalidParameter(
-                f"the server at {self.config.base_url} returns no log-probabilities for completions (echo + "
-                "logprobs): scoring and classification audits read them, and ctxlite does not estimate them "
-                "from sampled answers (README: Running against vLLM)"
-            )
+            raise NoPromptLogprobs(self._no_logprobs)
         values = _field(choice, ["logprobs", "token_logprobs"], url, what)
         need = len(tokens) - offset
         if not isinstance(values, list) or len(values) < need:
@@ -543,6 +550,13 @@ class OpenAIServer:
             return text
 
         return self._map(one, requests)
+
+    @property
+    def _no_logprobs(self) -> str:
+        return (
+            f"the server at {self.config.base_url} returns no log-probabilities for completions (echo + logprobs): "
+            "scoring needs them (an audit samples its answers instead)"
+        )
 
     def _prompt(self, tokens: list[int]) -> list[int] | str:
         """What to send as the prompt so that the server decodes exactly ``tokens``: the ids (vLLM,
@@ -654,6 +668,7 @@ class OpenAIServer:
                 "model_name": self.config.model_name,
                 "version": self.server_version,
                 "dialect": self.dialect,
+                **({} if self.prompt_logprobs else {"prompt_logprobs": False}),  # answers sampled, not read
             },
         }
 
@@ -664,6 +679,7 @@ class OpenAIServer:
             "model_name": self.config.model_name,
             "server_version": self.server_version or "not reported",
             "tokenizer": self.dialect,
+            "prompt_logprobs": self.prompt_logprobs,
             "n_ctx": self.n_ctx,
             "concurrency": self.config.concurrency,
             "request_timeout_s": self.config.timeout,
