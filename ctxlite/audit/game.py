@@ -497,7 +497,7 @@ def _sampled_answers_note(s: AuditSettings) -> list[str]:
     per = f"{s.queries_per_trial} per trial" + (f", each from {s.ensembles} ensembles" if s.mechanism.is_dp else "")
     return [
         f"answers: sampled by the server, which returns no log-probabilities: every answer is one completion at "
-        f"temperature {s.temperature:g} ({per}), the longest label its text starts with or other. They are "
+        f"temperature {s.temperature:g} ({per}), read as the label its tokens start with, or other. They are "
         "i.i.d. answers of the model as served, so a trial's answer frequencies, which the detector scores, "
         "have the law they have when the distribution is read exactly, and the epsilon lower bound stays "
         "valid; the distribution itself is not known, so the pair's exact epsilon is not computed, and every "

@@ -18,11 +18,12 @@ tokens than the tokenizer's own (a rare split) counts as "other".
 Sampled answers. A backend without teacher forcing (a server whose completions carry no
 log-probabilities) gives no distribution at all: each answer is then one completion it samples
 (``Capability.SAMPLES``) at temperature T, of as many tokens as the longest label, seeded from the
-caller's generator, and is the longest label its text starts with ("other" if none). Those are
-i.i.d. answers of the model as served, so a release (n answers) has the law it has on the exact
-path; what is lost is the distribution itself (``label_distribution`` refuses: the pair's exact ε
-is not computed) and its reuse (every answer is a request). The text rule matches the token rule
-above except where the server spells a label with other tokens than the tokenizer's own.
+caller's generator, and is read by the rule above on the tokens of its text (the longest label
+they start with, else "other"). Those are i.i.d. answers of the model as served, so a release
+(n answers) has the law it has on the exact path; what is lost is the distribution itself
+(``label_distribution`` refuses: the pair's exact ε is not computed) and its reuse (every answer
+is a request). The server returns text, not the tokens it sampled: the two rules differ only
+where it sampled other tokens than the tokenization of their text (a rare split).
 
 The distribution is cached by prompt tokens, so n queries on one prompt cost one pass plus one
 multinomial draw, and a prompt seen in an earlier trial, ε or reference run costs nothing. The
@@ -94,6 +95,7 @@ class ModelOracle:
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
         self._served = 0  # completions sampled by the backend (``Capability.SAMPLES``)
+        self._answers: dict[str, int] = {}
         self.sampled_answers = bool(self.labels) and not teacher_forcing(engine)
         if self.sampled_answers and Capability.SAMPLES not in engine.capabilities:
             raise InvalidParameter("a backend without teacher forcing must sample completions to give answers")
@@ -202,9 +204,17 @@ class ModelOracle:
         return counts
 
     def answer_of(self, text: str) -> int:
-        """The index in (labels..., other) of a sampled text: the longest label it starts with."""
-        starts = [j for j, label in enumerate(self.labels) if text.startswith(label)]
-        return max(starts, key=lambda j: len(self.labels[j])) if starts else len(self.labels)
+        """The index in (labels..., other) of a sampled completion's text: the label whose tokens its
+        tokens start with, the longest if several (an answer that goes on to a longer label is that
+        label), else other -- the rule of the exact distribution, on the text's own tokens (a server
+        returns text, not the tokens it sampled). Cached by text."""
+        hit = self._answers.get(text)
+        if hit is None:
+            toks = tuple(self.engine.tokenize(text)) if text else ()
+            starts = [j for j, seq in enumerate(self.label_tokens) if toks[: len(seq)] == seq]
+            hit = max(starts, key=lambda j: len(self.label_tokens[j])) if starts else len(self.labels)
+            self._answers[text] = hit
+        return hit
 
     @property
     def served_completions(self) -> int:
