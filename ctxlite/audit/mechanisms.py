@@ -287,7 +287,12 @@ class ReportNoisyMax(Mechanism):
         groups = partition(len(records), self.ensembles, self.shots, rng)
         votes = np.empty(self.ensembles, dtype=np.int32)
         for e, group in enumerate(groups):
-            votes[e] = oracle.sample_answer(fmt.prompt([records[i] for i in group], query), rng)
+            prompt = fmt.prompt([records[i] for i in group], query)
+            if getattr(oracle, "sampled_answers", False):  # a server without log-probabilities
+                votes[e] = oracle.sample_answer(prompt, rng)
+                continue
+            p = oracle.label_distribution(prompt)
+            votes[e] = int(rng.choice(len(p), p=p))
         return votes
 
     def vote_pairs(

@@ -185,11 +185,8 @@ class ModelOracle:
         return rng.multinomial(n, self.label_distribution(prompt))
 
     def sample_answer(self, prompt: str, rng: np.random.Generator) -> int:
-        """The index in (labels..., other) of one sampled answer."""
-        if self.sampled_answers:
-            return int(np.argmax(self._served_answers(prompt, 1, rng)))
-        p = self.label_distribution(prompt)
-        return int(rng.choice(len(p), p=p))
+        """The index in (labels..., other) of one answer sampled by the backend (``sampled_answers``)."""
+        return int(np.argmax(self._served_answers(prompt, 1, rng)))
 
     def _served_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
         """Counts of ``n`` answers, each a completion sampled by the backend (seeded from ``rng``)."""
