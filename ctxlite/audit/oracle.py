@@ -259,7 +259,8 @@ class ModelOracle:
         another ε asks for the same seeds. The text is cut at ``stop`` here, after leading whitespace,
         as the tree's walks are (a server-side stop would end a text that starts with a newline)."""
         seeds = np.random.default_rng(int(rng.integers(2**63))).integers(2**31, size=len(prompts))
-        requests = [(self.tokens(p), int(seed)) for p, seed in zip(prompts, seeds)]
+        tokens = {p: self.tokens(p) for p in dict.fromkeys(prompts)}  # a trial asks one prompt n times
+        requests = [(tokens[p], int(seed)) for p, seed in zip(prompts, seeds)]
         raw = self.engine.sample_texts(requests, self.temperature, self.max_new_tokens)
         self._served += len(requests)
         texts = []
