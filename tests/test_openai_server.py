@@ -401,16 +401,23 @@ DIALOGUE = "Anna: Are you coming tonight?\nTom: Yes, but I'll be late, the bus i
 
 
 def test_served_texts_are_the_local_greedy_texts_at_temperature_0(remote, engine):
-    """At T = 0 both samplers are greedy: the server's completions, cut at the stop as the local walks
-    are, are the local engine's texts."""
+    """At T = 0 both samplers are greedy: on prompts whose greedy path leads every runner-up by more
+    than a logit (llama.cpp rounds a row by up to about one logit with its decode history, see
+    docs/design.md), the server's completions, cut as the local walks are, are the local texts."""
     from ctxlite.audit.oracle import ModelOracle
 
-    prompts = [DIALOGUE, "Lee: The meeting moved to 3 pm.\nKim: Thanks!\nSummary:"]
+    prompts, n = ["One, two, three, four,", "Monday, Tuesday, Wednesday,"], 5
+    for p in prompts:  # the precondition, on fresh decodes
+        path = engine.tokenize(p, add_bos=True)
+        for _ in range(n):
+            row = np.sort(engine.next_logits(path, exact=True))
+            assert row[-1] - row[-2] > 1.0, p
+            path.append(int(np.argmax(engine.next_logits(path, exact=True))))
     texts = {}
     for name, backend in (("served", remote), ("local", engine)):
-        oracle = ModelOracle(backend, temperature=0.0, max_new_tokens=8)
-        texts[name] = oracle.sample_texts(prompts, np.random.default_rng(0))
-    assert texts["served"] == texts["local"] and all(texts["local"]), texts
+        oracle = ModelOracle(backend, temperature=0.0, max_new_tokens=n)
+        texts[name] = oracle.sample_texts(prompts, np.random.default_rng(0), stop="\n")
+    assert texts["served"] == texts["local"] == ["five, six, seven", "Thursday, Friday, Saturday"], texts
 
 
 def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_server, tmp_path):
@@ -422,7 +429,7 @@ def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_serv
     out = tmp_path / "gen.jsonl"
     args = ["audit", "--data", "ctxlite/data/dialogue_sample.jsonl", "--task", "generate", "--shots", "1"]
     args += ["--trials", "4", "--queries-per-trial", "2", "--reference-runs", "1", "--max-new-tokens", "6"]
-    with Proxy(llama_server.url) as proxy:
+    with Proxy(llama_server.url, limit=2000) as proxy:
         res = CliRunner().invoke(main, args + _args(proxy.url, "--utility-queries", "0", "--out", str(out), "--json"))
         assert res.exit_code == 0, res.output
     sampled = [p for p in proxy.payloads if not p.get("echo")]
@@ -432,7 +439,8 @@ def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_serv
     for p in sampled:
         assert p["temperature"] == AuditSettings().temperature and p["max_tokens"] == 6 and p["top_p"] == 1.0
         assert p["top_k"] == 0 and p["min_p"] == 0.0 and p["repeat_penalty"] == 1.0 and p["n"] == 1
-    assert len({p["seed"] for p in sampled}) == len(sampled)
+    # a seed of its own per text (a paired reference run asks both of its prompts with the same seeds)
+    assert len({(json.dumps(p["prompt"]), p["seed"]) for p in sampled}) == len(sampled)
     report = json.loads(res.stdout)
     assert any(n.startswith("texts: sampled by the server") for n in report["notes"]), report["notes"]
 
@@ -459,8 +467,8 @@ def test_sampled_answers_follow_the_exact_distribution(llama_server, remote):
 
     labels, prompt = [" good", " bad"], "great fun: good\nawful: bad\nloved it: good\nso-so:"
     exact = ModelOracle(remote, labels).label_distribution(prompt)
-    assert exact[:2].min() > 0.1, exact  # an informative prompt: both labels likely
-    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+    assert np.sort(exact)[-2] > 0.1, exact  # no outcome near certain: a broken sampler shows
+    with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
         with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=4)) as backend:
             assert not backend.prompt_logprobs
             oracle = ModelOracle(backend, labels)
@@ -485,7 +493,7 @@ def test_a_classification_audit_on_a_server_without_logprobs_samples_its_answers
     data, fmt = _tiny_audit(tmp_path)
     out = tmp_path / "a.jsonl"
     args = _audit_args("URL", data, fmt, out, "--trials", "4")
-    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+    with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
         res = CliRunner().invoke(main, [proxy.url if a == "URL" else a for a in args])
         assert res.exit_code == 0, res.output
     sampled = [p for p in proxy.payloads if not p.get("echo")]
