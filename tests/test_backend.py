@@ -3,6 +3,8 @@ the same numbers where it can, and a clear refusal where it cannot."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -90,21 +92,26 @@ def test_teacher_forcing_alone_scores_lambda_one_like_the_exact_path(engine, wit
 
 def test_ablations_sent_together_are_taken_in_their_order(engine):
     """Without logit rows an example's ablations go to ``logprobs_many`` together (concurrently on a
-    server); a batch that ends last to first gives the result of sending them one by one, number for
-    number, and the progress counts each ablation as it ends."""
+    server): each n-gram gets its own ablation's numbers -- those of the row path's exact mode --,
+    a batch that ends last to first gives the same result as one that ends in order, and the
+    progress counts each ablation as it ends."""
     ex, settings = _example(), InfluenceSettings(ngram=8, sampling=SamplingSettings(temperature=1.0))
+    exact = InfluenceScorer(engine, "qa", replace(settings, exact=True)).score(ex).to_dict()["results"][0]
     runs = {}
     for backend in (Restricted(engine), EndsInReverse(engine)):
         ticks = []
         result = InfluenceScorer(backend, "qa", settings, progress=lambda *t: ticks.append(t)).score(ex)
-        runs[type(backend).__name__] = result.to_dict(), ticks, backend.calls
-    (alone, alone_ticks, _), (together, ticks, calls) = runs["Restricted"], runs["EndsInReverse"]
+        runs[type(backend).__name__] = result.to_dict()["results"][0], ticks, backend.calls
+    (in_order, in_order_ticks, _), (reversed_, ticks, calls) = runs["Restricted"], runs["EndsInReverse"]
     assert calls.count("logprobs_many") == 2  # the with/without-context pair, then the ablations
-    rows = [np.asarray(g["per_token"]) for g in alone["results"][0]["ngrams"]]
+    rows = [np.asarray(g["per_token"]) for g in exact["ngrams"]]
     assert len(rows) > 3 and min(np.max(np.abs(a - b)) for i, a in enumerate(rows) for b in rows[i + 1 :]) > 0.01
-    assert together == alone
+    for got in (in_order, reversed_):
+        assert [g["start"] for g in got["ngrams"]] == [g["start"] for g in exact["ngrams"]]
+        np.testing.assert_allclose([g["per_token"] for g in got["ngrams"]], rows, atol=1e-4)
+    assert reversed_ == in_order
     n = len(rows)
-    assert ticks == alone_ticks == [("ablations", k, n) for k in range(n + 1)]
+    assert ticks == in_order_ticks == [("ablations", k, n) for k in range(n + 1)]
 
 
 def test_rows_without_reuse_score_every_lambda_like_the_exact_path(engine, with_response):
