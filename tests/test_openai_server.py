@@ -12,6 +12,7 @@ echoed prompt token (~0.3 s a token here), so every input is a few dozen tokens.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,13 +54,29 @@ def remote(llama_server):
 
 class Proxy:
     """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
-    can answer ``fail`` 429s first, sleep ``delay`` seconds, or return ``garbage``; it keeps the
-    Authorization headers it saw."""
+    can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
+    seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
+    ``"logprobs": null`` (``no_logprobs``: a server that offers none); it keeps the Authorization
+    headers it saw, the completion requests it passed on and the most it had in flight at once."""
 
-    def __init__(self, target: str, *, fail: int = 0, delay: float = 0.0, garbage: bool = False, limit: int = 200):
+    def __init__(
+        self,
+        target: str,
+        *,
+        fail: int = 0,
+        delay: float = 0.0,
+        garbage: bool = False,
+        limit: int = 200,
+        no_logprobs: bool = False,
+        stagger: float = 0.0,
+    ):
         self.target = target.rstrip("/").removesuffix("/v1")
         self.fail, self.delay, self.garbage, self.limit = fail, delay, garbage, limit
+        self.no_logprobs, self.stagger = no_logprobs, stagger
         self.seen, self.auth, self.completions = 0, set(), 0
+        self.in_flight = self.max_in_flight = 0
+        self.payloads: list[dict] = []  # the completion requests it passed on
+        lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,16 +95,36 @@ class Proxy:
                 if proxy.seen > proxy.limit:
                     return self._answer(503, b'{"error": "proxy request limit"}')
                 if self.path.endswith("/completions"):
-                    proxy.completions += 1
-                    if proxy.completions <= proxy.fail:
+                    with lock:
+                        proxy.completions += 1
+                        number = proxy.completions
+                    if number <= proxy.fail:
                         return self._answer(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
                     if proxy.garbage:
                         return self._answer(200, b'{"choices": [{"logprobs": ')
-                    time.sleep(proxy.delay)
+                    with lock:
+                        proxy.in_flight += 1
+                        proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                        proxy.payloads.append(json.loads(body))
+                    try:
+                        time.sleep(proxy.delay + (proxy.stagger if number % 2 else 0.0))
+                        return self._pass_on(body)
+                    finally:
+                        with lock:
+                            proxy.in_flight -= 1
+                self._pass_on(body)
+
+            def _pass_on(self, body):
                 with httpx.Client(timeout=120) as client:
                     headers = {"content-type": self.headers.get("content-type", "application/json")}
                     r = client.request(self.command, proxy.target + self.path, content=body, headers=headers)
-                self._answer(r.status_code, r.content)
+                content = r.content
+                if proxy.no_logprobs and self.path.endswith("/completions") and r.status_code == 200:
+                    answer = json.loads(content)
+                    for choice in answer["choices"]:
+                        choice["logprobs"] = None
+                    content = json.dumps(answer).encode()
+                self._answer(r.status_code, content)
 
             def _answer(self, status, content, headers=()):
                 try:
@@ -308,6 +345,170 @@ def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, m
     assert report["reused"] == ["a"] and report["scored"] == ["b"]
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert [l.get("key") for l in lines[1:-1]] == ["a", "b"] and "end" in lines[-1]
+
+
+# ----- concurrent requests and their progress ------------------------------------------------------
+def _score_served(backend) -> dict:
+    """λ = 1, T = 1 scores of the note's 4-grams (``TEMPLATE``) on ``backend``."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime.sampling import SamplingSettings
+
+    settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
+    return InfluenceScorer(backend, TEMPLATE, settings).score(Example(NOTE, QUERY, RESPONSE)).to_dict()["results"][0]
+
+
+def _distinct_ablations(result: dict) -> None:
+    """Every two n-grams' per-token influences differ by far more than rounding: a result taken for
+    the wrong ablation cannot go unseen."""
+    rows = [np.asarray(g["per_token"]) for g in result["ngrams"]]
+    assert len(rows) >= 3
+    assert min(np.max(np.abs(a - b)) for i, a in enumerate(rows) for b in rows[i + 1 :]) > 10 * TOL_LOGPROB
+
+
+def test_an_examples_ablations_are_in_flight_together_on_the_server(llama_server):
+    """``--concurrency 3`` through a proxy that holds every other completion, so that requests end
+    out of order: an example's ablations (and its with/without-context pair) were in flight together
+    -- at the proxy, and by the backend's own count -- and the result equals the one of
+    ``--concurrency 1``, whose requests went one at a time."""
+    with OpenAIServer(ServerConfig(llama_server.url, MODEL_NAME, concurrency=1)) as backend:
+        one_by_one, alone = _score_served(backend), backend.request_stats()
+    with Proxy(llama_server.url, stagger=1.0) as proxy:
+        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=3)) as backend:
+            together, overlapped = _score_served(backend), backend.request_stats()
+    assert alone.max_in_flight == 1 and overlapped.max_in_flight > 1 and proxy.max_in_flight > 1, (alone, overlapped)
+    _distinct_ablations(one_by_one)
+    assert together == one_by_one
+
+
+def test_the_progress_line_shows_the_servers_requests_on_a_terminal_only(llama_server, tmp_path):
+    """``--backend openai`` on a terminal: the line shows requests in flight and the observed request
+    and prompt-token rates; on a pipe nothing of it."""
+    from tests.test_progress import _run
+
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--template", TEMPLATE]
+    args += ["--doc", *_args(llama_server.url, "-T", "1")]
+    code, err = _run(args, tty=True)
+    assert code == 0, err
+    assert re.search(r"\| requests \d in flight [0-9.e+-]+/s [0-9.e+-]+ prompt tok/s", err), err
+    code, err = _run(args, tty=False)
+    assert code == 0, err
+    assert "in flight" not in err and "\r" not in err and "\x1b" not in err
+
+
+# ----- generation audits: the server samples the texts --------------------------------------------
+DIALOGUE = "Anna: Are you coming tonight?\nTom: Yes, but I'll be late, the bus is stuck.\nSummary:"
+
+
+def test_served_texts_are_the_local_greedy_texts_at_temperature_0(remote, engine):
+    """At T = 0 both samplers are greedy: on prompts whose greedy path leads every runner-up by more
+    than a logit (llama.cpp rounds a row by up to about one logit with its decode history, see
+    docs/design.md), the server's completions, cut as the local walks are, are the local texts."""
+    from ctxlite.audit.oracle import ModelOracle
+
+    prompts, n = ["One, two, three, four,", "Monday, Tuesday, Wednesday,"], 5
+    for p in prompts:  # the precondition, on fresh decodes
+        path = engine.tokenize(p, add_bos=True)
+        for _ in range(n):
+            row = np.sort(engine.next_logits(path, exact=True))
+            assert row[-1] - row[-2] > 1.0, p
+            path.append(int(np.argmax(engine.next_logits(path, exact=True))))
+    texts = {}
+    for name, backend in (("served", remote), ("local", engine)):
+        oracle = ModelOracle(backend, temperature=0.0, max_new_tokens=n)
+        texts[name] = oracle.sample_texts(prompts, np.random.default_rng(0), stop="\n")
+    assert texts["served"] == texts["local"] == ["five, six, seven", "Thursday, Friday, Saturday"], texts
+
+
+def test_a_generation_audit_runs_on_the_server_with_its_sampled_texts(llama_server, tmp_path):
+    """``audit --task generate`` end to end on the server: every text is one sampled completion with
+    the audit's temperature and token budget, a seed of its own and the server's own filters off; the
+    texts are embedded locally; the report says the server sampled them."""
+    from ctxlite.audit.settings import AuditSettings
+
+    out = tmp_path / "gen.jsonl"
+    args = ["audit", "--data", "ctxlite/data/dialogue_sample.jsonl", "--task", "generate", "--shots", "1"]
+    args += ["--trials", "4", "--queries-per-trial", "2", "--reference-runs", "1", "--max-new-tokens", "6"]
+    with Proxy(llama_server.url, limit=2000) as proxy:
+        res = CliRunner().invoke(main, args + _args(proxy.url, "--utility-queries", "0", "--out", str(out), "--json"))
+        assert res.exit_code == 0, res.output
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    trials = [json.loads(line) for line in out.read_text().splitlines()[1:] if '"trial"' in line]
+    assert len([t for t in trials if t.get("type") == "trial"]) == 4
+    assert len(sampled) >= 4 * 2  # one completion per text: the trials' two queries each (and the references')
+    for p in sampled:
+        assert p["temperature"] == AuditSettings().temperature and p["max_tokens"] == 6 and p["top_p"] == 1.0
+        assert p["top_k"] == 0 and p["min_p"] == 0.0 and p["repeat_penalty"] == 1.0 and p["n"] == 1
+    # a seed of its own per text (a paired reference run asks both of its prompts with the same seeds)
+    assert len({(json.dumps(p["prompt"]), p["seed"]) for p in sampled}) == len(sampled)
+    report = json.loads(res.stdout)
+    assert any(n.startswith("texts: sampled by the server") for n in report["notes"]), report["notes"]
+
+
+# ----- a server without log-probabilities: scoring refused, answers sampled ------------------------
+def test_scoring_on_a_server_without_logprobs_is_refused_by_name(llama_server, tmp_path):
+    """Completions without ``logprobs`` (the proxy sets them null): ``score`` is refused in one line
+    naming the missing capability (exit 2) after the connection probe, before a log is written."""
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    with Proxy(llama_server.url, no_logprobs=True) as proxy:
+        res = CliRunner().invoke(main, _score_args(proxy.url, tmp_path / "s.jsonl"))
+        assert proxy.completions == 1  # the probe
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and "scoring needs log-probabilities of given tokens" in res.output
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_sampled_answers_follow_the_exact_distribution(llama_server, remote):
+    """On a server without log-probabilities each answer is one sampled completion: 150 of them agree
+    with the exact distribution read on the same server with log-probabilities (chi-square)."""
+    from scipy.stats import chisquare
+
+    from ctxlite.audit.oracle import ModelOracle
+
+    labels, prompt = [" good", " bad"], "great fun: good\nawful: bad\nloved it: good\nso-so:"
+    exact = ModelOracle(remote, labels).label_distribution(prompt)
+    assert np.sort(exact)[-2] > 0.1, exact  # no outcome near certain: a broken sampler shows
+    with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
+        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=4)) as backend:
+            assert not backend.prompt_logprobs
+            oracle = ModelOracle(backend, labels)
+            counts = oracle.sample_answers(prompt, 150, np.random.default_rng(5))
+            assert oracle.served_completions == 150
+    assert counts.sum() == 150
+    observed, expected = counts.astype(float), exact * 150
+    small, top = expected < 5, int(np.argmax(expected))  # unlikely outcomes join the likeliest
+    observed[top] += observed[small].sum()
+    expected[top] += expected[small].sum()
+    observed, expected = observed[~small], expected[~small]
+    assert chisquare(observed, expected).pvalue > 1e-3, (counts, exact)
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    assert len(sampled) == 150 and len({p["seed"] for p in sampled}) == 150
+    assert all(p["max_tokens"] == 1 and p["temperature"] == 1.0 for p in sampled)
+
+
+def test_a_classification_audit_on_a_server_without_logprobs_samples_its_answers(llama_server, tmp_path):
+    """The tiny audit through a proxy that strips log-probabilities: it runs on sampled answers, one
+    completion per answer, says so on stderr and in the report's notes, computes no pair's ε (and says
+    why), and its log is refused to the same audit on a server that reads distributions exactly."""
+    data, fmt = _tiny_audit(tmp_path)
+    out = tmp_path / "a.jsonl"
+    args = _audit_args("URL", data, fmt, out, "--trials", "4")
+    with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
+        res = CliRunner().invoke(main, [proxy.url if a == "URL" else a for a in args])
+        assert res.exit_code == 0, res.output
+    sampled = [p for p in proxy.payloads if not p.get("echo")]
+    assert len(sampled) >= 4 * 8 and len(sampled) % 8 == 0  # 8 answers a trial (and a reference run)
+    assert "ctxlite: note: answers: sampled by the server" in res.stderr
+    report = json.loads(res.stdout)
+    assert any(n.startswith("answers: sampled by the server") for n in report["notes"]), report["notes"]
+    row = report["rows"][0]
+    assert row["epsilon_upper_bound"] is None and "not known" in row["reasons"]["epsilon_upper_bound"], row
+    trials = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    trials = [t for t in trials if t.get("type") == "trial"]
+    assert len(trials) == 4 and all(abs(sum(t["signal"]) - 1) < 1e-9 for t in trials)
+    assert all(float(8 * v).is_integer() for t in trials for v in t["signal"])
+    res = CliRunner().invoke(main, [llama_server.url if a == "URL" else a for a in args] + ["--resume"])
+    assert res.exit_code == 4 and "prompt_logprobs" in res.output, res.output
 
 
 # ----- failures: retried, timed out, malformed, breaker ------------------------------------------

@@ -50,6 +50,30 @@ def test_line_shows_both_counts_with_rate_and_eta():
     assert stream.getvalue().endswith("\r\x1b[K")
 
 
+def test_a_servers_requests_show_in_flight_and_the_observed_rates():
+    """``--backend openai``: the line ends with the requests in flight and the rates since the line
+    started (requests before it, e.g. the connection probe, do not count); redrawn by ``refresh``."""
+    from ctxlite.runtime.openai_server import RequestStats
+
+    stream, clock = Terminal(), Clock()
+    stats = [RequestStats(in_flight=0, max_in_flight=1, ended=5, prompt_tokens=40)]
+    line = ProgressLine(stream, clock=clock, requests=lambda: stats[-1])
+    line.tick("ablations", 0, 8)
+    assert stream.getvalue().endswith("ablations 0/8 | requests 0 in flight")
+    clock.now = 2.0
+    stats.append(RequestStats(in_flight=3, max_in_flight=4, ended=9, prompt_tokens=240))
+    line.refresh()  # 4 requests and 200 prompt tokens in 2 s
+    assert stream.getvalue().endswith("ablations 0/8 | requests 3 in flight 2/s 100 prompt tok/s")
+    clock.now = 2.05
+    stats.append(RequestStats(in_flight=2, max_in_flight=4, ended=10, prompt_tokens=300))
+    line.refresh()  # within the redraw interval: not drawn
+    assert stream.getvalue().endswith("3 in flight 2/s 100 prompt tok/s")
+    clock.now = 4.0
+    stats.append(RequestStats(in_flight=0, max_in_flight=4, ended=13, prompt_tokens=None))
+    line.tick("ablations", 8, 8)  # a server that reports no token counts: no token rate
+    assert stream.getvalue().endswith("ablations 8/8 2/s ETA 0:00 | requests 0 in flight 2/s")
+
+
 def test_nothing_is_drawn_on_a_pipe_or_when_quiet(monkeypatch):
     pipe = io.StringIO()
     line = ProgressLine(pipe)

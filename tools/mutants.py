@@ -431,8 +431,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "I2",
         "ctxlite/influence/scorer.py",
-        "                b = spans[i][1]\n",
-        "                b = spans[i][1] - 1\n",
+        "            b = spans[i][1]\n",
+        "            b = spans[i][1] - 1\n",
         (INFL,),
         "scorer_matches",
         "an ablation removes n - 1 tokens",

@@ -338,6 +338,8 @@ def run_audit(
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
         notes=_notes(s, len(game.pool), bool(game.held_out))
+        + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
+        + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
         + _above_exact(rows, s.alpha)
         + ([warning] if warning else []),
         format=fmt.identity(),
@@ -394,6 +396,12 @@ def judge_from_engine(judge) -> JudgeModel | None:
     return JudgeModel(oracle, (lambda messages: render_chat(judge, messages)) if chat else None)
 
 
+def served_texts(engine) -> bool:
+    """Whether the audit's texts are sampled by the backend itself (a server), not by ctxlite's walks."""
+    caps = engine.capabilities
+    return not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps
+
+
 def _check_inputs(
     engine, records, s: AuditSettings, log: RecordLog | None, embedder, fmt, judge=None
 ) -> tuple[list, AuditFormat]:
@@ -405,9 +413,13 @@ def _check_inputs(
             f"the private set has {len(records)} records but {s.ensembles} ensemble(s) x {s.shots} "
             f"shot(s) need {s.private_size}"
         )
-    text_out = s.task is Task.GENERATE or s.attack is Attack.INJECTION or s.mechanism is MechanismKind.JUDGE
-    # a classification's label distribution is exact by teacher forcing too: only texts need rows and streams
-    require(engine, [Capability.LOGIT_ROWS, Capability.STREAMS] if text_out else [], f"a {s.task.value} audit")
+    text_out = _texts_out(s)
+    # a classification's label distribution is exact by teacher forcing too: only texts need rows and
+    # streams, or a backend that samples them itself (a server)
+    if text_out and not served_texts(engine):
+        require(engine, [Capability.LOGIT_ROWS, Capability.STREAMS], f"a {s.task.value} audit")
+    if s.mechanism is MechanismKind.JUDGE and judge is None:
+        require(engine, [Capability.LOGIT_ROWS], "the judge mechanism (the audited model judging its own outputs)")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY:
         if embedder is None:
             raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
@@ -462,6 +474,35 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
             "disjoint from the evaluated trials"
         )
     return notes
+
+
+def _texts_out(s: AuditSettings) -> bool:
+    return s.task is Task.GENERATE or s.attack is Attack.INJECTION or s.mechanism is MechanismKind.JUDGE
+
+
+def _served_note(s: AuditSettings) -> list[str]:
+    """What the reader must know when the server sampled the texts."""
+    return [
+        f"texts: sampled by the server, one completion per text at temperature {s.temperature:g} and at most "
+        f"{s.max_new_tokens} tokens, each with its own seed (top-p 1, top-k, min-p and repetition penalty off): "
+        "i.i.d. samples of the model as served, so the detector and the epsilon lower bound are those of the "
+        "served model; not comparable text for text with a local run (the server may end a text at its first "
+        "token, which the local sampler bans), and a trial replayed at another epsilon draws the same texts "
+        "only where the server's seeded sampling is deterministic"
+    ]
+
+
+def _sampled_answers_note(s: AuditSettings) -> list[str]:
+    """What the reader must know when the server sampled the answers (no log-probabilities)."""
+    per = f"{s.queries_per_trial} per trial" + (f", each from {s.ensembles} ensembles" if s.mechanism.is_dp else "")
+    return [
+        f"answers: sampled by the server, which returns no log-probabilities: every answer is one completion at "
+        f"temperature {s.temperature:g} ({per}), read as the label its tokens start with, or other. They are "
+        "i.i.d. answers of the model as served, so a trial's answer frequencies, which the detector scores, "
+        "have the law they have when the distribution is read exactly, and the epsilon lower bound stays "
+        "valid; the distribution itself is not known, so the pair's exact epsilon is not computed, and every "
+        "answer costs a request"
+    ]
 
 
 def _above_exact(rows: list[dict], alpha: float) -> list[str]:

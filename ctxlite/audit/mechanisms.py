@@ -268,7 +268,8 @@ class ReportNoisyMax(Mechanism):
 
     Classes are the labels plus "other" (an answer that is no label), so the
     histogram sums to m before noise. Each ensemble votes with one answer
-    sampled from its prompt's exact label distribution.
+    sampled from its prompt's exact label distribution (on a server without
+    log-probabilities: one completion the server samples).
     """
 
     name = "rnm"
@@ -286,7 +287,11 @@ class ReportNoisyMax(Mechanism):
         groups = partition(len(records), self.ensembles, self.shots, rng)
         votes = np.empty(self.ensembles, dtype=np.int32)
         for e, group in enumerate(groups):
-            p = oracle.label_distribution(fmt.prompt([records[i] for i in group], query))
+            prompt = fmt.prompt([records[i] for i in group], query)
+            if getattr(oracle, "sampled_answers", False):  # a server without log-probabilities
+                votes[e] = oracle.sample_answer(prompt, rng)
+                continue
+            p = oracle.label_distribution(prompt)
             votes[e] = int(rng.choice(len(p), p=p))
         return votes
 

@@ -15,6 +15,16 @@ rows after label prefixes are decoded on top of the prompt's cells, shared betwe
 Temperature 0 puts all mass on the greedy path. An answer that spells a label with other
 tokens than the tokenizer's own (a rare split) counts as "other".
 
+Sampled answers. A backend without teacher forcing (a server whose completions carry no
+log-probabilities) gives no distribution at all: each answer is then one completion it samples
+(``Capability.SAMPLES``) at temperature T, of as many tokens as the longest label, seeded from the
+caller's generator, and is read by the rule above on the tokens of its text (the longest label
+they start with, else "other"). Those are i.i.d. answers of the model as served, so a release
+(n answers) has the law it has on the exact path; what is lost is the distribution itself
+(``label_distribution`` refuses: the pair's exact ε is not computed) and its reuse (every answer
+is a request). The server returns text, not the tokens it sampled: the two rules differ only
+where it sampled other tokens than the tokenization of their text (a rare split).
+
 The distribution is cached by prompt tokens, so n queries on one prompt cost one pass plus one
 multinomial draw, and a prompt seen in an earlier trial, ε or reference run costs nothing. The
 prompt is decoded from an empty cache, and the label rows in a fixed order after it, so the
@@ -24,7 +34,12 @@ before it (a resume included). ``tests/test_audit.py`` checks it against real to
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
-is decoded once, and the walks are exact i.i.d. samples.
+is decoded once, and the walks are exact i.i.d. samples. A backend without
+logit rows that samples itself (``Capability.SAMPLES``: a server) is asked for
+one completion per prompt instead, each with its own seed drawn from the same
+generator, so the texts are i.i.d. samples of the model as the server samples it
+(the local tree bans an end-of-generation token as the first token; a server
+may end a text there, which is then empty).
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter
-from ctxlite.runtime.backend import Capability
+from ctxlite.runtime.backend import Capability, teacher_forcing
 
 
 class ModelOracle:
@@ -79,6 +94,11 @@ class ModelOracle:
         self._embed_cache: dict[str, np.ndarray] = {}
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
+        self._served = 0  # completions sampled by the backend (``Capability.SAMPLES``)
+        self._answers: dict[str, int] = {}
+        self.sampled_answers = bool(self.labels) and not teacher_forcing(engine)
+        if self.sampled_answers and Capability.SAMPLES not in engine.capabilities:
+            raise InvalidParameter("a backend without teacher forcing must sample completions to give answers")
 
     def _label_tokens(self, label: str) -> list[int]:
         toks = self.engine.tokenize(label)
@@ -116,6 +136,11 @@ class ModelOracle:
 
     def label_distribution(self, prompt: str) -> np.ndarray:
         """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""
+        if self.sampled_answers:
+            raise InvalidParameter(
+                "the answer distribution is not known: the server returns no log-probabilities, so its "
+                "answers are sampled completions"
+            )
         toks = self.tokens(prompt)
         hit = self._dist_cache.get(toks)
         if hit is not None:
@@ -155,7 +180,43 @@ class ModelOracle:
 
     def sample_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
         """Counts over (labels..., other) of ``n`` independent sampled answers."""
+        if self.sampled_answers:
+            return self._served_answers(prompt, n, rng)
         return rng.multinomial(n, self.label_distribution(prompt))
+
+    def sample_answer(self, prompt: str, rng: np.random.Generator) -> int:
+        """The index in (labels..., other) of one answer sampled by the backend (``sampled_answers``)."""
+        return int(np.argmax(self._served_answers(prompt, 1, rng)))
+
+    def _served_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Counts of ``n`` answers, each a completion sampled by the backend (seeded from ``rng``)."""
+        seeds = np.random.default_rng(int(rng.integers(2**63))).integers(2**31, size=n)
+        toks = self.tokens(prompt)
+        budget = max(len(t) for t in self.label_tokens)
+        texts = self.engine.sample_texts([(toks, int(s)) for s in seeds], self.temperature, budget)
+        self._served += n
+        counts = np.zeros(self.n_outcomes, dtype=np.int64)
+        for text in texts:
+            counts[self.answer_of(text)] += 1
+        return counts
+
+    def answer_of(self, text: str) -> int:
+        """The index in (labels..., other) of a sampled completion's text: the label whose tokens its
+        tokens start with, the longest if several (an answer that goes on to a longer label is that
+        label), else other -- the rule of the exact distribution, on the text's own tokens (a server
+        returns text, not the tokens it sampled). Cached by text."""
+        hit = self._answers.get(text)
+        if hit is None:
+            toks = tuple(self.engine.tokenize(text)) if text else ()
+            starts = [j for j, seq in enumerate(self.label_tokens) if toks[: len(seq)] == seq]
+            hit = max(starts, key=lambda j: len(self.label_tokens[j])) if starts else len(self.labels)
+            self._answers[text] = hit
+        return hit
+
+    @property
+    def served_completions(self) -> int:
+        """Completions the backend sampled for this oracle (answers and texts)."""
+        return self._served
 
     def next_token_probs(self, prompt: str, words: Sequence[str], prefix: str = " ") -> np.ndarray:
         """P(first token of ``prefix + word``) at T = 1 for each word (cached), e.g. a judge's Yes/No."""
@@ -176,6 +237,9 @@ class ModelOracle:
         replayed at another ε (same seeds: common random numbers) draws the
         same texts, from memoised nodes, without decoding.
         """
+        caps = self.engine.capabilities
+        if not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps:  # a server
+            return self._served_texts(prompts, rng, stop)
         tree = self._trees.get(stop)
         if tree is None:
             tree = ContinuationTree(
@@ -186,6 +250,22 @@ class ModelOracle:
         texts = []
         for p in prompts:
             text = self.engine.detokenize(tree.sample(self.tokens(p), walk_rng)).lstrip()
+            texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
+        return texts
+
+    def _served_texts(self, prompts: Sequence[str], rng: np.random.Generator, stop: str) -> list[str]:
+        """``sample_texts`` on a backend that samples itself: one request per prompt, its seed from a
+        generator seeded by one integer of ``rng`` (as the tree's walks are), so a trial replayed at
+        another ε asks for the same seeds. The text is cut at ``stop`` here, after leading whitespace,
+        as the tree's walks are (a server-side stop would end a text that starts with a newline)."""
+        seeds = np.random.default_rng(int(rng.integers(2**63))).integers(2**31, size=len(prompts))
+        tokens = {p: self.tokens(p) for p in dict.fromkeys(prompts)}  # a trial asks one prompt n times
+        requests = [(tokens[p], int(seed)) for p, seed in zip(prompts, seeds)]
+        raw = self.engine.sample_texts(requests, self.temperature, self.max_new_tokens)
+        self._served += len(requests)
+        texts = []
+        for text in raw:
+            text = text.lstrip()
             texts.append(text.split(stop, 1)[0].strip() if stop else text.strip())
         return texts
 

@@ -35,7 +35,7 @@ from ctxlite.cli.options import (
     verdict_json,
     wants_json,
 )
-from ctxlite.cli.progress import ProgressLine
+from ctxlite.cli.progress import progress_line
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
 
@@ -348,11 +348,14 @@ def audit(**options):
         settings = replace(settings, template_index=found.best_index)
         identity = _identity(o, ekw, settings, records, fmt, server)
     log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
-    line = ProgressLine()
+    line = progress_line(server)
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
         if report.rereport_warning:
             progress(f"ctxlite: warning: {report.rereport_warning}")
+        for note in report.notes:
+            if note.startswith(("answers: sampled by the server", "texts: sampled by the server")):
+                progress(f"ctxlite: note: {note}")  # the table does not show the notes
         result = _jsonable(report.to_dict())
         if log is not None:
             finish_log(log, {"report": result})

@@ -294,7 +294,7 @@ def server_options(f):
             type=click.IntRange(1, 256),
             default=4,
             show_default=True,
-            help="openai: requests in flight.",
+            help="openai: requests in flight at once (a scored example's ablations, a prompt's labels).",
         ),
         click.option(
             "--request-timeout",

@@ -6,6 +6,11 @@ library reports counts through a plain callback, ``tick(label, done, total)``: t
 ablation, the audit per reference run and trial; the commands add the outer count (examples).
 Hand-written rather than ``click.progressbar``: that bar draws one counter, and here the line
 holds two (examples, and ablations or trials within one), each with its own rate and ETA.
+
+With ``--backend openai`` the line ends with the server's requests: how many are in flight now,
+and the rate observed since the run started, requests/s and (where the server reports
+``usage.prompt_tokens``) prompt tokens/s. The backend redraws the line as its requests end, so it
+moves while a batch of requests is out (``OpenAIServer.on_request``).
 """
 
 from __future__ import annotations
@@ -50,7 +55,10 @@ class ProgressLine:
     ablations or trials of the current step). ``enabled=None``: on when ``stream`` is a terminal
     and not quiet."""
 
-    def __init__(self, stream=None, enabled: bool | None = None, clock=time.monotonic):
+    def __init__(self, stream=None, enabled: bool | None = None, clock=time.monotonic, requests=None):
+        """``requests``: a function returning the server's request counts now (an object with
+        ``in_flight``, ``ended`` and ``prompt_tokens``, e.g. ``OpenAIServer.request_stats``), shown
+        at the end of the line, or None (local inference)."""
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
             enabled = not QUIET and bool(getattr(self.stream, "isatty", lambda: False)())
@@ -59,9 +67,14 @@ class ProgressLine:
         self.inner: _Counter | None = None
         self._drawn_at = -1e9
         self._shown = False
+        self.requests = requests
+        self._requests_from = None  # (time, ended, prompt tokens) when the line started
         if self.enabled:
             global _active
             _active = self
+            if requests is not None:
+                first = requests()
+                self._requests_from = (clock(), first.ended, first.prompt_tokens or 0)
 
     def step(self, label: str, done: int, total: int, detail: str = "") -> None:
         """The outer counter: ``done`` of ``total`` finished, ``detail`` naming the one in progress
@@ -81,6 +94,23 @@ class ProgressLine:
         self.inner.done = int(done)
         self._draw(now, force=done >= total)
 
+    def refresh(self) -> None:
+        """Redraw the line with the counts as they are (at most every redraw interval)."""
+        self._draw(self.clock(), force=False)
+
+    def _requests_text(self, now: float) -> str | None:
+        if self._requests_from is None:
+            return None
+        stats = self.requests()
+        since, ended, tokens = self._requests_from
+        out = f"requests {stats.in_flight} in flight"
+        elapsed = now - since
+        if stats.ended > ended and elapsed > 0:
+            out += f" {(stats.ended - ended) / elapsed:.3g}/s"
+            if stats.prompt_tokens is not None:
+                out += f" {(stats.prompt_tokens - tokens) / elapsed:.3g} prompt tok/s"
+        return out
+
     def close(self) -> None:
         """Erase the line (what is printed next starts on a clean line)."""
         if self.enabled and self._shown:
@@ -92,6 +122,16 @@ class ProgressLine:
         if not self.enabled or (not force and now - self._drawn_at < _REDRAW_SECONDS):
             return
         parts = [c.text(now) for c in (self.outer, self.inner) if c is not None]
+        parts += [t for t in [self._requests_text(now)] if t is not None]
         self.stream.write("\r\x1b[K" + " | ".join(parts))
         self.stream.flush()
         self._drawn_at, self._shown = now, True
+
+
+def progress_line(server=None) -> ProgressLine:
+    """The progress line of a command; with a server (``--backend openai``) it shows the server's
+    requests and is redrawn as they end."""
+    line = ProgressLine(requests=None if server is None else server.request_stats)
+    if server is not None and line.enabled:
+        server.on_request = line.refresh
+    return line

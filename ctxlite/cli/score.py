@@ -32,11 +32,12 @@ from ctxlite.cli.options import (
     verdict_json,
     wants_json,
 )
-from ctxlite.cli.progress import ProgressLine
+from ctxlite.cli.progress import ProgressLine, progress_line
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
 from ctxlite.reporting.labels import result_label
+from ctxlite.runtime.backend import require_teacher_forcing
 from ctxlite.runtime.sampling import SamplingSettings
 
 
@@ -371,6 +372,8 @@ def score(**options):
     _check_combination(o, examples)
     ekw = engine_kwargs(vars(o))
     server = open_server(vars(o))  # --backend openai: connected now, its identity names the server
+    if server is not None:  # refused before a log is opened
+        require_teacher_forcing(server, "scoring")
     config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
     runtime = server.identity() if server else engine_part(resolve_model(ekw["model"]), config)
     identity = {**runtime, "template": template.text, "settings": asdict(settings)}
@@ -398,7 +401,7 @@ def score(**options):
             "settings": identity["settings"],
             "identity": identity,
         }
-        line = ProgressLine()
+        line = progress_line(server)
         try:
             records = _score_all(
                 InfluenceScorer(engine, template, settings, progress=line.tick), examples, log, reused, line

@@ -32,7 +32,7 @@ from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
-from ctxlite.runtime.backend import Capability, require
+from ctxlite.runtime.backend import Capability, logprobs_many, require, require_teacher_forcing
 from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.runtime.templates import PromptTemplate, get_template
 
@@ -292,13 +292,33 @@ class _ResponsePasses:
         self.rows, self.reuse = Capability.LOGIT_ROWS in caps, Capability.PREFIX_REUSE in caps
         self.targets = np.asarray(y, dtype=np.int32)
         self.banned = engine.eog_ids if ban_rows is not None else None
+        self.without_request = (empty + y, len(empty))
         if self.rows:  # l_∅ rows: needed for every λ ≠ 1 and the document level; keep one copy
             self.without = engine.logits_rows(empty + y, len(empty))
             self.logp_without = kernels.logprob_gather(
                 self.without, self.targets, T, banned_ids=self.banned, ban_rows=ban_rows
             )
-        else:
-            self.without, self.logp_without = None, engine.logprobs(empty + y, len(empty), T)
+        else:  # read together with the base (``base``)
+            self.without, self.logp_without = None, None
+
+    @property
+    def batched(self) -> bool:
+        """Teacher forcing only: every sequence is one independent request, so many go at once
+        (``backend.logprobs_many``: concurrently on a server)."""
+        return not self.rows
+
+    def base(self, tokens: list[int], targets_from: int) -> dict:
+        """``run`` of the full prompt + response as the base; without logit rows the without-context
+        pass is sent with it (its request first, as when they were sent one by one)."""
+        if not self.batched:
+            return self.run(tokens, targets_from)
+        without, base = logprobs_many(self.engine, [self.without_request, (tokens, targets_from)], self.T)
+        self.logp_without = without
+        return {1.0: base}
+
+    def run_many(self, requests: Sequence[tuple[list[int], int]], on_done=None) -> list[dict]:
+        """``run`` of each (tokens, targets_from), all at once (``batched`` only), in the order given."""
+        return [{1.0: out} for out in logprobs_many(self.engine, requests, self.T, on_done)]
 
     def run(self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False) -> dict:
         """log p̄ per key of ``tokens[targets_from:]``; ``shared=None`` decodes ``tokens`` as the base."""
@@ -337,6 +357,7 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
+        require_teacher_forcing(engine, "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
             require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
         self._render = None
@@ -424,7 +445,7 @@ class InfluenceScorer:
             self.engine, enc.without_context, y, keys, st.sampling.temperature, ban_rows, step_lambdas
         )
         full = enc.with_context
-        base = passes.run(full + y, len(full))
+        base = passes.base(full + y, len(full))
         windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
         ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
@@ -570,7 +591,10 @@ def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | Non
 class _Ablations:
     """Removals of token spans [a, b) of D (and null ablations, which remove nothing), run through
     the response passes in decreasing split order so every shared prefix stays cached, with the
-    ablations and decoded tokens they cost (where the backend counts them)."""
+    ablations and decoded tokens they cost (where the backend counts them). On a backend of teacher
+    forcing only (a server) the sequences of one ``run`` are independent requests: they are sent
+    together (up to the server's ``--concurrency`` in flight) and their results taken in the same
+    order as one by one."""
 
     def __init__(self, engine, enc: EncodedPrompt, y: list[int], passes, base: dict, exact: bool, progress):
         self.engine, self.enc, self.y, self.passes, self.base = engine, enc, y, passes, base
@@ -583,27 +607,46 @@ class _Ablations:
         ``null_points`` are added to ``self.nulls``."""
         p, full, y = len(self.enc.prefix), self.enc.with_context, self.y
         jobs = [(a, False, i) for i, (a, _) in enumerate(spans)] + [(c, True, -1) for c in null_points]
+        jobs.sort(key=lambda job: (-job[0], job[1], job[2]))
         outs: list = [None] * len(spans)
         total = self.done + len(jobs)
-        for a, is_null, i in sorted(jobs, key=lambda job: (-job[0], job[1], job[2])):
-            if self.progress is not None:
-                self.progress("ablations", self.done, total)
-            before = getattr(self.engine, "tokens_decoded", 0)
-            shared = p + a
+
+        def sequence(a: int, is_null: bool, i: int) -> tuple[list[int], int]:
             if is_null:
-                out = self.passes.run(full + y, len(full), shared)
+                return full + y, len(full)
+            b = spans[i][1]
+            return full[: p + a] + full[p + b :] + y, len(full) - (b - a)
+
+        sent = None
+        if self.passes.batched and jobs:
+            first, tick = self.done, self.progress
+            on_done = None if tick is None else lambda k: tick("ablations", first + k, total)
+            if tick is not None:
+                tick("ablations", first, total)
+            before = getattr(self.engine, "tokens_decoded", 0)
+            sent = self.passes.run_many([sequence(*job) for job in jobs], on_done)
+            self.tokens += getattr(self.engine, "tokens_decoded", 0) - before  # the batch's, nulls included
+        for j, (a, is_null, i) in enumerate(jobs):
+            shared = p + a
+            before = getattr(self.engine, "tokens_decoded", 0)
+            if sent is not None:
+                out = sent[j]
+            else:
+                if self.progress is not None:
+                    self.progress("ablations", self.done, total)
+                exact = not is_null and (self.exact or shared < 1)
+                out = self.passes.run(*sequence(a, is_null, i), shared, exact=exact)
+            if is_null:
                 self.nulls.setdefault("points", []).append(a)
                 for k in self.base:
                     self.nulls.setdefault(k, []).append(float(np.abs(out[k] - self.base[k]).sum()))
                 self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
             else:
-                b = spans[i][1]
-                variant = full[:shared] + full[p + b :] + y
-                outs[i] = self.passes.run(variant, len(full) - (b - a), shared, exact=self.exact or shared < 1)
+                outs[i] = out
                 self.count += 1
                 self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
             self.done += 1
-        if self.progress is not None:
+        if self.progress is not None and sent is None:  # a batch ticked as its requests ended
             self.progress("ablations", self.done, self.done)
         return outs
 

@@ -4,8 +4,11 @@
 implements it, and any other model runtime (an inference server, say) plugs in by implementing the
 same methods; ``ctxlite.influence`` and ``ctxlite.audit`` use nothing else.
 
-A backend declares what it can do in ``capabilities``. Everything needs tokenization and
-teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optional:
+A backend declares what it can do in ``capabilities``. Everything needs tokenization; scoring
+needs teacher forcing (log p(y_t | y_<t, prompt) of given tokens), which every backend has but a
+server whose completions carry no log-probabilities (:func:`teacher_forcing`), and a
+classification audit reads its exact label distributions through it where it can (else it
+samples its answers: ``SAMPLES``). The rest is optional:
 
 * ``LOGIT_ROWS`` -- full next-token logit rows. The λ-mixture of Context Influence Decoding,
   log softmax((λ·l_D + (1−λ)·l_∅)/T), needs both rows over the whole vocabulary, so λ ≠ 1, CID
@@ -15,6 +18,9 @@ teacher forcing (log p(y_t | y_<t, prompt) of given tokens). The rest is optiona
   scorer's exact mode does, and no noise floor is needed.
 * ``STREAMS`` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
 * ``EMBEDDINGS`` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
+* ``SAMPLES`` -- continuations sampled by the backend itself (``sample_texts(requests, temperature,
+  max_new_tokens)`` with ``requests`` a list of (prompt tokens, seed)): what a server offers
+  instead of ``LOGIT_ROWS`` + ``STREAMS`` for the texts of generation audits.
 
 A command that needs a capability the backend lacks fails through :func:`require`, with a message
 that names the backend, the capability and what needed it.
@@ -43,6 +49,7 @@ class Capability(enum.Enum):
     PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
     STREAMS = "lock-step sampling of several prompts"
     EMBEDDINGS = "text embeddings"
+    SAMPLES = "sampled completions"
 
 
 class BackendKind(Choice):
@@ -111,10 +118,37 @@ def require(backend, needed: Iterable[Capability], for_what: str) -> None:
         )
 
 
-def logprobs_many(backend, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
-    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, concurrently where the
-    backend can (a server's ``logprobs_many``), else one after the other."""
+def teacher_forcing(backend) -> bool:
+    """Whether ``backend`` returns log-probabilities of given tokens: every backend but a server whose
+    completions carry none (``prompt_logprobs = False``; ``ctxlite.runtime.openai_server``)."""
+    return getattr(backend, "prompt_logprobs", True) is not False
+
+
+def require_teacher_forcing(backend, for_what: str) -> None:
+    """Refuse (InvalidParameter) a backend without teacher forcing, naming what needed it."""
+    if not teacher_forcing(backend):
+        name = backend.describe().get("backend", type(backend).__name__)
+        raise InvalidParameter(
+            f"{for_what} needs log-probabilities of given tokens, which the {name} backend does not return "
+            "(its completions carry no logprobs)"
+        )
+
+
+def logprobs_many(
+    backend,
+    requests: Sequence[tuple[Sequence[int], int]],
+    temperature: float = 1.0,
+    on_done: Callable[[int], None] | None = None,
+) -> list:
+    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, in the order given,
+    concurrently where the backend can (a server's ``logprobs_many``), else one after the other;
+    ``on_done(k)`` after the k-th request ends (in the calling thread, in any order of requests)."""
     many = getattr(backend, "logprobs_many", None)
     if many is not None:
-        return many(requests, temperature)
-    return [backend.logprobs(tokens, targets_from, temperature) for tokens, targets_from in requests]
+        return many(requests, temperature, on_done)
+    out = []
+    for tokens, targets_from in requests:
+        out.append(backend.logprobs(tokens, targets_from, temperature))
+        if on_done is not None:
+            on_done(len(out))
+    return out

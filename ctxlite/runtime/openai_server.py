@@ -1,23 +1,36 @@
 """A model behind an OpenAI-compatible HTTP server (llama-cpp-python's, llama.cpp's, vLLM) as a Backend.
 
 ctxlite sends requests; the server batches, caches prefixes and spreads over its GPUs. What such a
-server offers is *teacher forcing* and nothing else ctxlite needs, so :class:`OpenAIServer`
-declares no optional capability (see :mod:`ctxlite.runtime.backend`):
+server offers is *teacher forcing* and its own *sampled completions*, so :class:`OpenAIServer`
+declares one optional capability, ``SAMPLES`` (see :mod:`ctxlite.runtime.backend`):
 
 * log p(y_t | y_<t) of given tokens: one ``/v1/completions`` request with the token ids as the
   prompt, ``echo`` and ``logprobs``, ``max_tokens = 1`` (the one generated token is ignored). The
   server reports log softmax of the raw logits, i.e. temperature 1: log p_T for T ≠ 1 needs the
   normaliser Σ_v exp(l_v / T) over the whole vocabulary, which no endpoint returns, so T ≠ 1 is
   refused rather than approximated.
-* no ``LOGIT_ROWS``: λ ≠ 1, CID generation, the judge and generation audits are refused through
+* no ``LOGIT_ROWS``: λ ≠ 1, CID generation and a self-judging judge are refused through
   :func:`~ctxlite.runtime.backend.require`. A classification audit's label distribution is exact
   anyway: P(label) is a product of teacher-forced token probabilities (``ctxlite.audit.oracle``).
 * no ``PREFIX_REUSE``: every ablation is sent whole; the server's own prefix cache (vLLM
   ``--enable-prefix-caching``, llama.cpp's slot cache) is what saves the shared prefix.
+* ``SAMPLES``: a generation audit's texts are the server's own sampled completions
+  (:meth:`OpenAIServer.sample_texts`), one request per text, with the temperature, ``max_tokens`` and
+  a seed per text, and every other filter of the server turned off (top-p 1, top-k and min-p off,
+  no repetition penalty), so the text is a sample of softmax(logits / T), as locally.
 
 Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
 with none is refused. Only the llama-cpp-python dialect is exercised by the test suite.
+
+Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
+ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
+request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
+flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
+
+A server whose completions carry no ``logprobs`` is found at connection (``prompt_logprobs`` is
+then False): teacher forcing, hence scoring, is refused naming the missing capability, and a
+classification audit takes its answers from sampled completions instead (``ctxlite.audit.oracle``).
 
 Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
 on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
@@ -37,8 +50,8 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 
 import httpx
@@ -88,6 +101,23 @@ def api_key() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class RequestStats:
+    """The HTTP requests of one backend so far: ``in_flight`` now (sent, not answered), the most
+    that were ever in flight together, how many ended (answered or failed, retries included) and the
+    prompt tokens the server reported processing (``usage.prompt_tokens`` of completions; None while
+    it reported none)."""
+
+    in_flight: int
+    max_in_flight: int
+    ended: int
+    prompt_tokens: int | None
+
+
+class NoPromptLogprobs(InvalidParameter):
+    """The server returns no log-probabilities for completions."""
+
+
 class _Pool:
     """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
     (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout)."""
@@ -130,6 +160,20 @@ class _Http:
         self._lock = threading.Lock()
         self.requests = 0  # HTTP requests sent (retries included): a cost counter
         self.retried = 0
+        self.in_flight = self.max_in_flight = self.ended = 0
+        self.prompt_tokens: int | None = None
+
+    def stats(self) -> RequestStats:
+        with self._lock:
+            return RequestStats(self.in_flight, self.max_in_flight, self.ended, self.prompt_tokens)
+
+    def count_prompt_tokens(self, body: dict) -> None:
+        """Add a completion's ``usage.prompt_tokens``, where the server reports it."""
+        usage = body.get("usage")
+        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            with self._lock:
+                self.prompt_tokens = (self.prompt_tokens or 0) + n
 
     def close(self) -> None:
         self._client.close()
@@ -154,7 +198,14 @@ class _Http:
             try:
                 with self._lock:
                     self.requests += 1
-                response = self._client.post(url, json=payload)
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    response = self._client.post(url, json=payload)
+                finally:
+                    with self._lock:
+                        self.in_flight -= 1
+                        self.ended += 1
             except httpx.TimeoutException:
                 last = f"no answer within {cfg.timeout:g} s (--request-timeout)"
             except httpx.TransportError as exc:
@@ -235,6 +286,9 @@ class OpenAIServer:
         self._http = _Http(config, sleep)
         self._pool = _Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
+        self._texts: dict[tuple[int, ...], str] = {}
+        # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
+        self.on_request: Callable[[], None] | None = None
         try:
             self._probe()
         except BaseException:
@@ -264,7 +318,11 @@ class OpenAIServer:
         sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
         if len(sample) < 3:
             raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
-        self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+        self.prompt_logprobs = True
+        try:
+            self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+        except NoPromptLogprobs:
+            self.prompt_logprobs = False
 
     def _server_info(self) -> tuple[str | None, int | None]:
         """(version, context window) where the server reports them (vLLM /version and /v1/models,
@@ -293,7 +351,7 @@ class OpenAIServer:
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset()
+        return frozenset({Capability.SAMPLES})
 
     @property
     def n_vocab(self) -> int:
@@ -409,6 +467,8 @@ class OpenAIServer:
                 f"log-probabilities at temperature {temperature:g} need the full next-token distribution, "
                 "which an OpenAI-compatible server does not return: use -T/--temperature 1 with --backend openai"
             )
+        if not self.prompt_logprobs:
+            raise NoPromptLogprobs(self._no_logprobs)
         tokens = [int(t) for t in tokens]
         if not 1 <= targets_from < len(tokens):
             raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
@@ -433,7 +493,11 @@ class OpenAIServer:
             "logprobs": 1,
         }
         body = self._http.post(url, payload, what=what)
-        values = _field(body, ["choices", 0, "logprobs", "token_logprobs"], url, what)
+        self._http.count_prompt_tokens(body)
+        choice = _field(body, ["choices", 0], url, what)
+        if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
+            raise NoPromptLogprobs(self._no_logprobs)
+        values = _field(choice, ["logprobs", "token_logprobs"], url, what)
         need = len(tokens) - offset
         if not isinstance(values, list) or len(values) < need:
             raise InvalidParameter(
@@ -446,6 +510,54 @@ class OpenAIServer:
             raise ServerError(f"{what}: the server at {url} returned a log-probability that is not a number")
         return np.asarray(out, dtype=np.float64)
 
+    # ----- sampled completions -------------------------------------------
+    SAMPLING_OFF = {
+        "llama-cpp-python": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
+        "llama.cpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
+        "vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
+    }
+    """Per dialect, the settings that turn the server's own filters off (their defaults are not
+    plain sampling: llama-cpp-python's are top-k 40, min-p 0.05 and a repetition penalty of 1.1)."""
+
+    def sample_texts(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float, max_new_tokens: int):
+        """One completion of each (prompt tokens, seed), sampled by the server at ``temperature``
+        (0: greedy) and at most ``max_new_tokens`` tokens, in the order given (``concurrency`` in
+        flight); the texts as the server returns them."""
+        if not temperature >= 0 or max_new_tokens < 1:
+            raise InvalidParameter(
+                f"need temperature >= 0 and max_new_tokens >= 1, got {temperature} and {max_new_tokens}"
+            )
+        url, what = f"{self.config.base_url.rstrip('/')}/completions", "sampling a completion"
+
+        def one(request) -> str:
+            tokens, seed = [int(t) for t in request[0]], int(request[1])
+            self.check_fits(len(tokens) + max_new_tokens)
+            payload = {
+                "model": self.config.model_name,
+                "prompt": self._prompt(tokens),
+                "max_tokens": int(max_new_tokens),
+                "temperature": float(temperature),
+                "top_p": 1.0,
+                "seed": seed,
+                "n": 1,
+                **self.SAMPLING_OFF[self.dialect],
+            }
+            body = self._http.post(url, payload, what=what)
+            self._http.count_prompt_tokens(body)
+            text = _field(body, ["choices", 0, "text"], url, what)
+            if not isinstance(text, str):
+                raise ServerError(f"{what}: the server at {url} returned a completion that is not text")
+            return text
+
+        return self._map(one, requests)
+
+    @property
+    def _no_logprobs(self) -> str:
+        return (
+            f"the server at {self.config.base_url} returns no log-probabilities for completions (echo + logprobs): "
+            "scoring needs them (an audit samples its answers instead)"
+        )
+
     def _prompt(self, tokens: list[int]) -> list[int] | str:
         """What to send as the prompt so that the server decodes exactly ``tokens``: the ids (vLLM,
         llama.cpp), or for llama-cpp-python, whose server takes text only, their text after BOS,
@@ -453,33 +565,62 @@ class OpenAIServer:
         otherwise, or a cut through a character, is refused rather than scored on other tokens)."""
         if self.dialect != "llama-cpp-python":
             return tokens
+        key = tuple(tokens)
+        if key in self._texts:
+            return self._texts[key]
         raw = self._detokenize_bytes(tokens[1:], probe=True)
         text = raw.decode("utf-8") if raw is not None else None
         if text is None or self.tokenize(text, add_bos=True, special=True) != tokens:
             raise InvalidParameter(
                 "llama-cpp-python's server takes text prompts only, and the text of this token sequence "
-                "tokenizes to other tokens: its log-probabilities cannot be read there (use vLLM or llama.cpp's "
+                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM or llama.cpp's "
                 "server, which take token ids)"
             )
+        if len(self._texts) < 4096:  # an audit repeats its prompts: checked once each
+            self._texts[key] = text
         return text
 
-    def logprobs_many(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float = 1.0) -> list:
-        """``logprobs`` of each (tokens, targets_from), ``concurrency`` requests in flight at a time."""
-        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests)
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list:
+        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
+        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
+        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
 
-    def _map(self, fn, items) -> list:
-        """``[fn(x) for x in items]`` on the pool; the first failure is raised once every request
-        ended (a Ctrl-C in the main thread cancels what has not started)."""
+    def request_stats(self) -> RequestStats:
+        """The requests sent so far (what the CLI's progress line shows: in flight, rates)."""
+        return self._http.stats()
+
+    def _map(self, fn, items, on_done: Callable[[int], None] | None = None) -> list:
+        """``[fn(x) for x in items]`` on the pool, results in the order of ``items``. After each call
+        ends, in the calling thread: ``on_done(number ended)`` and the ``on_request`` hook. The first
+        failure to end is raised and what has not started is cancelled (so is it on a Ctrl-C)."""
         items = list(items)
         if len(items) <= 1 or self.config.concurrency == 1:
-            return [fn(x) for x in items]
+            out = []
+            for x in items:
+                out.append(fn(x))
+                self._ended(len(out), on_done)
+            return out
         futures = [self._pool.submit(fn, x) for x in items]
         try:
+            for k, future in enumerate(as_completed(futures), 1):
+                future.result()  # the first failure ends the batch
+                self._ended(k, on_done)
             return [f.result() for f in futures]
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
+
+    def _ended(self, k: int, on_done) -> None:
+        if on_done is not None:
+            on_done(k)
+        if self.on_request is not None:
+            self.on_request()
 
     # ----- what the Backend protocol names but a server cannot do --------
     def _no(self, what: str):
@@ -527,6 +668,7 @@ class OpenAIServer:
                 "model_name": self.config.model_name,
                 "version": self.server_version,
                 "dialect": self.dialect,
+                **({} if self.prompt_logprobs else {"prompt_logprobs": False}),  # answers sampled, not read
             },
         }
 
@@ -537,6 +679,7 @@ class OpenAIServer:
             "model_name": self.config.model_name,
             "server_version": self.server_version or "not reported",
             "tokenizer": self.dialect,
+            "prompt_logprobs": self.prompt_logprobs,
             "n_ctx": self.n_ctx,
             "concurrency": self.config.concurrency,
             "request_timeout_s": self.config.timeout,
