@@ -21,7 +21,7 @@ the first K of --top and the first ρ of --ratios):
     tokens_fraction=F top1_agreement=A top3_overlap=O
 
     python bench/bench_search.py [--samples 30] [--lengths 512,1024,2048] [--per-length 2]
-                                 [--ratios 1,1.5,2] [--top 3,5] [--threads 1]
+                                 [--ratios 1,1.5,2] [--top 3,5] [--threads 1] [--svg FILE]
 """
 
 import argparse
@@ -84,6 +84,25 @@ def run(engine, ex: Example, settings: InfluenceSettings):
     return r, time.perf_counter() - t0, engine.tokens_decoded - tok0
 
 
+def scaling(rows: list[dict]) -> list[tuple]:
+    """(L, examples, mean tokens ex, mean tokens ad, mean seconds ex, mean seconds ad) per L."""
+    out = []
+    for L in sorted({r["L"] for r in rows}):
+        at = [r for r in rows if r["L"] == L]
+        means = [statistics.mean(r[k][i] for r in at) for k in ("tok", "sec") for i in (0, 1)]
+        out.append((L, len(at), *means))
+    return out
+
+
+def scaling_plot(curve: list[tuple]) -> str:
+    """The scaling curve as an SVG (ctxlite's report plots): decoded tokens against L, both searches."""
+    from ctxlite.reporting.svg import line_plot
+
+    xs = [c[0] for c in curve]
+    series = [("exhaustive", xs, [c[2] for c in curve]), ("adaptive", xs, [c[3] for c in curve])]
+    return line_plot("Decoded tokens against context length", series, "context tokens L", "decoded tokens")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=30, help="bundled samples scored as they are (0 = none)")
@@ -99,6 +118,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (1: steadier wall times on shared cores)")
     p.add_argument("--model", default=None)
+    p.add_argument("--svg", default=None, help="also write the scaling curve (tokens against L) to this SVG file")
     args = p.parse_args()
     ratios = [float(x) for x in args.ratios.split(",")]
     tops = [int(x) for x in args.top.split(",")]
@@ -161,11 +181,12 @@ def main() -> None:
     print("\nscaling (first K and ρ): tokens and seconds against L")
     print(f"{'L':>6}{'examples':>9}{'tok ex':>10}{'tok ad':>10}{'s ex':>8}{'s ad':>8}{'time ×':>8}")
     first = [r for r in rows if (r["K"], r["rho"]) == sweep[0]]
-    for L in sorted({r["L"] for r in first}):
-        at = [r for r in first if r["L"] == L]
-        tex, tad = statistics.mean(r["tok"][0] for r in at), statistics.mean(r["tok"][1] for r in at)
-        sex, sad = statistics.mean(r["sec"][0] for r in at), statistics.mean(r["sec"][1] for r in at)
-        print(f"{L:>6}{len(at):>9}{tex:>10.0f}{tad:>10.0f}{sex:>8.1f}{sad:>8.1f}{sex / sad:>8.2f}")
+    curve = scaling(first)
+    for L, n, tex, tad, sex, sad in curve:
+        print(f"{L:>6}{n:>9}{tex:>10.0f}{tad:>10.0f}{sex:>8.1f}{sad:>8.1f}{sex / sad:>8.2f}")
+    if args.svg:
+        Path(args.svg).write_text(scaling_plot(curve), encoding="utf-8")
+        print(f"scaling plot written to {args.svg}")
     bundled = [r for r in first if r["L"] < 512]
     if bundled:
         shares = [r["null"] for r in bundled]
