@@ -114,6 +114,12 @@ def main() -> None:
         help="refinement ratios ρ; the first is the headline",
     )
     p.add_argument("--top", default="3", help="K, the n-grams adaptive search looks for; the first is the headline")
+    p.add_argument(
+        "--top-blocks",
+        type=int,
+        default=InfluenceSettings().top_blocks,
+        help="most blocks of the first pass (smaller blocks see more, cost more)",
+    )
     p.add_argument("--ngram", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads (1: steadier wall times on shared cores)")
@@ -126,7 +132,9 @@ def main() -> None:
     lengths = [int(x) for x in args.lengths.split(",") if x]
 
     engine = Engine(args.model, EngineConfig(n_ctx=max(lengths + [512]) + 256, n_threads=args.threads))
-    print(f"adaptive vs exhaustive search, {args.ngram}-grams, K={args.top}, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"adaptive vs exhaustive search, {args.ngram}-grams, K={args.top}, top blocks {args.top_blocks}, load average {os.getloadavg()[0]:.2f}"
+    )
     samples = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
     plain = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(1.0,), ngram=args.ngram))
     examples = [
@@ -149,7 +157,13 @@ def main() -> None:
         exact = {g.start: g.influence for g in full.ngrams}
         null_share = full.search["null_tokens"] / all_ex
         for k, rho in sweep:
-            ad, t_ad, _ = run(engine, ex, InfluenceSettings(search="adaptive", refine_ratio=rho, top_spans=k, **common))
+            ad, t_ad, _ = run(
+                engine,
+                ex,
+                InfluenceSettings(
+                    search="adaptive", refine_ratio=rho, top_spans=k, top_blocks=args.top_blocks, **common
+                ),
+            )
             if any(exact[g.start] != g.influence for g in ad.ngrams):
                 raise SystemExit(f"{ex.id}: an adaptive n-gram differs from exhaustive search's value")
             found = [g.start for g in ad.top_spans(3)]
