@@ -306,6 +306,24 @@ def test_a_classification_audit_on_the_server_equals_the_local_one(llama_server,
     assert all(local[k]["z"] == served[k]["z"] and local[k]["signal"] == served[k]["signal"] for k in local)
 
 
+def test_a_report_noisy_max_audit_on_the_server_equals_the_local_one(llama_server, tmp_path):
+    """Report-noisy-max over two ensembles at ε = 1 and ∞, on the server and locally with one seed:
+    each ensemble's vote is drawn from its label distribution, which the server gives to ~1e-6, so
+    every trial's signal is the local one (the mechanism's noise included)."""
+    data, fmt = _tiny_audit(tmp_path)
+    runs = {}
+    for name, url in (("served", llama_server.url), ("local", None)):
+        out = tmp_path / f"rnm-{name}.jsonl"
+        args = _audit_args(url or "x", data, fmt, out, "--trials", "4", "--mechanism", "rnm", "--ensembles", "2")
+        args += ["--epsilon", "1,inf"]
+        res = CliRunner().invoke(main, args if url else [a for a in args if a not in _args("x")])
+        assert res.exit_code == 0, res.output
+        runs[name] = {l["key"]: l for l in map(json.loads, out.read_text().splitlines()[1:]) if "key" in l}
+    served, local = runs["served"], runs["local"]
+    assert set(served) == set(local) and sum("/trial=" in k for k in served) == 8
+    assert all(local[k]["z"] == served[k]["z"] and local[k]["signal"] == served[k]["signal"] for k in local)
+
+
 def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, monkeypatch):
     """Two examples scored on a server that is killed once the first is done: exit 9 with the first
     in the log; after a restart on the same port the same command reuses it and scores the second.
