@@ -16,9 +16,33 @@ OUT    ?= runs
 
 .PHONY: install model demo test lint bench clean
 
-$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/runtime/_build_kernels.py
+# llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
+# clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
+# with AVX2, FMA, F16C, BMI2; no AVX-512, not -march=native), so the same job gives the same bytes on every
+# machine that runs the same build (llama.cpp rounds differently with AVX-512 kernels). `make
+# LLAMA_BUILD=native` builds for this host instead (docs/benchmarks.md has the measured speed of each).
+# Off x86-64 there is no fixed set to choose: the build is the host's own and says so (`ctxlite version`).
+LLAMA_VERSION ?= 0.3.36
+ARCH          := $(shell uname -m)
+LLAMA_BUILD   ?= $(if $(filter x86_64 amd64,$(ARCH)),portable,native)
+LLAMA_CMAKE_portable := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+LLAMA_CMAKE_native   := -DGGML_NATIVE=ON
+PYTAG         := $(shell $(PYTHON) -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
+WHEELS        ?= $(HOME)/.cache/ctxlite/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)-$(ARCH)-$(PYTAG)
+LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)
+
+$(LLAMA_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl > /dev/null 2>&1 || \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMA_CMAKE_$(LLAMA_BUILD))" \
+		$(PY) -m pip wheel --quiet --no-deps --no-cache-dir -w $(WHEELS) 'llama-cpp-python==$(LLAMA_VERSION)'
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	rm -f $(VENV)/.llama-cpp-python-*
+	touch $@
+
+$(STAMP): setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h) ctxlite/runtime/_build_kernels.py $(LLAMA_STAMP)
 	$(PY) -m pip install --quiet -e '.[test,default-model]'
 	touch $@
 

@@ -71,14 +71,23 @@ def engine_part(model_path, config) -> dict:
 
     The thread count is left out: it changes speed, not the numbers. Everything
     else of ``EngineConfig`` can change rounding (batch shapes, offloaded
-    layers, flash attention) and is part of the identity.
+    layers, flash attention) and is part of the identity, and so are the
+    instruction sets llama.cpp was compiled for (``software.llama_build``): an
+    AVX-512 build rounds differently from an AVX2 one, so a log is resumed only
+    by the build that wrote it.
     """
     from dataclasses import asdict
 
+    from ctxlite.runtime.build import llama_build
     from ctxlite.runtime.models import model_identity
 
     cfg = {k: v for k, v in asdict(config).items() if k != "n_threads"}
-    return {"software": software(), "model": model_identity(model_path), "engine": cfg}
+    build = llama_build()
+    return {
+        "software": {**software(), "llama_build": {"features": build["features"]}},
+        "model": model_identity(model_path),
+        "engine": cfg,
+    }
 
 
 def bundled_data_hash(*names: str) -> str:

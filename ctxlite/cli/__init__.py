@@ -60,6 +60,7 @@ def main(quiet):
     ctxlite audit   ContextLeak canary audits of private in-context learning
     ctxlite report  re-render a run from its --out log, gate it, write JUnit
     ctxlite models  list / pull / locate GGUF models (offline)
+    ctxlite version the versions and the llama.cpp build (instruction sets) behind the numbers
 
     On a terminal a progress line (examples, ablations, trials; rate and ETA) is drawn on
     stderr; give -q before the command to turn it off, e.g. ctxlite -q audit ...
@@ -74,11 +75,13 @@ def _register() -> None:
     from ctxlite.cli.models import models
     from ctxlite.cli.report import report
     from ctxlite.cli.score import score
+    from ctxlite.cli.version import version
 
     main.add_command(models)
     main.add_command(score)
     main.add_command(audit)
     main.add_command(report)
+    main.add_command(version)
 
 
 _register()
