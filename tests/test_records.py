@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ctxlite.chain import link
 from ctxlite.errors import CtxliteError, DataError, OutputError
 from ctxlite.records import Line, RecordLog, read_jsonl, read_text
 
@@ -133,9 +134,8 @@ def test_new_log_writes_the_header_first(tmp_path):
     with RecordLog(p, PARAMS, kind="score-run") as log:
         assert len(log) == 0 and not log.done("x")
     lines = p.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(l) for l in lines] == [
-        {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
-    ]
+    header = {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
+    assert [json.loads(l) for l in lines] == [{**header, "chain": link(None, header)}]  # the chain starts here
     assert p.stat().st_mode & 0o777 == 0o600  # the log holds private text: owner-only
 
 

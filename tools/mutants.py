@@ -104,8 +104,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A2",
         "ctxlite/audit/game.py",
-        "return CountDetector(fmt.labels.index(canary.label))",
-        "return CountDetector(1 - fmt.labels.index(canary.label))",
+        "return CountDetector(list(labels).index(canary_label))",
+        "return CountDetector(1 - list(labels).index(canary_label))",
         (GAME,),
         "count_detector",
         "the count detector reads the other label",

@@ -59,6 +59,7 @@ def main(quiet):
     ctxlite score   context influence of each n-gram on the response (CID)
     ctxlite audit   ContextLeak canary audits of private in-context learning
     ctxlite report  re-render a run from its --out log, gate it, write JUnit
+    ctxlite verify  check a log's hash chain (and its head against a kept one)
     ctxlite models  list / pull / locate GGUF models (offline)
 
     On a terminal a progress line (examples, ablations, trials; rate and ETA) is drawn on
@@ -74,11 +75,13 @@ def _register() -> None:
     from ctxlite.cli.models import models
     from ctxlite.cli.report import report
     from ctxlite.cli.score import score
+    from ctxlite.cli.verify import verify
 
     main.add_command(models)
     main.add_command(score)
     main.add_command(audit)
     main.add_command(report)
+    main.add_command(verify)
 
 
 _register()
