@@ -331,7 +331,8 @@ class RecordLog:
 
     @staticmethod
     def check_existing(path: str | os.PathLike, identity: dict, kind: str = "run", ignore=()) -> None:
-        """Refuse now (``DataError``) if ``path`` is a log of another run, comparing all but the ``ignore``d paths.
+        """Refuse now (``DataError``) if ``path`` is a log of another run (comparing all but the ``ignore``d
+        paths of the identity), a broken log, or one without a chain.
 
         For a check before expensive work whose result still changes a part of
         the identity (a template search choosing the template index).
@@ -339,15 +340,9 @@ class RecordLog:
         p = Path(path)
         if not (p.is_file() and p.stat().st_size > 0):
             return
-        first = read_text(p, "result log").split("\n", 1)[0]
-        try:
-            header = json.loads(first)
-        except json.JSONDecodeError:
-            header = None
-        if not isinstance(header, dict) or header.get("type") != kind or not isinstance(header.get("identity"), dict):
-            raise DataError(f"{p} exists and is not a ctxlite {kind} log: choose another --out")
-        _refuse_differences(p, header["identity"], normalise(identity), ignore)
-        if CHAIN_FIELD not in header:
+        run = read_run_log(p, kind, advice=": choose another --out")  # the chain too, before any model work
+        _refuse_differences(p, run.identity, normalise(identity), ignore)
+        if not run.chained:
             raise DataError(f"{p} {UNCHAINED}: choose another --out")
 
     def _write_header(self) -> None:

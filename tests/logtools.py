@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ctxlite.chain import link, unseal
-
 
 def rechain(text: str) -> str:
     """``text`` (a log's lines) with every line's chain hash recomputed: an edit that hides from the chain."""
+    from ctxlite.chain import link, unseal
+
     out, head = [], None
     for raw in text.split("\n"):
         if not raw.strip():

@@ -123,7 +123,8 @@ def _disagrees(run, what: str, stored, recomputed) -> None:
     if found is not None:
         path, a, b = found
         raise DataError(
-            f"{run.where()}: the end line disagrees with the records: {what}.{path} is {a!r} there, "
+            f"{run.where()}: the end line disagrees with the records: {what}{'' if path.startswith('[') else '.'}"
+            f"{path} is {a!r} there, "
             f"{b!r} recomputed from the records (the log was edited)"
         )
 
