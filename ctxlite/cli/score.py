@@ -425,7 +425,8 @@ def score(**options):
     if not wants_json(o.as_json):
         click.echo(score_table(keys, records))
     elif not o.data:
-        emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
+        head = {"log_head": log.head} if log is not None else {}
+        emit_json({"run": meta, "result": records[0], **head, **verdict_json(verdict)})
     else:
         scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
         emit_json(
