@@ -383,3 +383,15 @@ def test_a_writer_killed_with_sigkill_does_not_block_the_next_run(data, tmp_path
     assert r.returncode == 0, r.stderr
     assert _run(["verify", out]).exit_code == 0
     assert not (tmp_path / "run.jsonl.lock").exists()
+
+
+@pytest.mark.model
+def test_examples_an_end_line_does_not_list_are_named_not_hidden(score_log, data, tmp_path):
+    """A later run of the same log on fewer inputs (``--limit 1``) ends listing only those: the report
+    says the log holds more, rather than passing over them in silence."""
+    log, _, _ = score_log
+    fewer = _copy(log, tmp_path / "fewer.jsonl")
+    r = _run(score_args(data, fewer, "--limit", "1"))
+    assert r.exit_code == 0, r.output
+    rep = _run(["report", fewer])
+    assert rep.exit_code == 0 and "also holds 1 example(s) its last run did not list ('b')" in rep.stderr, rep.output

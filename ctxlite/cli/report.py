@@ -46,7 +46,11 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     then per example and λ its top 3 n-grams marked in an excerpt of the
     context; an audit log gives the audit's table of ε rows. A run that did not finish
     is reported as partial, and a gate on it fails only on what finished: it
-    refuses (exit 4) rather than pass an unfinished run.
+    refuses (exit 4) rather than pass an unfinished run. Everything printed and
+    gated is recomputed from the log's records; a log whose hash chain breaks,
+    that holds a record twice, or whose end line disagrees with its records is
+    refused (exit 4, naming the line). The log's chain head is printed on stderr
+    and ends the verdict line (keep it for ctxlite verify --head).
 
     \b
     Examples:
@@ -191,6 +195,12 @@ def _score(run, threshold):
         missing = [k for k in keys if k not in examples]
         if missing:
             raise DataError(f"{run.path}: corrupt log, its end line names example {missing[0]!r} it does not hold")
+        unlisted = [k for k in examples if k not in keys]
+        if unlisted:  # an earlier run of the same log scored inputs the last one did not have
+            progress(
+                f"ctxlite: note: {run.path} also holds {len(unlisted)} example(s) its last run did not list "
+                f"({', '.join(map(repr, unlisted[:3]))}{', …' if len(unlisted) > 3 else ''}): not reported"
+            )
     else:
         keys = list(examples)
         _partial(run, f"{len(keys)} example(s) finished")
