@@ -450,6 +450,12 @@ def test_a_record_held_twice_for_the_same_input_is_refused_even_when_rechained(t
     _rewrite(p, lambda ls: [*ls[:3], {**ls[1], "v": 7}, ls[3]], chain=True)
     with pytest.raises(DataError, match=rf"{p}:4: duplicate record 'ex-1' \(already at line 2\)"):
         read_run_log(p)
+    r = tmp_path / "audit.jsonl"  # audit records carry no input hash: any second one is a duplicate
+    with RecordLog(r, PARAMS) as log:
+        log.append("eps=inf/trial=0", {"z": 1})
+    _rewrite(r, lambda ls: [*ls, {**ls[1], "z": 0}], chain=True)
+    with pytest.raises(DataError, match=rf"{r}:3: duplicate record 'eps=inf/trial=0'"):
+        read_run_log(r)
     # a record for another input supersedes (a changed example scored again): not a duplicate
     _chained_log(q := tmp_path / "q.jsonl")
     _rewrite(q, lambda ls: [*ls[:3], {**ls[1], "input": "sha256:cc", "v": 7}, ls[3]], chain=True)

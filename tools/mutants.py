@@ -673,6 +673,33 @@ MUTANTS: list[Mutant] = [
         "planted",
         "a block's log-probabilities are reported as its first n-gram's",
     ),
+    Mutant(
+        "L1",
+        "ctxlite/records.py",
+        "            if claimed is None or claimed != link(head, body):",
+        "            if claimed is None:",
+        (REC,),
+        "broken_chain",
+        "a log line's hash is read but never checked against the line before it",
+    ),
+    Mutant(
+        "L2",
+        "ctxlite/records.py",
+        """        if held is not None and (held.get("input") is None or held.get("input") == body.get("input")):""",
+        """        if held is not None and held.get("input") is not None and held.get("input") == body.get("input"):""",
+        (REC,),
+        "held_twice",
+        "a second record of an audit key (no input hash) silently supersedes the first",
+    ),
+    Mutant(
+        "L3",
+        "ctxlite/lock.py",
+        "                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        "                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
+        (REC,),
+        "write_lock",
+        "the write lock is shared: two writers hold it at once",
+    ),
 ]
 
 PROBE = Mutant(
