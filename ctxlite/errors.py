@@ -20,6 +20,8 @@ Exit codes (documented in the README):
       the run finished and every output was written
 9     the inference server (--backend openai) failed: unreachable or
       erroring after retries, timed out, or answered malformed JSON
+11    the --out log is being written by another running ctxlite
+      process (its PID is named); nothing was written
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -72,6 +74,12 @@ class ServerError(CtxliteError, RuntimeError):
     breaker is open), timing out, refusing a request or answering malformed JSON."""
 
     exit_code = 9
+
+
+class LogInUse(CtxliteError):
+    """The result log is being written by another running ctxlite process (:mod:`ctxlite.lock`)."""
+
+    exit_code = 11
 
 
 def output_error(path, exc: OSError, what: str = "file") -> OutputError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 
@@ -51,6 +52,31 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
                 out += differences(old[key], new[key], path)
         return out
     return [] if old == new else [prefix or "(whole value)"]
+
+
+def mismatch(stored: Any, recomputed: Any, rel_tol: float = 1e-9, prefix: str = "") -> tuple[str, Any, Any] | None:
+    """The first place (dotted path, list items as ``[i]``) where a stored JSON value differs from
+    the same value recomputed, with both values; None if they agree. Numbers agree within
+    ``rel_tol`` (another machine's floating point may round the last bits differently)."""
+    if isinstance(stored, dict) and isinstance(recomputed, dict):
+        for key in sorted(set(stored) | set(recomputed), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in stored or key not in recomputed:
+                return path, stored.get(key), recomputed.get(key)
+            found = mismatch(stored[key], recomputed[key], rel_tol, path)
+            if found:
+                return found
+        return None
+    if isinstance(stored, list) and isinstance(recomputed, list) and len(stored) == len(recomputed):
+        for i, (a, b) in enumerate(zip(stored, recomputed)):
+            found = mismatch(a, b, rel_tol, f"{prefix}[{i}]")
+            if found:
+                return found
+        return None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, recomputed))
+    if numbers and math.isclose(stored, recomputed, rel_tol=rel_tol, abs_tol=1e-12):
+        return None
+    return None if stored == recomputed and type(stored) is type(recomputed) else (prefix, stored, recomputed)
 
 
 def software() -> dict:

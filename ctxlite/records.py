@@ -8,7 +8,14 @@ one, so Ctrl-C or a crash loses at most the record in flight. The first line is
 a header ``{"type": kind, "identity": ...}``; re-opening the same file with the
 same identity resumes (finished records are reused only for the input hash
 they were computed for), with another identity it is refused rather than
-silently mixing two runs. A torn last line is dropped.
+silently mixing two runs. A torn last line is dropped. Every line carries its
+hash in the log's chain (:mod:`ctxlite.chain`), and a log is written by one
+process at a time (:mod:`ctxlite.lock`).
+
+Reading (:func:`read_run_log`) checks the chain line by line and refuses
+(``DataError``, naming the line) a broken chain or a duplicate record. A log
+written before logs were chained is read (``RunLog.chained`` False) but never
+resumed.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 try:
@@ -24,8 +31,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from ctxlite.chain import FIELD as CHAIN_FIELD
+from ctxlite.chain import link, seal, unseal
 from ctxlite.errors import DataError, InvalidParameter, OutputError, output_error
 from ctxlite.identity import differences, normalise
+from ctxlite.lock import LogLock
 
 
 @dataclass(frozen=True)
@@ -137,10 +147,21 @@ def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> N
         )
 
 
+UNCHAINED = (
+    "was written before ctxlite chained its logs (it has no hash chain): it can be reported "
+    "(ctxlite report), never resumed into a chained log"
+)
+"""Why a log without a chain is refused for writing."""
+
+
 @dataclass
 class RunLog:
     """A result log as written: its kind and identity, the finished records by key, and the
-    ``end`` summary of a run that finished (None: a partial run, interrupted or still going)."""
+    ``end`` summary of a run that finished (None: a partial run, interrupted or still going).
+
+    ``chained``: the log carries a hash chain, checked as it was read (False: a log written before
+    chains); ``head``: the hash of its last complete line; ``line_of``: the line number of each
+    record in force (1-based, the header is line 1) and, under ``END``, of the end line in force."""
 
     path: Path
     kind: str
@@ -149,10 +170,28 @@ class RunLog:
     end: dict | None
     torn_at: int | None = None  # byte offset of a torn last line (an interrupted write)
     first_end: dict | None = None  # the first end line ever written (a re-report appends later ones)
+    chained: bool = True
+    head: str | None = None
+    line_of: dict[str, int] = field(default_factory=dict)
+    lines: int = 0  # complete lines read, the header included
+
+    END = "(end)"
 
     @property
     def complete(self) -> bool:
         return self.end is not None
+
+    def where(self, key: str = END) -> str:
+        """``path:line`` of the record ``key`` (default: the end line in force), for a message."""
+        return f"{self.path}:{self.line_of.get(key, '?')}"
+
+
+def _header(first: str | None) -> dict | None:
+    try:
+        header = json.loads(first) if first is not None else None
+    except json.JSONDecodeError:
+        return None
+    return header if isinstance(header, dict) else None
 
 
 def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str = "") -> RunLog:
@@ -160,25 +199,30 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
     (``advice`` ends the refusal's message).
 
     A torn last line is ignored; a record after the ``end`` line means the run was
-    resumed and has not finished again, so the log is partial.
+    resumed and has not finished again, so the log is partial. The chain is checked line by line:
+    a line whose hash does not follow from the line before it (edited, inserted, moved, or a line
+    before it removed) is refused, naming it; so is a second record of a key already held for the
+    same input (a record recomputed for a changed input supersedes the earlier one).
     """
     path = Path(path)
     text = read_text(path, "result log")
     lines = text.split("\n")
     complete, torn = lines[:-1], lines[-1]
-    try:
-        header = json.loads(complete[0]) if complete else None
-    except json.JSONDecodeError:
-        header = None
+    header = _header(complete[0] if complete else None)
     if (
-        not isinstance(header, dict)
+        header is None
         or not isinstance(header.get("type"), str)
         or (kind is not None and header["type"] != kind)
         or not isinstance(header.get("identity"), dict)
     ):
         what = f"ctxlite {kind} log" if kind else "ctxlite result log (score or audit)"
         raise DataError(f"{path} is not a {what}{advice}")
+    body, head = unseal(header)
+    chained = CHAIN_FIELD in header
+    if chained and head != link(None, body):
+        raise DataError(f"{path}:1: the hash chain breaks at the header: it was edited (its hash does not match it)")
     records: dict[str, dict] = {}
+    line_of: dict[str, int] = {}
     end = first_end = None
     for number, raw in enumerate(complete[1:], start=2):
         if not raw.strip():
@@ -187,16 +231,51 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
             rec = json.loads(raw)
         except json.JSONDecodeError:
             rec = None
-        if isinstance(rec, dict) and set(rec) == {"end"} and isinstance(rec["end"], dict):
-            end = rec["end"]
-            first_end = end if first_end is None else first_end
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+        if not isinstance(rec, dict):
             raise DataError(f"{path}:{number}: corrupt record in the result log")
-        records[rec["key"]] = rec  # a later record of a key supersedes an earlier one
+        body, claimed = unseal(rec)
+        is_end = set(body) == {"end"} and isinstance(body["end"], dict)
+        if chained:
+            if claimed is None or claimed != link(head, body):
+                what = "the end line" if is_end else f"record {body.get('key')!r}"
+                raise DataError(
+                    f"{path}:{number}: the hash chain breaks at {what}: it was edited, inserted or moved, "
+                    "or a line before it was removed (ctxlite verify checks a log)"
+                )
+            head = claimed
+        elif CHAIN_FIELD in rec:
+            raise DataError(f"{path}:{number}: a chained line in a log whose header has no chain")
+        if is_end:
+            end = body["end"]
+            first_end = end if first_end is None else first_end
+            line_of[RunLog.END] = number
+            continue
+        key = body.get("key")
+        if not isinstance(key, str):
+            raise DataError(f"{path}:{number}: corrupt record in the result log")
+        held = records.get(key)
+        if held is not None and (held.get("input") is None or held.get("input") == body.get("input")):
+            raise DataError(
+                f"{path}:{number}: duplicate record {key!r} (already at line {line_of[key]}): a log holds "
+                "each result once"
+            )
+        records[key] = body  # a record recomputed for another input supersedes the earlier one
+        line_of[key] = number
         end = None
     torn_at = len(text[: len(text) - len(torn)].encode("utf-8")) if torn.strip() else None
-    return RunLog(path, header["type"], header["identity"], records, end, torn_at, first_end)
+    return RunLog(
+        path,
+        header["type"],
+        header["identity"],
+        records,
+        end,
+        torn_at,
+        first_end,
+        chained,
+        head if chained else None,
+        line_of,
+        len(complete),
+    )
 
 
 class RecordLog:
@@ -208,13 +287,17 @@ class RecordLog:
     A record stored with an ``input`` hash is returned by :meth:`get` only for
     that same hash. Reading needs no write access: the file is opened for
     appending at the first :meth:`append`, and new logs are created owner-only
-    (mode 0600) because they hold the private text.
+    (mode 0600) because they hold the private text. Each line written carries
+    its chain hash (``head`` is the last one). The log's write lock
+    (:class:`ctxlite.lock.LogLock`) is held from opening to :meth:`close`:
+    ``lock`` passes one the caller already holds (a command that locks its
+    ``--out`` before any other work), else the log takes its own.
 
     >>> log = RecordLog("runs/x.jsonl", {"settings": {"ngram": 8}})   # doctest: +SKIP
     >>> if log.get("ex-1", input_hash) is None: log.append("ex-1", {...}, input_hash)
     """
 
-    def __init__(self, path: str | os.PathLike, identity: dict, kind: str = "run"):
+    def __init__(self, path: str | os.PathLike, identity: dict, kind: str = "run", lock: LogLock | None = None):
         self.path = Path(path)
         self.kind = kind
         self.identity = normalise(identity)
@@ -222,24 +305,34 @@ class RecordLog:
         self.end: dict | None = None  # the finished run's summary (see finish)
         self.first_end: dict | None = None  # the first summary this log was finished with
         self.appended = 0  # records this session wrote
+        self.head: str | None = None  # the chain hash of the log's last line
         self._file = None
         self._keep_bytes: int | None = None  # a torn last line to cut before the first append
         try:
             if self.path.is_dir():
                 raise OutputError(f"cannot write the result log {self.path}: it is a directory")
-            exists = self.path.exists() and self.path.stat().st_size > 0
         except OSError as exc:
             if isinstance(exc, OutputError):
                 raise
             raise output_error(self.path, exc, "result log") from None
-        if exists:
-            self._load()
-        else:
-            self._write_header()
+        self._own_lock = None if lock is not None else LogLock(self.path).acquire()
+        try:
+            try:
+                exists = self.path.exists() and self.path.stat().st_size > 0
+            except OSError as exc:
+                raise output_error(self.path, exc, "result log") from None
+            if exists:
+                self._load()
+            else:
+                self._write_header()
+        except BaseException:
+            self.close()
+            raise
 
     @staticmethod
     def check_existing(path: str | os.PathLike, identity: dict, kind: str = "run", ignore=()) -> None:
-        """Refuse now (``DataError``) if ``path`` is a log of another run, comparing all but the ``ignore``d paths.
+        """Refuse now (``DataError``) if ``path`` is a log of another run (comparing all but the ``ignore``d
+        paths of the identity), a broken log, or one without a chain.
 
         For a check before expensive work whose result still changes a part of
         the identity (a template search choosing the template index).
@@ -247,30 +340,30 @@ class RecordLog:
         p = Path(path)
         if not (p.is_file() and p.stat().st_size > 0):
             return
-        first = read_text(p, "result log").split("\n", 1)[0]
-        try:
-            header = json.loads(first)
-        except json.JSONDecodeError:
-            header = None
-        if not isinstance(header, dict) or header.get("type") != kind or not isinstance(header.get("identity"), dict):
-            raise DataError(f"{p} exists and is not a ctxlite {kind} log: choose another --out")
-        _refuse_differences(p, header["identity"], normalise(identity), ignore)
+        run = read_run_log(p, kind, advice=": choose another --out")  # the chain too, before any model work
+        _refuse_differences(p, run.identity, normalise(identity), ignore)
+        if not run.chained:
+            raise DataError(f"{p} {UNCHAINED}: choose another --out")
 
     def _write_header(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"type": self.kind, "identity": self.identity}, allow_nan=False) + "\n")
+                header = seal(None, {"type": self.kind, "identity": self.identity})
+                f.write(json.dumps(header, allow_nan=False) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
             raise output_error(self.path, exc, "result log") from None
+        self.head = header[CHAIN_FIELD]
 
     def _load(self) -> None:
         run = read_run_log(self.path, self.kind, advice=": choose another --out")
         _refuse_differences(self.path, run.identity, self.identity)
-        self.records, self.end, self.first_end = run.records, run.end, run.first_end
+        if not run.chained:
+            raise DataError(f"{self.path} {UNCHAINED}: choose another --out")
+        self.records, self.end, self.first_end, self.head = run.records, run.end, run.first_end, run.head
         if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending
             self._keep_bytes = run.torn_at
             try:
@@ -311,7 +404,8 @@ class RecordLog:
         self.end = None  # a record after the end line reopens the run
 
     def _write_line(self, obj: dict) -> None:
-        line = (json.dumps(obj, allow_nan=False) + "\n").encode("utf-8")
+        sealed = seal(self.head, json.loads(json.dumps(obj, allow_nan=False)))  # hashed as it reads back
+        line = (json.dumps(sealed, allow_nan=False) + "\n").encode("utf-8")
         f = self._open_for_append()
         try:
             f.write(line)
@@ -319,6 +413,7 @@ class RecordLog:
             os.fsync(f.fileno())
         except OSError as exc:
             raise output_error(self.path, exc, "result log") from None
+        self.head = sealed[CHAIN_FIELD]
 
     def finish(self, end: dict) -> None:
         """Mark the run finished: one ``{"end": ...}`` line (the run's summary) after its last record.
@@ -339,9 +434,13 @@ class RecordLog:
         return len(self.records)
 
     def close(self) -> None:
+        """Close the file and release the write lock the log took itself (a passed-in one stays held)."""
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._own_lock is not None:
+            self._own_lock.release()
+            self._own_lock = None
 
     def __enter__(self):
         return self

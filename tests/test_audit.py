@@ -693,6 +693,18 @@ def test_cli_search_template_audits_with_the_chosen_template():
     assert report["query"]["index"] == int(m.group(2))
 
 
+def _end_line(line: str) -> dict:
+    """A log line without its chain hash."""
+    from ctxlite.chain import unseal
+
+    return unseal(json.loads(line))[0]
+
+
+def _logged(printed: dict) -> dict:
+    """The report as the end line holds it: what the audit printed, less the log's head."""
+    return {k: v for k, v in printed.items() if k != "log_head"}
+
+
 @pytest.mark.model
 def test_cli_audit_json_and_table(tmp_path):
     out = tmp_path / "log.jsonl"
@@ -725,7 +737,7 @@ def test_cli_audit_json_and_table(tmp_path):
     assert "acc*" in res.stderr
     lines = out.read_text().splitlines()
     assert len(lines) == 1 + 2 * (8 + 2 * 2) + 1  # header, every reference run and trial of both ε, the end
-    assert json.loads(lines[-1]) == {"end": {"report": report}}
+    assert _end_line(lines[-1]) == {"end": {"report": _logged(report)}}
     res2 = _cli(args)
     assert res2.exit_code == 2  # exists without --resume
     assert "exists" in res2.output and "--resume" in res2.output
@@ -743,8 +755,9 @@ def test_cli_audit_json_and_table(tmp_path):
     res4 = _cli([*args, "--resume", "--accounting-queries", "50", "--sampling-rate", "0.2"])
     assert res4.exit_code == 0, res4.output
     reported = json.loads(res4.stdout[res4.stdout.index("{") :])
-    lines = [*lines, json.dumps({"end": {"report": reported}})]  # the same records, a new end line
-    assert out.read_text().splitlines() == lines
+    now = out.read_text().splitlines()  # the same records, a new end line
+    assert now[:-1] == lines and _end_line(now[-1]) == {"end": {"report": _logged(reported)}}
+    lines = now
     rows = reported["rows"]
     for new, old in zip(rows, report["rows"]):
         assert {k: v for k, v in new.items() if k not in ("epsilon_subsampled", "accounting")} == {
@@ -777,8 +790,9 @@ def test_cli_audit_json_and_table(tmp_path):
             "confidence": 0.95,
         }
     )
-    lines = [*lines, json.dumps({"end": {"report": rereported}})]  # one more end line, the records untouched
-    assert out.read_text().splitlines() == lines
+    now = out.read_text().splitlines()  # one more end line, the records untouched
+    assert now[:-1] == lines and _end_line(now[-1]) == {"end": {"report": _logged(rereported)}}
+    lines = now
 
     # a log of another audit is refused, naming what differs, and left alone
     res5 = _cli([*args[:-2], "--seed", "1", "-t", "1", "--resume"])

@@ -470,6 +470,20 @@ def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path
         ('{"type": "audit", "identity": {}}\n{"end": {}}\n', [], 4, "its end line has no 'report'"),
         ('{"type": "score-run", "identity": {}}\n{"end": {"x": 1}}\n', [], 4, "its end line has no 'examples'"),
         ('{"type": "score-run", "identity": {}}\n', ["--fail-above-influence", "-1"], 2, "-1"),
+        # issue 25 §5: a well-formed log whose header holds what the gate reads in another shape
+        (
+            '{"type": "score-run", "identity": {"model": "gemma"}}\n{"end": {"examples": [], "summary": null}}\n',
+            ["--fail-above-influence", "1"],
+            4,
+            ":1: corrupt log, its header's identity.model is a str, not an object",
+        ),
+        (
+            '{"type": "audit", "identity": {"software": ["ctxlite"]}}\n{"end": {"report": {}}}\n',
+            [],
+            4,
+            "identity.software is a list",
+        ),
+        ('{"type": "audit", "identity": {}}\n{"end": {"report": {"rows": []}}}\n', [], 4, "report cannot be read"),
     ],
 )
 def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):

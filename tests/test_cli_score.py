@@ -147,9 +147,10 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     assert len(json.loads(r.stdout)["scored"]) == 3 - len(kept)
     assert json.loads(r.stdout)["reused"] == [k["key"] for k in kept]
     lines = [json.loads(l) for l in out.read_text().splitlines()]
-    assert lines[-1] == {
+    assert {k: v for k, v in lines[-1].items() if k != "chain"} == {
         "end": {"examples": [l["key"] for l in lines[1:-1]], "summary": json.loads(r.stdout)["summary"]}
     }
+    assert lines[-1]["chain"] == json.loads(r.stdout)["log_head"]  # the resumed run continued the chain
     lines = lines[:-1]  # the end line: the run finished
     assert lines[0]["type"] == "score-run" and len({l["key"] for l in lines[1:]}) == 3 == len(lines) - 1
     assert [l["result"] for l in lines[1 : len(kept) + 1]] == [k["result"] for k in kept]

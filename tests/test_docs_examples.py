@@ -118,7 +118,9 @@ def _distinct(lines):
     return sorted(seen.values())
 
 
-EXAMPLES = _distinct(set().union(*(help_examples(c) for c in ("score", "audit", "report")), readme_commands()))
+EXAMPLES = _distinct(
+    set().union(*(help_examples(c) for c in ("score", "audit", "report", "verify")), readme_commands())
+)
 
 
 def test_the_documentation_has_examples():
@@ -145,8 +147,12 @@ def run_logs(tmp_path_factory) -> dict[str, Path]:
 def test_documented_command_runs(line, tmp_path, request):
     write_inputs(tmp_path)
     args = runnable(line, tmp_path)
-    if args[0] == "report":  # reports a log a documented run wrote
+    if args[0] in ("report", "verify"):  # reports (checks) a log a documented run wrote
         args[1] = str(request.getfixturevalue("run_logs")["audit" if "audit" in args[1] else "score"])
+    if "--head" in args:  # the documented head stands for the one that run reported
+        from ctxlite.records import read_run_log
+
+        args[args.index("--head") + 1] = read_run_log(args[1]).head
     if "--base-url" in args:  # --backend openai: the real loopback server of the test session
         args[args.index("--base-url") + 1] = request.getfixturevalue("llama_server").url
     r = CliRunner().invoke(main, args, catch_exceptions=False)
@@ -156,6 +162,11 @@ def test_documented_command_runs(line, tmp_path, request):
         assert Path(args[args.index("--junit") + 1]).is_file()
     if "--html" in args:
         assert Path(args[args.index("--html") + 1]).read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    if args[0] == "verify":  # prints the log's head
+        from ctxlite.records import read_run_log
+
+        assert r.exit_code == 0 and r.stdout.strip() == read_run_log(args[1]).head, r.output
+        return
     if args[:2] == ["models", "pull"]:  # prints the checked path
         assert Path(r.stdout.strip()).is_file(), r.stdout
         return

@@ -173,6 +173,7 @@ def test_audit_trial_of_another_canary_is_refused(tmp_path, engine):
     from ctxlite.audit.settings import AuditSettings, audit_identity
     from ctxlite.errors import DataError
     from ctxlite.records import RecordLog
+    from tests.logtools import rechain
 
     records = load_records(CLASSIFY, "classify")
     s = AuditSettings(trials=4, queries_per_trial=2, reference_runs=1, utility_queries=0)
@@ -182,7 +183,8 @@ def test_audit_trial_of_another_canary_is_refused(tmp_path, engine):
         run_audit(engine, records, s, log)
     text = path.read_text(encoding="utf-8")
     trial = next(json.loads(l) for l in text.splitlines() if '"trial"' in l and '"z"' in l and '"canary"' in l)
-    path.write_text(text.replace(f'"canary": "{trial["canary"]}"', '"canary": "another"'), encoding="utf-8")
+    edited = text.replace(f'"canary": "{trial["canary"]}"', '"canary": "another"')
+    path.write_text(rechain(edited), encoding="utf-8")  # chained again: the canary check itself must refuse it
     with RecordLog(path, ident, kind="audit") as log, pytest.raises(DataError, match="played with canary"):
         run_audit(engine, records, s, log)
     other = AuditSettings(trials=5, queries_per_trial=2, reference_runs=1, utility_queries=0)

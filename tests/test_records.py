@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ctxlite.chain import link
 from ctxlite.errors import CtxliteError, DataError, OutputError
 from ctxlite.records import Line, RecordLog, read_jsonl, read_text
 
@@ -133,9 +134,8 @@ def test_new_log_writes_the_header_first(tmp_path):
     with RecordLog(p, PARAMS, kind="score-run") as log:
         assert len(log) == 0 and not log.done("x")
     lines = p.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(l) for l in lines] == [
-        {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
-    ]
+    header = {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
+    assert [json.loads(l) for l in lines] == [{**header, "chain": link(None, header)}]  # the chain starts here
     assert p.stat().st_mode & 0o777 == 0o600  # the log holds private text: owner-only
 
 
@@ -377,3 +377,144 @@ def test_first_end_is_the_first_report_even_after_a_resume_reopened_the_run(tmp_
         assert log.end is None and log.first_end == {"report": 1}
         log.finish({"report": 3})
         assert (log.end, log.first_end) == ({"report": 3}, {"report": 1})
+
+
+# ---------------------------------------------------------------------------
+# the hash chain and the write lock (issue 25 §1, §2)
+
+
+def _chained_log(p):
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1}, input_hash="sha256:aa")
+        log.append("ex-2", {"v": 2}, input_hash="sha256:bb")
+        log.finish({"examples": ["ex-1", "ex-2"]})
+        return log.head
+
+
+def _rewrite(p, edit, chain=False):
+    from tests.logtools import edit_log
+
+    edit_log(p, edit, chain)
+
+
+def test_every_line_is_chained_to_the_one_before_and_the_head_is_the_last(tmp_path):
+    from ctxlite.records import read_run_log
+
+    p = tmp_path / "run.jsonl"
+    head = _chained_log(p)
+    lines = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines()]
+    previous = None
+    for line in lines:
+        body = {k: v for k, v in line.items() if k != "chain"}
+        assert line["chain"] == link(previous, body)
+        previous = line["chain"]
+    run = read_run_log(p)
+    assert run.chained and run.head == head == lines[-1]["chain"] and run.lines == 4
+    assert run.records["ex-1"] == {"key": "ex-1", "input": "sha256:aa", "v": 1}  # read without the hash
+    with RecordLog(p, PARAMS) as log:  # a resume continues the chain
+        assert log.head == head
+        log.append("ex-3", {"v": 3})
+    assert read_run_log(p).head == json.loads(p.read_text(encoding="utf-8").splitlines()[-1])["chain"] != head
+
+
+@pytest.mark.parametrize(
+    "edit, line, what",
+    [
+        (lambda ls: [*ls[:1], {**ls[1], "v": 9}, *ls[2:]], 2, "record 'ex-1'"),  # a value edited
+        (lambda ls: [ls[0], ls[2], ls[1], ls[3]], 2, "record 'ex-2'"),  # two records swapped
+        (lambda ls: [ls[0], *ls[2:]], 2, "record 'ex-2'"),  # a record removed
+        (lambda ls: [*ls[:3], {"key": "ex-9", "v": 9}, ls[3]], 4, "record 'ex-9'"),  # a record inserted
+        (lambda ls: [*ls[:3], {"end": {"examples": ["ex-1"]}, "chain": ls[3]["chain"]}], 4, "the end line"),
+        (lambda ls: [{**ls[0], "identity": {"ngram": 4}}, *ls[1:]], 1, "the header"),
+    ],
+)
+def test_a_broken_chain_is_refused_naming_the_first_bad_line(tmp_path, edit, line, what):
+    from ctxlite.records import read_run_log
+
+    p = tmp_path / "run.jsonl"
+    _chained_log(p)
+    _rewrite(p, edit)
+    before = p.read_bytes()
+    with pytest.raises(DataError, match=rf"{p}:{line}: the hash chain breaks at {what}"):
+        read_run_log(p)
+    with pytest.raises(DataError, match=rf"{p}:{line}: the hash chain breaks at {what}"):
+        RecordLog(p, PARAMS)
+    assert p.read_bytes() == before
+
+
+def test_a_record_held_twice_for_the_same_input_is_refused_even_when_rechained(tmp_path):
+    from ctxlite.records import read_run_log
+
+    p = tmp_path / "run.jsonl"
+    _chained_log(p)
+    _rewrite(p, lambda ls: [*ls[:3], {**ls[1], "v": 7}, ls[3]], chain=True)
+    with pytest.raises(DataError, match=rf"{p}:4: duplicate record 'ex-1' \(already at line 2\)"):
+        read_run_log(p)
+    r = tmp_path / "audit.jsonl"  # audit records carry no input hash: any second one is a duplicate
+    with RecordLog(r, PARAMS) as log:
+        log.append("eps=inf/trial=0", {"z": 1})
+    _rewrite(r, lambda ls: [*ls, {**ls[1], "z": 0}], chain=True)
+    with pytest.raises(DataError, match=rf"{r}:3: duplicate record 'eps=inf/trial=0'"):
+        read_run_log(r)
+    # a record for another input supersedes (a changed example scored again): not a duplicate
+    _chained_log(q := tmp_path / "q.jsonl")
+    _rewrite(q, lambda ls: [*ls[:3], {**ls[1], "input": "sha256:cc", "v": 7}, ls[3]], chain=True)
+    assert read_run_log(q).records["ex-1"]["v"] == 7
+
+
+def test_a_log_without_a_chain_is_read_but_never_resumed(tmp_path):
+    from ctxlite.records import read_run_log
+
+    p = tmp_path / "old.jsonl"
+    _chained_log(p)
+    _rewrite(p, lambda ls: [{k: v for k, v in line.items() if k != "chain"} for line in ls])
+    before = p.read_bytes()
+    run = read_run_log(p)
+    assert not run.chained and run.head is None and run.complete and sorted(run.records) == ["ex-1", "ex-2"]
+    with pytest.raises(DataError, match="before ctxlite chained its logs .* never resumed"):
+        RecordLog(p, PARAMS)
+    with pytest.raises(DataError, match="before ctxlite chained its logs"):
+        RecordLog.check_existing(p, PARAMS)
+    _rewrite(p, lambda ls: [ls[0], {**ls[1], "chain": "sha256:00"}, *ls[2:]])  # half chained
+    with pytest.raises(DataError, match=":2: a chained line in a log whose header has no chain"):
+        read_run_log(p)
+    p.write_bytes(before)
+    assert p.read_bytes() == before
+
+
+def test_the_write_lock_refuses_a_second_writer_naming_the_holder(tmp_path):
+    from ctxlite.errors import LogInUse
+    from ctxlite.lock import LogLock
+
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS) as log:
+        log.append("ex-1", {"v": 1})
+        before = p.read_bytes()
+        lock = tmp_path / "run.jsonl.lock"
+        assert lock.read_text().strip() == str(os.getpid())
+        with pytest.raises(LogInUse, match=rf"being written by another ctxlite run \(PID {os.getpid()}\)") as info:
+            RecordLog(p, PARAMS)
+        assert info.value.exit_code == 11 and p.read_bytes() == before
+        link_path = tmp_path / "alias.jsonl"
+        link_path.symlink_to(p)
+        with pytest.raises(LogInUse):
+            LogLock(link_path).acquire()  # the same log under another name takes the same lock
+    assert not lock.exists()  # released with the log
+    held = LogLock(p).acquire()
+    with pytest.raises(LogInUse):
+        RecordLog(p, PARAMS)
+    with RecordLog(p, PARAMS, lock=held) as log:  # a lock the caller holds is used, and not released
+        log.append("ex-2", {"v": 2})
+    assert held.held and lock.exists()
+    held.release()
+    held.release()  # twice is harmless
+    assert not lock.exists()
+
+
+def test_a_stale_lock_file_does_not_block(tmp_path):
+    from ctxlite.lock import LogLock
+
+    p = tmp_path / "run.jsonl"
+    (tmp_path / "run.jsonl.lock").write_text("999999\n")  # left by a holder that died
+    with LogLock(p) as lock:
+        assert lock.held and (tmp_path / "run.jsonl.lock").read_text().strip() == str(os.getpid())

@@ -30,7 +30,7 @@ def _run(args):
 
 def _drop_end_line(path: Path) -> None:
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    assert json.loads(lines[-1]).keys() == {"end"}
+    assert json.loads(lines[-1]).keys() == {"end", "chain"}
     path.write_text("".join(lines[:-1]), encoding="utf-8")
 
 
@@ -134,6 +134,7 @@ def test_audit_gate_and_report(audit_log, tmp_path):
         "kind": "audit",
         "complete": False,
         "trials": 200,
+        "chain": {"chained": True, "head": read_run_log(partial).head, "lines": 202},  # a prefix of the chain
     }
     g = _run(["report", partial, "--fail-above-epsilon", "0"])
     assert g.exit_code == 4 and "no ε to gate or write as JUnit yet" in g.stderr

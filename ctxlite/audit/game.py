@@ -37,7 +37,7 @@ parameters skips finished keys.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -65,6 +65,7 @@ from ctxlite.audit.report import (
     first_bound_choice,
     report_row,
     rereport_warning,
+    tightness_fields,
 )
 from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, MechanismKind, audit_identity
 from ctxlite.errors import DataError, InvalidParameter
@@ -168,16 +169,19 @@ class AuditGame:
     ) -> tuple[list[float], list[float], dict[str, list[int]]]:
         """The IN and OUT trial scores at ``eps`` (the detector fitted on reference runs first) and the
         outputs the defence withheld per IN / OUT trial; every run is read from ``log`` when it holds
-        it, else played and appended. ``tick(label, done, total)`` after each reference run and trial."""
+        it, else played and appended. ``tick(label, done, total)`` after each reference run and trial.
+        The scores are those :func:`trial_scores` reads from the records (what ``ctxlite report``
+        recomputes them with)."""
         s, ek = self.s, _eps_key(eps)
+        runs: dict[str, dict] = {}
         if detector.needs_reference:
-            refs = {True: [], False: []}
             for j in range(s.reference_runs):
                 tick(f"eps={ek} reference runs", j, s.reference_runs)
                 for z in (True, False):
-                    rec = self._logged(
+                    key = reference_key(ek, z, j)
+                    runs[key] = self._logged(
                         log,
-                        f"eps={ek}/ref={'in' if z else 'out'}/{j}",
+                        key,
                         lambda: {
                             "type": "reference",
                             "epsilon": ek,
@@ -187,21 +191,15 @@ class AuditGame:
                             )[0].tolist(),
                         },
                     )
-                    refs[z].append(np.asarray(rec["signal"]))
             tick(f"eps={ek} reference runs", s.reference_runs, s.reference_runs)
-            detector.fit(refs[True], refs[False])
-        in_scores, out_scores, withheld = [], [], {"in": [], "out": []}
+            fit_detector(detector, runs, s, ek)
+        where = log.path if log is not None else None
         for i in range(s.trials):
-            rec = self._logged(log, f"eps={ek}/trial={i}", lambda: self._trial(mech, ek, i, detector))
-            if rec.get("canary") != self.canary.id:
-                raise DataError(
-                    f"{log.path}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
-                    f"canary is {self.canary.id!r}: choose another --out"
-                )
-            (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
-            withheld["in" if rec["z"] else "out"].append(rec.get("withheld", 0))
+            key = trial_key(ek, i)
+            runs[key] = self._logged(log, key, lambda: self._trial(mech, ek, i, detector))
+            _check_canary(runs[key], i, self.canary.id, where)  # before playing on into another audit's log
             tick(f"eps={ek} trials", i + 1, s.trials)
-        return in_scores, out_scores, withheld
+        return trial_scores(detector, runs, s, ek, self.canary.id, where)
 
     def _trial(self, mech: Mechanism, ek: str, i: int, detector: Detector) -> dict:
         """Play trial ``i``: Z ~ Bernoulli(1/2) from the trial's own seed, then the mechanism's release."""
@@ -299,6 +297,93 @@ class AuditGame:
         return float(np.mean(scores))
 
 
+def reference_key(ek: str, z: bool, j: int) -> str:
+    """The log key of reference run ``j`` (with the canary if ``z``) at ε key ``ek``."""
+    return f"eps={ek}/ref={'in' if z else 'out'}/{j}"
+
+
+def trial_key(ek: str, i: int) -> str:
+    """The log key of trial ``i`` at ε key ``ek``."""
+    return f"eps={ek}/trial={i}"
+
+
+def _run_record(runs: Mapping[str, dict], key: str, where) -> dict:
+    rec = runs.get(key)
+    if not isinstance(rec, dict) or not isinstance(rec.get("signal"), list):
+        raise DataError(f"{where or 'the trial log'}: no usable record {key!r} (the report needs it)")
+    return rec
+
+
+def _check_canary(rec: dict, i: int, canary_id: str, where) -> None:
+    if rec.get("canary") != canary_id:
+        raise DataError(
+            f"{where}: trial {i} was played with canary {rec.get('canary')!r}, this audit's "
+            f"canary is {canary_id!r}: choose another --out"
+        )
+
+
+def fit_detector(detector: Detector, runs: Mapping[str, dict], s: AuditSettings, ek: str, where=None) -> None:
+    """Fit ``detector`` on the reference runs at ε key ``ek`` held in ``runs`` (records by log key)."""
+    if not detector.needs_reference:
+        return
+    refs = {
+        z: [np.asarray(_run_record(runs, reference_key(ek, z, j), where)["signal"]) for j in range(s.reference_runs)]
+        for z in (True, False)
+    }
+    detector.fit(refs[True], refs[False])
+
+
+def trial_scores(
+    detector: Detector, runs: Mapping[str, dict], s: AuditSettings, ek: str, canary_id: str, where=None
+) -> tuple[list[float], list[float], dict[str, list[int]]]:
+    """The IN and OUT scores of the trials at ε key ``ek`` in ``runs`` (by ``detector``, fitted) and
+    the outputs withheld per IN / OUT trial; a trial of another canary is refused (``where``: the log)."""
+    in_scores, out_scores, withheld = [], [], {"in": [], "out": []}
+    for i in range(s.trials):
+        rec = _run_record(runs, trial_key(ek, i), where)
+        _check_canary(rec, i, canary_id, where)
+        (in_scores if rec["z"] else out_scores).append(detector.score(np.asarray(rec["signal"])))
+        withheld["in" if rec["z"] else "out"].append(rec.get("withheld", 0))
+    return in_scores, out_scores, withheld
+
+
+RECORDED_FIELDS = (
+    "utility",
+    "epsilon_upper_bound",
+    "epsilon_exact",
+    "privacy_profile_kind",
+    "privacy_profile_method",
+    "privacy_profile",
+)
+"""Row fields measured with the model beyond the trials (held-out utility, the pair's exact answer
+distributions): a report without the model takes them from the end line, which the chain protects."""
+
+
+def recompute_rows(report: dict, runs: Mapping[str, dict], where=None) -> list[dict]:
+    """The rows of a finished audit's report (``AuditReport.to_dict()``) recomputed from its logged
+    trial and reference records (``runs``, by log key) by the code that formed them: the detector is
+    refitted on the reference runs, the trials re-scored and :func:`report_row` re-run. The
+    :data:`RECORDED_FIELDS` come from ``report``'s rows (the audit tightness is re-derived from them).
+    ``InvalidParameter`` or ``DataError`` if the report's settings or canary cannot be read."""
+    s = AuditSettings(**report["settings"])
+    labels, canary = (report.get("format") or {}).get("labels") or [], report["canary"]
+    if len(report["rows"]) != len(s.epsilons):
+        raise DataError(f"{where}: the report has {len(report['rows'])} rows for {len(s.epsilons)} epsilon(s)")
+    rows = []
+    for eps, stored in zip(s.epsilons, report["rows"]):
+        mech, ek = make_mechanism(s, eps), _eps_key(eps)
+        detector = _detector(s, labels, canary["label"])
+        fit_detector(detector, runs, s, ek, where)
+        ins, outs, withheld = trial_scores(detector, runs, s, ek, canary["id"], where)
+        row = report_row(s, mech, eps, ins, outs, stored.get("utility"), withheld)
+        recorded = {k: stored.get(k) for k in RECORDED_FIELDS}
+        reasons = {k: v for k, v in (stored.get("reasons") or {}).items() if k not in row["reasons"]}
+        row.update(recorded, **tightness_fields(row["epsilon_lower_bound"], recorded, reasons))
+        row["reasons"] = {**row["reasons"], **reasons}
+        rows.append(row)
+    return rows
+
+
 def run_audit(
     engine: Backend,
     records: Sequence[dict],
@@ -324,7 +409,8 @@ def run_audit(
     rows = []
     for eps in s.epsilons:
         mech = make_mechanism(s, eps, judge_from_engine(judge))
-        ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda *_: None))
+        detector = _detector(s, fmt.labels, canary.label)
+        ins, outs, withheld = game.play(mech, eps, detector, log, progress or (lambda *_: None))
         rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech)))
     choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
     warning = rereport_warning(first, choice)
@@ -517,11 +603,13 @@ def _above_exact(rows: list[dict], alpha: float) -> list[str]:
     ]
 
 
-def _detector(s: AuditSettings, fmt: AuditFormat, canary: Canary) -> Detector:
+def _detector(s: AuditSettings, labels: Sequence[str], canary_label: str) -> Detector:
     if s.attack is Attack.INJECTION:
         return LeakDetector()
     if s.detector is DetectorKind.COUNT:
         if s.task is not Task.CLASSIFY:
             raise InvalidParameter("the count detector is for classification; generation uses the direction detector")
-        return CountDetector(fmt.labels.index(canary.label))
+        if canary_label not in labels:
+            raise DataError(f"the canary's label {canary_label!r} is not one of the format's labels {list(labels)}")
+        return CountDetector(list(labels).index(canary_label))
     return DirectionDetector()

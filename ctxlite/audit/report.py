@@ -396,7 +396,18 @@ def _pair_fields(delta: float, eps_lb: float, known: PairReference | None, reaso
     if not exact:
         reasons["epsilon_exact"] = f"only an upper bound on the pair's epsilon is known: {known.how}"
         reasons["audit_tightness"] = "the pair's exact epsilon is not known: see audit_tightness_at_least"
-    key = "audit_tightness" if exact else "audit_tightness_at_least"
+    return {**out, **tightness_fields(eps_lb, out, reasons)}
+
+
+def tightness_fields(eps_lb: float, pair: dict, reasons: dict) -> dict:
+    """``audit_tightness`` = ε_lb / ε_exact where the row's profile (``pair``: its profile fields) is
+    exact, else ``audit_tightness_at_least`` = ε_lb / ε_upper_bound (the true tightness is at least
+    this); a ratio that cannot be formed is None, its reason added to ``reasons``."""
+    out = {"audit_tightness": None, "audit_tightness_at_least": None}
+    if pair.get("epsilon_upper_bound") is None:
+        return out
+    eps = float(pair["epsilon_upper_bound"])  # "inf" in a report read back
+    key = "audit_tightness" if pair.get("privacy_profile_kind") == "exact" else "audit_tightness_at_least"
     if 0 < eps < math.inf:
         out[key] = eps_lb / eps
     else:

@@ -59,6 +59,7 @@ def main(quiet):
     ctxlite score   context influence of each n-gram on the response (CID)
     ctxlite audit   ContextLeak canary audits of private in-context learning
     ctxlite report  re-render a run from its --out log, gate it, write JUnit
+    ctxlite verify  check a log's hash chain (and its head against a kept one)
     ctxlite models  list / pull / locate GGUF models (offline)
     ctxlite version the versions and the llama.cpp build (instruction sets) behind the numbers
 
@@ -75,12 +76,14 @@ def _register() -> None:
     from ctxlite.cli.models import models
     from ctxlite.cli.report import report
     from ctxlite.cli.score import score
+    from ctxlite.cli.verify import verify
     from ctxlite.cli.version import version
 
     main.add_command(models)
     main.add_command(score)
     main.add_command(audit)
     main.add_command(report)
+    main.add_command(verify)
     main.add_command(version)
 
 

@@ -26,6 +26,7 @@ from ctxlite.cli.options import (
     fail_above_epsilon_option,
     finish_log,
     given_explicitly,
+    hold_out_lock,
     json_option,
     junit_option,
     open_server,
@@ -319,6 +320,11 @@ def audit(**options):
         raise click.UsageError(f"--task {o.task} contradicts --format {o.format_spec}, a {fmt.task.value} format")
     o.task = fmt.task
     _check_options(o)
+    lock = hold_out_lock(o.out_path) if o.out_path and not o.plan else None  # one writer per log, for the whole run
+    if o.out_path and not o.resume and _nonempty(o.out_path):  # checked under the lock: not another run's log
+        raise click.BadParameter(
+            f"{o.out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
+        )
     if o.judge_model == "audited":
         o.judge_model = None
     # None = the library's default for this mechanism: AuditSettings is the one source of truth
@@ -347,7 +353,7 @@ def audit(**options):
         progress(f"template search ({found.kind}): accuracies {accuracies} -> template {found.best_index}")
         settings = replace(settings, template_index=found.best_index)
         identity = _identity(o, ekw, settings, records, fmt, server)
-    log = RecordLog(o.out_path, identity, kind="audit") if o.out_path else None
+    log = RecordLog(o.out_path, identity, kind="audit", lock=lock) if o.out_path else None
     line = progress_line(server)
     try:
         report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
@@ -364,9 +370,11 @@ def audit(**options):
         if log is not None:
             log.close()
     verdict = audit_verdict(result, o.fail_above_epsilon, identity)
+    if log is not None:
+        verdict.properties["log.head"] = log.head
     if wants_json(o.as_json):
         click.echo(report.table(), err=True)
-        emit_json({**result, **verdict_json(verdict)})
+        emit_json({**result, **({"log_head": log.head} if log is not None else {}), **verdict_json(verdict)})
     else:
         click.echo(report.table())
     conclude(verdict, o.junit)
@@ -391,10 +399,6 @@ def _check_options(o) -> None:
         raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
     if o.resume and not o.out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
-    if o.out_path and not o.resume and _nonempty(o.out_path):
-        raise click.BadParameter(
-            f"{o.out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
-        )
     _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
 
 

@@ -242,9 +242,25 @@ def conclude(verdict, junit: str | None) -> None:
     if verdict.gate is None:
         return
     if verdict.failures:
-        click.echo(f"ctxlite: gate tripped: {verdict.summary()}", err=True)
+        click.echo(f"ctxlite: gate tripped: {verdict_line(verdict)}", err=True)
         sys.exit(EXIT_GATE)
-    progress(verdict.summary())
+    progress(verdict_line(verdict))
+
+
+def verdict_line(verdict) -> str:
+    """The verdict's one line, ending with the chain head of the log it was formed from (if any)."""
+    head = verdict.properties.get("log.head")
+    return verdict.summary() + (f" [log head {head}]" if head else "")
+
+
+def hold_out_lock(path):
+    """Take the write lock of the ``--out`` log now, for the rest of the command (exit 11 if another
+    run holds it); it is released when the command ends, however it ends."""
+    from ctxlite.lock import LogLock
+
+    lock = LogLock(path).acquire()
+    click.get_current_context().call_on_close(lock.release)
+    return lock
 
 
 def plan_option(f):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from ctxlite.cli.options import (
@@ -44,7 +46,11 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     then per example and λ its top 3 n-grams marked in an excerpt of the
     context; an audit log gives the audit's table of ε rows. A run that did not finish
     is reported as partial, and a gate on it fails only on what finished: it
-    refuses (exit 4) rather than pass an unfinished run.
+    refuses (exit 4) rather than pass an unfinished run. Everything printed and
+    gated is recomputed from the log's records; a log whose hash chain breaks,
+    that holds a record twice, or whose end line disagrees with its records is
+    refused (exit 4, naming the line). The log's chain head is printed on stderr
+    and ends the verdict line (keep it for ctxlite verify --head).
 
     \b
     Examples:
@@ -58,7 +64,9 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
 
     if no_text and html_path is None:
         raise click.UsageError("--no-text shapes the HTML report: give --html FILE too")
-    run = read_run_log(log_path)
+    run = read_run_log(log_path)  # the chain and the records' keys are checked as it is read
+    _check_identity(run)
+    _say_chain(run)
     if run.kind == "score-run":
         if fail_above_epsilon is not None:
             raise click.UsageError(f"--fail-above-epsilon gates audit logs; {log_path} is a score log")
@@ -69,6 +77,9 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
         verdict, out, table = _audit(run, fail_above_epsilon, junit)
     else:
         raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
+    out["chain"] = {"chained": run.chained, "head": run.head, "lines": run.lines}
+    if verdict is not None and run.head is not None:
+        verdict.properties["log.head"] = run.head
     if out.get("complete"):
         progress(_headline(out))
     if html_path is not None:
@@ -85,6 +96,41 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
             "finished run (re-run the same command to finish it)"
         )
     conclude(verdict, junit)
+
+
+def _check_identity(run) -> None:
+    """Refuse (exit 4) a header whose identity holds a part the report reads in another shape."""
+    for name in ("model", "software", "settings"):
+        value = run.identity.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise DataError(
+                f"{run.path}:1: corrupt log, its header's identity.{name} is a {type(value).__name__}, not an object"
+            )
+
+
+def _say_chain(run) -> None:
+    """One line on stderr: the log's chain head (what ``ctxlite verify --head`` checks), or that it has none."""
+    if run.chained:
+        progress(f"{run.path}: hash chain intact over {run.lines} line(s), head {run.head}")
+    else:
+        progress(
+            f"ctxlite: note: {run.path} has no hash chain (written before ctxlite chained its logs): an edit "
+            "to it cannot be detected; reported from its records, read-only (it cannot be resumed)"
+        )
+
+
+def _disagrees(run, what: str, stored, recomputed) -> None:
+    """Refuse (exit 4) an end line whose ``what`` is not what the records give."""
+    from ctxlite.identity import mismatch
+
+    found = mismatch(stored, recomputed)
+    if found is not None:
+        path, a, b = found
+        raise DataError(
+            f"{run.where()}: the end line disagrees with the records: {what}{'' if path.startswith('[') else '.'}"
+            f"{path} is {a!r} there, "
+            f"{b!r} recomputed from the records (the log was edited)"
+        )
 
 
 def _headline(out: dict) -> str:
@@ -149,11 +195,22 @@ def _score(run, threshold):
         missing = [k for k in keys if k not in examples]
         if missing:
             raise DataError(f"{run.path}: corrupt log, its end line names example {missing[0]!r} it does not hold")
+        unlisted = [k for k in examples if k not in keys]
+        if unlisted:  # an earlier run of the same log scored inputs the last one did not have
+            progress(
+                f"ctxlite: note: {run.path} also holds {len(unlisted)} example(s) its last run did not list "
+                f"({', '.join(map(repr, unlisted[:3]))}{', …' if len(unlisted) > 3 else ''}): not reported"
+            )
     else:
         keys = list(examples)
         _partial(run, f"{len(keys)} example(s) finished")
     records = [examples[k]["result"] for k in keys]
-    summary = run.end.get("summary") if run.complete else (summarize(records) if len(records) > 1 else None)
+    if run.complete:  # recomputed from the records, never read from the end line
+        stored = run.end.get("summary")
+        summary = None if stored is None else json.loads(json.dumps(summarize(records), allow_nan=False))
+        _disagrees(run, "summary", stored, summary)
+    else:
+        summary = summarize(records) if len(records) > 1 else None
     verdict = score_verdict(keys, records, threshold, run.identity, complete=run.complete)
     out = {
         "log": str(run.path),
@@ -206,9 +263,38 @@ def _audit(run, threshold, junit):
                 "no ε to gate or write as JUnit yet (re-run the same command with --resume to finish it)"
             )
         return None, {"log": str(run.path), "kind": "audit", "complete": False, "trials": trials}, None
-    result = _end(run, "report")
+    result = _recomputed_report(run, _end(run, "report"))
     if result.get("rereport_warning"):  # the stored report was a re-report of the trials under another bound choice
         progress(f"ctxlite: warning: {result['rereport_warning']}")
     verdict = audit_verdict(result, threshold, run.identity)
     out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
     return verdict, out, AuditReport.from_dict(result).table()
+
+
+def _recomputed_report(run, stored: dict) -> dict:
+    """The end line's audit report with every row recomputed from the logged trial and reference
+    records (:func:`ctxlite.audit.game.recompute_rows`); refused if the end line disagrees with them."""
+    from ctxlite.audit.game import recompute_rows
+    from ctxlite.audit.report import AuditReport
+    from ctxlite.audit.settings import AuditSettings
+    from ctxlite.errors import InvalidParameter
+    from ctxlite.identity import differences, normalise
+
+    try:
+        settings = AuditSettings(**stored["settings"])
+        rows = recompute_rows(stored, run.records, run.path)
+        fresh = AuditReport.from_dict(stored)
+    except (InvalidParameter, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"{run.where()}: corrupt log, its end line's report cannot be read ({exc})") from None
+    diff = differences(normalise(run.identity.get("settings")), settings.log_params())
+    if diff:
+        raise DataError(
+            f"{run.where()}: the end line disagrees with the header: its report's settings "
+            f"({', '.join(diff[:6])}) are not those the trials were played with (the log was edited)"
+        )
+    fresh.rows = rows
+    result = json.loads(json.dumps(fresh.to_dict(), allow_nan=False))
+    _disagrees(run, "report.rows", stored["rows"], result["rows"])
+    return result

@@ -23,6 +23,7 @@ from ctxlite.cli.options import (
     fail_above_influence_option,
     finish_log,
     given_explicitly,
+    hold_out_lock,
     json_option,
     junit_option,
     open_server,
@@ -380,7 +381,8 @@ def score(**options):
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}
     planning_only = o.plan and not (o.out and Path(o.out).exists())  # a plan writes no new log
-    log = RecordLog(o.out, identity, kind="score-run") if o.out and not planning_only else None  # before the model
+    lock = hold_out_lock(o.out) if o.out and not planning_only else None  # one writer per log, for the whole run
+    log = RecordLog(o.out, identity, kind="score-run", lock=lock) if lock else None  # before the model
     try:
         reused, changed = _plan(log, examples, o.out, o.data)
         for key in changed:
@@ -416,12 +418,15 @@ def score(**options):
             log.close()
     keys = [key for key, _ in examples]
     verdict = score_verdict(keys, records, o.fail_above_influence, identity)
+    if log is not None:
+        verdict.properties["log.head"] = log.head
     if summary is not None:
         _say_summary(summary)
     if not wants_json(o.as_json):
         click.echo(score_table(keys, records))
     elif not o.data:
-        emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
+        head = {"log_head": log.head} if log is not None else {}
+        emit_json({"run": meta, "result": records[0], **head, **verdict_json(verdict)})
     else:
         scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
         emit_json(
@@ -432,6 +437,7 @@ def score(**options):
                 "scored": scored,
                 "reused": [key for key in keys if key in reused],
                 "out": o.out,
+                "log_head": log.head if log is not None else None,
                 **verdict_json(verdict),
             }
         )
