@@ -85,6 +85,7 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
         errno.ENOTDIR: "a part of the path is a regular file, not a folder",
         errno.EISDIR: "it is a directory",
         errno.ENOSPC: "no space left on the device",
+        errno.EFBIG: "the file would exceed the file-size limit (ulimit -f)",
         errno.ENOENT: "a folder on the path does not exist",
     }.get(exc.errno, exc.strerror or type(exc).__name__)
     return OutputError(f"cannot write the {what} {path}: {why}")
