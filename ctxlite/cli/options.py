@@ -159,11 +159,13 @@ def emit_json(obj) -> None:
 
 
 def progress(message: str) -> None:
-    """A message on stderr (on its own line, below the progress line's last state)."""
+    """A message on stderr (on its own line, below the progress line's last state); the private text
+    it quotes (an id, an n-gram) with its control and bidi characters as visible escapes."""
     from ctxlite.cli.progress import erase
+    from ctxlite.reporting.visible import visible
 
     erase()
-    click.echo(message, err=True)
+    click.echo(visible(message, keep="\n"), err=True)
     sys.stderr.flush()
 
 
@@ -242,7 +244,9 @@ def conclude(verdict, junit: str | None) -> None:
     if verdict.gate is None:
         return
     if verdict.failures:
-        click.echo(f"ctxlite: gate tripped: {verdict.summary()}", err=True)
+        from ctxlite.reporting.visible import visible
+
+        click.echo(f"ctxlite: gate tripped: {visible(verdict.summary())}", err=True)
         sys.exit(EXIT_GATE)
     progress(verdict.summary())
 
