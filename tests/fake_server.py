@@ -2,7 +2,7 @@
 
 It speaks llama.cpp's dialect (``/tokenize`` and ``/detokenize`` with token ids, ``/props``) over
 a byte tokenizer: token ``b + 3`` is the byte ``b``, token 1 is BOS. Its completions echo the
-prompt with log-probabilities that are a fixed function of each token and the one before it
+prompt with log-probabilities that are a fixed function of each token and the tokens before it
 (so ablations change them and a score run has influence to find), plus one generated token.
 
 ``FakeServer(fault)`` answers every completion whose prompt holds ``trigger`` (default: every
@@ -46,9 +46,10 @@ def decode(tokens) -> str:
     return bytes(t - BYTE0 for t in tokens if t >= BYTE0).decode("utf-8", "replace")
 
 
-def logprob(prev: int, token: int) -> float:
-    """log p(token | ... prev) of the fake model: between -1 and -3.5 nats."""
-    return -(1.0 + ((token * 7 + prev * 3) % 11) / 4)
+def logprob(before, token: int) -> float:
+    """log p(token | before) of the fake model, a function of the token, the one before it and the sum
+    of all before it (so removing context anywhere changes it): between -1 and -3.5 nats."""
+    return -(1.0 + ((token * 7 + before[-1] * 3 + sum(before)) % 11) / 4)
 
 
 class FakeServer:
@@ -121,7 +122,7 @@ class FakeServer:
         fault = self.fault if faulty else None
         if not body.get("echo"):
             return self.write(handler, json.dumps({"choices": [{"text": " yes", "index": 0}]}).encode())
-        values = [None] + [logprob(a, b) for a, b in zip(prompt, prompt[1:])] + [-0.5]
+        values = [None] + [logprob(prompt[:i], prompt[i]) for i in range(1, len(prompt))] + [-0.5]
         tokens = [decode([t]) for t in prompt] + [" "]
         if fault == "positive":
             values[-2] = 0.5

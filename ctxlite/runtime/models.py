@@ -7,7 +7,8 @@ package on first use (assembled from chunk packages, or copied when the package
 ships the file whole); anything else is treated as a path to a GGUF file.
 Either way the file is checked before llama.cpp sees it, so a missing,
 truncated or foreign file is a ``ModelError`` with one clear line, never a
-C-level abort.
+C-level abort. A damaged registry model in the cache (truncated, edited) is
+rebuilt from its package, and said so on stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib.util
 import json
 import os
 import struct
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -181,7 +183,8 @@ def pull(name: str | None = None) -> Path:
     if path.exists():
         try:
             return verify_entry(entry, path)
-        except ModelError:
+        except ModelError as exc:
+            notice(f"the cached {name} is damaged, re-assembling it from {entry.source_package}: {exc}")
             try:
                 path.unlink()  # a bad or partial earlier copy: rebuild it from the package
             except OSError as exc:
@@ -209,6 +212,13 @@ def pull(name: str | None = None) -> Path:
     except OSError as exc:
         raise output_error(path, exc, "model file") from None
     return verify_entry(entry, path)
+
+
+def notice(message: str) -> None:
+    """Say on stderr what a person must know though it is no error (a damaged cached model rebuilt):
+    the cache is not silently repaired."""
+    sys.stderr.write(f"ctxlite: warning: {message}\n")
+    sys.stderr.flush()
 
 
 def _not_installed(entry: RegistryEntry) -> ModelError:
