@@ -93,10 +93,21 @@ def test_the_same_runs_to_the_end_on_a_well_behaved_server(tmp_path):
     assert _logged_keys(log) == ["alice", "bob"]
 
 
-@pytest.mark.parametrize("fault", ["positive", "nan", "neg_inf", "echo", "short", "error200"])
-def test_an_impossible_answer_at_connection_is_refused(fault):
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("positive", r"token_logprobs\[\d+\] is 0.5"),
+        ("nan", r"token_logprobs\[\d+\] is nan"),
+        ("neg_inf", r"token_logprobs\[\d+\] is -inf"),
+        ("echo", r"logprobs.tokens\[\d+\] is 'Z'"),
+        ("short", "token_logprobs has 2 entries"),
+        ("error200", "KV cache is full"),
+    ],
+)
+def test_an_impossible_answer_at_connection_is_refused(fault, message):
+    """The connection's own probe (a teacher-forced sentence) is checked like every answer."""
     with FakeServer(fault) as fake:
-        with pytest.raises(ServerError, match="teacher forcing"):
+        with pytest.raises(ServerError, match=f"teacher forcing.*{message}"):
             _connect(fake.url)
 
 
