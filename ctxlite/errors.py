@@ -9,7 +9,8 @@ Exit codes (documented in the README):
 ====  ===========================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     bad command-line usage or parameter (click's own code too)
+2     bad command-line usage or parameter (click's own code too), an
+      output that is the same file as an input or another output
 3     model problem: missing, not a GGUF, truncated, wrong sha256
 4     bad input data: empty/malformed JSONL, non-UTF-8, bad fields
 5     does not fit: prompt longer than the context window
@@ -19,7 +20,8 @@ Exit codes (documented in the README):
 8     a gate tripped (--fail-above-influence / --fail-above-epsilon):
       the run finished and every output was written
 9     the inference server (--backend openai) failed: unreachable or
-      erroring after retries, timed out, or answered malformed JSON
+      erroring after retries, timed out, or answered malformed JSON, an
+      error body, an impossible answer (checked before use) or one too large
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -69,7 +71,8 @@ class OutputError(CtxliteError, OSError):
 
 class ServerError(CtxliteError, RuntimeError):
     """The inference server of ``--backend openai`` cannot be used: down after retries (the circuit
-    breaker is open), timing out, refusing a request or answering malformed JSON."""
+    breaker is open), timing out, refusing a request, answering malformed JSON, or an answer that
+    fails its checks (``ctxlite.runtime.openai_server.check_logprobs``) or exceeds the size cap."""
 
     exit_code = 9
 

@@ -306,7 +306,7 @@ def server_options(f):
             default=120.0,
             show_default=True,
             metavar="SECONDS",
-            help="openai: per-request timeout.",
+            help="openai: the longest one whole request may take (connecting, sending, the whole answer).",
         ),
         click.option(
             "--retries",
