@@ -103,6 +103,23 @@ def test_score_junit_onto_its_data_is_refused(fake, data):
     assert data.read_bytes() == before and fake.completions == completions  # nothing was sent
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "{data}"], "--out {data} is the same file as --data"),
+        (["--format", "{fmt}", "--junit", "{fmt}"], "--junit {fmt} is the same file as --format"),
+    ],
+)
+def test_audit_outputs_onto_its_inputs_are_refused(data, tmp_path, args, message):
+    fmt = tmp_path / "f.toml"
+    fmt.write_text('task = "classify"\n', encoding="utf-8")
+    before = (data.read_bytes(), fmt.read_bytes())
+    paths = {"data": data, "fmt": fmt}
+    r = invoke(["audit", "--data", str(data), *(a.format(**paths) for a in args), "--trials", "4"])
+    check_refused(r, message.format(**paths))
+    assert (data.read_bytes(), fmt.read_bytes()) == before
+
+
 def test_a_symbolic_link_to_the_log_is_the_log(run_log, tmp_path):
     link = tmp_path / "elsewhere" / "report.html"
     link.parent.mkdir()

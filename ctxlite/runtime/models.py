@@ -25,7 +25,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ctxlite.errors import ModelError, output_error
+from ctxlite.errors import ModelError, OutputError, output_error
+from ctxlite.outputs import write_atomic
 
 GGUF_MAGIC = b"GGUF"
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
@@ -144,8 +145,8 @@ def verify_entry(entry: RegistryEntry, path: Path | None = None) -> Path:
 
 def _write_stamp(entry: RegistryEntry, path: Path) -> None:
     try:  # the stamp only saves hashing next time: a read-only cache must still work
-        _verified_stamp(path).write_text(_stamp_key(entry, path))
-    except OSError:
+        write_atomic(_verified_stamp(path), _stamp_key(entry, path).encode(), "verification stamp", mode=0o644)
+    except OutputError:
         pass
 
 
