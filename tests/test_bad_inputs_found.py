@@ -100,8 +100,9 @@ EMPTY_LABELS = (
 def test_an_empty_label_list_is_refused(tmp_path):
     fmt = tmp_path / "f.toml"
     fmt.write_text(EMPTY_LABELS, encoding="utf-8")
-    r = ctxlite(["audit", "--data", CLASSIFY, "--format", str(fmt), "--trials", "4", "--plan"])
-    check_error(r, 2, "labels = [] lists no labels")
+    res = CliRunner().invoke(main, ["audit", "--data", CLASSIFY, "--format", str(fmt), "--trials", "4", "--plan"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.output.count("ctxlite: error:") == 1 and "labels = [] lists no labels" in res.output, res.output
 
 
 def test_an_empty_label_list_is_refused_by_the_library(tmp_path):
