@@ -74,6 +74,17 @@ def test_the_table_and_the_junit_file_alone(tmp_path):
     assert _raw((tmp_path / "j.xml").read_text(encoding="utf-8")) == []
 
 
+def test_the_progress_line_shows_an_id_escaped():
+    import io
+
+    from ctxlite.cli.progress import ProgressLine
+
+    stream = io.StringIO()
+    ProgressLine(stream=stream, enabled=True).step("examples", 0, 2, f"id{HOSTILE}")
+    drawn = stream.getvalue().replace("\r\x1b[K", "")  # the line's own redraw sequence
+    assert _raw(drawn) == [] and "id" + "".join(SHOWN) in drawn
+
+
 def test_a_truncated_cached_model_is_rebuilt_and_said_so(tmp_path):
     from ctxlite.runtime.models import pull, registry
 
