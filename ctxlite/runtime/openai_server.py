@@ -324,7 +324,7 @@ class _Http:
                     return body
                 if probe:
                     return {"_status": status}
-                detail = _error_detail(content, headers)
+                detail = _error_detail(content)
                 if status not in RETRY_STATUS:
                     raise ServerError(f"{what}: the server at {url} answered HTTP {status}: {detail}")
                 last = f"HTTP {status}: {detail}"
@@ -393,7 +393,7 @@ def _error_message(body: dict) -> str | None:
     return text[:300] or "(no message)"
 
 
-def _error_detail(content: bytes, headers: httpx.Headers) -> str:
+def _error_detail(content: bytes) -> str:
     """The server's error message, short (OpenAI-style ``{"error": {"message"}}`` or the body)."""
     try:
         body = json.loads(content)
