@@ -9,7 +9,8 @@ Exit codes (documented in the README):
 ====  ===========================================================
 0     success
 1     unexpected internal error (a bug: please report it)
-2     bad command-line usage or parameter (click's own code too)
+2     bad command-line usage or parameter (click's own code too), an
+      output that is the same file as an input or another output
 3     model problem: missing, not a GGUF, truncated, wrong sha256
 4     bad input data: empty/malformed JSONL, non-UTF-8, bad fields
 5     does not fit: prompt longer than the context window
@@ -19,7 +20,8 @@ Exit codes (documented in the README):
 8     a gate tripped (--fail-above-influence / --fail-above-epsilon):
       the run finished and every output was written
 9     the inference server (--backend openai) failed: unreachable or
-      erroring after retries, timed out, or answered malformed JSON
+      erroring after retries, timed out, or answered malformed JSON, an
+      error body, an impossible answer (checked before use) or one too large
 11    the --out log is being written by another running ctxlite
       process (its PID is named); nothing was written
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
@@ -71,7 +73,8 @@ class OutputError(CtxliteError, OSError):
 
 class ServerError(CtxliteError, RuntimeError):
     """The inference server of ``--backend openai`` cannot be used: down after retries (the circuit
-    breaker is open), timing out, refusing a request or answering malformed JSON."""
+    breaker is open), timing out, refusing a request, answering malformed JSON, or an answer that
+    fails its checks (``ctxlite.runtime.openai_server.check_logprobs``) or exceeds the size cap."""
 
     exit_code = 9
 
@@ -93,6 +96,7 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
         errno.ENOTDIR: "a part of the path is a regular file, not a folder",
         errno.EISDIR: "it is a directory",
         errno.ENOSPC: "no space left on the device",
+        errno.EFBIG: "the file would exceed the file-size limit (ulimit -f)",
         errno.ENOENT: "a folder on the path does not exist",
     }.get(exc.errno, exc.strerror or type(exc).__name__)
     return OutputError(f"cannot write the {what} {path}: {why}")

@@ -20,14 +20,15 @@ up in CI dashboards that the data's owners do not control.
 from __future__ import annotations
 
 import math
-import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxlite.errors import InvalidParameter, output_error
+from ctxlite.errors import InvalidParameter
+from ctxlite.outputs import write_atomic
 from ctxlite.reporting.labels import epsilon_label
+from ctxlite.reporting.visible import visible
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,9 @@ def _float(v) -> float | None:
 
 def write_junit(path: str | Path, verdict: Verdict) -> None:
     """Write ``verdict`` as JUnit XML (one ``testsuite``, one ``testcase`` per case) readable by CI
-    servers; created owner-only (mode 0600) like the logs it summarises."""
+    servers; created owner-only (mode 0600) like the logs it summarises, atomically
+    (:func:`ctxlite.outputs.write_atomic`). Control and bidi characters of a case's name (an
+    example id) are written as visible escapes: XML 1.0 cannot hold most of them at all."""
     suites = ET.Element("testsuites", tests=str(len(verdict.cases)), failures=str(len(verdict.failures)), errors="0")
     suite = ET.SubElement(
         suites,
@@ -163,19 +166,13 @@ def write_junit(path: str | Path, verdict: Verdict) -> None:
     for name, value in properties.items():
         ET.SubElement(props, "property", name=name, value=value)
     for case in verdict.cases:
-        tc = ET.SubElement(suite, "testcase", name=case.name, classname=verdict.suite.replace(" ", "."))
+        name, message = visible(case.name), visible(case.message)
+        tc = ET.SubElement(suite, "testcase", name=name, classname=verdict.suite.replace(" ", "."))
         if case.failed:
-            ET.SubElement(tc, "failure", type="ctxlite.gate", message=case.message).text = case.message
+            ET.SubElement(tc, "failure", type="ctxlite.gate", message=message).text = message
         else:
-            ET.SubElement(tc, "system-out").text = case.message
-    data = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except OSError as exc:
-        raise output_error(path, exc, "JUnit file") from None
+            ET.SubElement(tc, "system-out").text = message
+    write_atomic(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True), "JUnit file")
 
 
 def run_properties(identity: dict) -> dict[str, str]:

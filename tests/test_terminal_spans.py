@@ -51,7 +51,7 @@ def test_long_spans_are_cut_in_the_middle_and_control_characters_are_pictures():
     line = spans_in_context(_result([g]), spans=1, width=20)
     assert "\x1b" not in line and "\x07" not in line and "\n" not in line
     assert line == "[" + printable(text)[:10] + "…" + "x" * 9 + "]"
-    assert printable("a\x1bb\x7fc\x85d\ne") == "a␛b␡c\ufffdd⏎e"
+    assert printable("a\x1bb\x7fc\x85d\ne") == "a␛b␡c⟨U+0085⟩d⏎e"
 
 
 def test_the_table_ends_with_one_line_per_example_and_lambda_and_none_without_ngrams():

@@ -143,6 +143,11 @@ class AuditFormat:
         missing = [k for k in ("task", "instruction", "record", "input", "output") if k not in data]
         if missing:
             raise InvalidParameter(f"{where}: missing key {missing[0]!r}")
+        if "labels" in data and isinstance(data["labels"], (list, tuple)) and not data["labels"]:
+            raise InvalidParameter(
+                f"{where}: labels = [] lists no labels: give at least two, or leave labels out to take the "
+                "data's own labels"
+            )
         return cls(**dict(data), name=name, source=source or json.dumps(dict(data), sort_keys=True))
 
     @classmethod

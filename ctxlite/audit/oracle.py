@@ -13,7 +13,9 @@ where C_j holds the next tokens of the labels that extend ``t_j`` (``fraud`` ins
 tokens, none a prefix of another, need only the row after the prompt (one forward pass); the
 rows after label prefixes are decoded on top of the prompt's cells, shared between labels.
 Temperature 0 puts all mass on the greedy path. An answer that spells a label with other
-tokens than the tokenizer's own (a rare split) counts as "other".
+tokens than the tokenizer's own (a rare split) counts as "other". Read from a server, the labels'
+probabilities must sum to at most 1 (``LABEL_MASS_TOLERANCE``): a larger sum is refused, never
+renormalised into a plausible distribution.
 
 Sampled answers. A backend without teacher forcing (a server whose completions carry no
 log-probabilities) gives no distribution at all: each answer is then one completion it samples
@@ -49,8 +51,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
-from ctxlite.errors import InvalidParameter
+from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.backend import Capability, teacher_forcing
+
+LABEL_MASS_TOLERANCE = 1e-3
+"""How far above 1 the label probabilities read from a server may sum: each of a label's few
+tokens may round up to ``openai_server.LOGPROB_TOLERANCE`` (1e-4 nats). A larger sum is an
+impossible answer, refused (exit 9) rather than renormalised away."""
 
 
 class ModelOracle:
@@ -145,16 +152,29 @@ class ModelOracle:
         hit = self._dist_cache.get(toks)
         if hit is not None:
             return hit
-        logp = self._rows_logp(toks) if Capability.LOGIT_ROWS in self.engine.capabilities else self._forced_logp(toks)
+        rows = Capability.LOGIT_ROWS in self.engine.capabilities
+        logp = self._rows_logp(toks) if rows else self._forced_logp(toks)
         p = np.empty(len(self.labels))
         for j, (seq, children) in enumerate(zip(self.label_tokens, self._children)):
             stay = 1.0 - float(np.exp([logp(seq, c) for c in children]).sum()) if children else 1.0
+            if not rows and stay < -LABEL_MASS_TOLERANCE:
+                raise ServerError(self._impossible(f"the labels extending {self.labels[j]!r}", 1 - stay, len(toks)))
             p[j] = np.exp(sum(logp(seq[:i], t) for i, t in enumerate(seq))) * max(stay, 0.0)
+        if not rows and not p.sum() <= 1 + LABEL_MASS_TOLERANCE:
+            raise ServerError(self._impossible("the labels", float(p.sum()), len(toks)))
         dist = np.append(p, max(0.0, 1.0 - p.sum()))
         dist /= dist.sum()
         dist.setflags(write=False)
         self._dist_cache[toks] = dist
         return dist
+
+    def _impossible(self, which: str, mass: float, n_tokens: int) -> str:
+        shown = ", ".join(f"{l.strip()!r}" for l in self.labels)
+        return (
+            f"the server's teacher-forced log-probabilities give {which} ({shown}) a total probability of "
+            f"{mass:.6g} after a prompt of {n_tokens} tokens: more than 1 (beyond {LABEL_MASS_TOLERANCE:g} of "
+            "rounding), an impossible answer; stopped (finished trials are in the --out log)"
+        )
 
     def _rows_logp(self, toks: tuple[int, ...]):
         """log p_T(token | prompt + path) from full rows: the prompt's from an empty cache (a function of

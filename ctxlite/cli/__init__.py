@@ -22,7 +22,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CtxliteError as exc:
-            click.echo(f"ctxlite: error: {exc}", err=True)
+            from ctxlite.reporting.visible import visible
+
+            click.echo(f"ctxlite: error: {visible(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo(INTERRUPTED, err=True)

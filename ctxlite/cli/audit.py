@@ -37,6 +37,7 @@ from ctxlite.cli.options import (
     wants_json,
 )
 from ctxlite.cli.progress import progress_line
+from ctxlite.outputs import refuse_same_files
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
 
@@ -315,6 +316,11 @@ def audit(**options):
     from ctxlite.records import RecordLog
 
     o = SimpleNamespace(**options)
+    refuse_same_files(
+        [("--data", o.data_path), ("--format", o.format_spec), ("--model", o.model)]
+        + [("--embed-model", o.embed_model), ("--judge-model", o.judge_model)],
+        [("--out", o.out_path), ("--junit", o.junit)],
+    )
     fmt = load_format(o.format_spec if o.format_spec is not None else Task(o.task))
     if o.format_spec is not None and given_explicitly("task") and Task(o.task) is not fmt.task:
         raise click.UsageError(f"--task {o.task} contradicts --format {o.format_spec}, a {fmt.task.value} format")

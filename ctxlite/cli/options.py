@@ -159,11 +159,13 @@ def emit_json(obj) -> None:
 
 
 def progress(message: str) -> None:
-    """A message on stderr (on its own line, below the progress line's last state)."""
+    """A message on stderr (on its own line, below the progress line's last state); the private text
+    it quotes (an id, an n-gram) with its control and bidi characters as visible escapes."""
     from ctxlite.cli.progress import erase
+    from ctxlite.reporting.visible import visible
 
     erase()
-    click.echo(message, err=True)
+    click.echo(visible(message, keep="\n"), err=True)
     sys.stderr.flush()
 
 
@@ -248,9 +250,12 @@ def conclude(verdict, junit: str | None) -> None:
 
 
 def verdict_line(verdict) -> str:
-    """The verdict's one line, ending with the chain head of the log it was formed from (if any)."""
+    """The verdict's one line, ending with the chain head of the log it was formed from (if any), with
+    control and bidi characters shown as visible escapes (a person reads it)."""
+    from ctxlite.reporting.visible import visible
+
     head = verdict.properties.get("log.head")
-    return verdict.summary() + (f" [log head {head}]" if head else "")
+    return visible(verdict.summary()) + (f" [log head {head}]" if head else "")
 
 
 def hold_out_lock(path):
@@ -318,7 +323,7 @@ def server_options(f):
             default=120.0,
             show_default=True,
             metavar="SECONDS",
-            help="openai: per-request timeout.",
+            help="openai: the longest one whole request may take (connecting, sending, the whole answer).",
         ),
         click.option(
             "--retries",

@@ -18,6 +18,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ctxlite.reporting.visible import visible
+
 QUIET = False
 """Set by ``ctxlite -q``: no progress output for this invocation."""
 
@@ -82,7 +84,7 @@ class ProgressLine:
         now = self.clock()
         if self.outer is None or self.outer.label != label or self.outer.total != total:
             self.outer = _Counter(label, total, now)
-        self.outer.done, self.outer.detail = int(done), detail
+        self.outer.done, self.outer.detail = int(done), visible(detail)  # an example id: private text
         self.inner = None
         self._draw(now, force=True)
 

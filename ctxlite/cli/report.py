@@ -16,6 +16,7 @@ from ctxlite.cli.options import (
     verdict_json,
 )
 from ctxlite.errors import DataError
+from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.labels import epsilon_label, result_epsilon
 
 
@@ -62,6 +63,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     """
     from ctxlite.records import read_run_log
 
+    refuse_same_files([("RUN.jsonl", log_path)], [("--html", html_path), ("--junit", junit)])
     if no_text and html_path is None:
         raise click.UsageError("--no-text shapes the HTML report: give --html FILE too")
     run = read_run_log(log_path)  # the chain and the records' keys are checked as it is read

@@ -37,6 +37,7 @@ from ctxlite.cli.progress import ProgressLine, progress_line
 from ctxlite.errors import DataError
 from ctxlite.influence.scorer import InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
+from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.labels import result_label
 from ctxlite.runtime.backend import require_teacher_forcing
 from ctxlite.runtime.sampling import SamplingSettings
@@ -290,7 +291,13 @@ def _plan(log, examples, out: str, data: str | None):
     show_default=True,
     help="Longest generated response, in tokens.",
 )
-@click.option("--seed", type=int, default=_s("seed"), show_default=True, help="Sampling seed (numpy Generator).")
+@click.option(
+    "--seed",
+    type=click.IntRange(0),
+    default=_s("seed"),
+    show_default=True,
+    help="Sampling seed (numpy Generator), >= 0.",
+)
 @click.option(
     "--null-ablations",
     type=click.IntRange(0),
@@ -359,6 +366,11 @@ def score(**options):
     from ctxlite.runtime.templates import get_template
 
     o = SimpleNamespace(**options)
+    refuse_same_files(
+        [("--data", o.data), ("--context", o.context), ("--source", o.source), ("--template", o.template)]
+        + [("--model", o.model)],
+        [("--out", o.out), ("--junit", o.junit)],
+    )
     if bool(o.data) == bool(o.context):
         raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
     if o.data and (o.query or o.response or o.source or o.answer):

@@ -201,7 +201,7 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, a
                 span = f"{top['char_start']}–{top['char_end']}: {text}"
             floor = (r.get("noise_floor") or {}).get("max")
             rows.append(
-                (key, *name, str(r.get("context_tokens", "-")), num(r["document_influence"]),
+                (printable(key), *name, str(r.get("context_tokens", "-")), num(r["document_influence"]),
                  num(max((g["influence"] for g in grams), default=None)), num(floor), above, span)
             )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -14,9 +14,9 @@ import base64
 import hashlib
 import html
 import os
-from pathlib import Path
 
-from ctxlite.errors import OutputError
+from ctxlite.outputs import write_atomic
+from ctxlite.reporting.visible import visible
 
 HEAT_LEVELS = 8
 """Influence is shaded in this many steps (classes ``h0`` … ``h7``), a luminance ramp that reads in greyscale."""
@@ -49,8 +49,10 @@ svg text { font: 11px system-ui, sans-serif; }
 
 
 def esc(value) -> str:
-    """``value`` as HTML text or attribute content (``&``, ``<``, ``>``, ``"`` and ``'`` escaped)."""
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text or attribute content (``&``, ``<``, ``>``, ``"`` and ``'`` escaped), its
+    control and bidi characters as visible escapes (a U+202E cannot reorder what the page shows;
+    newlines and tabs stay, the text is laid out ``pre-wrap``)."""
+    return html.escape(visible(str(value), keep="\n\t"), quote=True)
 
 
 def text_hash(text: str) -> str:
@@ -115,12 +117,6 @@ def page(title: str, body: str) -> str:
 
 
 def write_private(path: str | os.PathLike, document: str) -> None:
-    """Write ``document`` to ``path``, created owner-readable only (0600): it holds private text."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: set it
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(document)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    """Write ``document`` to ``path`` owner-readable only (0600: it holds private text), atomically: an
+    existing report is replaced whole or left as it was (:func:`ctxlite.outputs.write_atomic`)."""
+    write_atomic(path, document.encode("utf-8"), "HTML report")

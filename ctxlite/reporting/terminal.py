@@ -5,34 +5,27 @@ and, for adaptive search, its measured blocks: the context is read back from the
 characters none covers show as "…". Per example and λ (and ε) one line: an excerpt of ``margin``
 characters either side of each of the ``spans`` n-grams of largest τ_i, in reading order,
 overlapping excerpts merged, each span marked in reverse video on a terminal (``ansi``; the
-largest also bold) and in [brackets] otherwise. Control characters of the private text are
-shown as their Unicode pictures, so the text can never drive the terminal.
+largest also bold) and in [brackets] otherwise. Control and bidi characters of the private text
+are shown as visible stand-ins (:mod:`ctxlite.reporting.visible`), so the text can never drive the
+terminal or reorder what it shows.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 
 from ctxlite.reporting.labels import result_label
+from ctxlite.reporting.visible import visible
 
 BOLD_REVERSE, REVERSE, RESET = "\x1b[1;7m", "\x1b[7m", "\x1b[0m"
 GAP = "…"
 
 
 def printable(text: str) -> str:
-    """``text`` with a newline as ⏎, other C0 controls as their control pictures (U+2400 + code,
-    ESC as ␛), DEL as ␡ and C1 controls as U+FFFD: safe to print on a terminal."""
-
-    def one(c: str) -> str:
-        if c == "\n":
-            return "⏎"
-        if unicodedata.category(c) != "Cc":
-            return c
-        code = ord(c)
-        return chr(0x2400 + code) if code < 0x20 else "␡" if code == 0x7F else "\ufffd"
-
-    return "".join(map(one, text))
+    """``text`` safe to print on a terminal: a newline as ⏎, every other control, bidi control or
+    line separator as a visible stand-in (:func:`ctxlite.reporting.visible.visible`: ESC as ␛,
+    U+202E as ⟨U+202E⟩)."""
+    return visible(text.replace("\n", "⏎"))
 
 
 def _top(result: dict, spans: int) -> list[dict]:

@@ -7,7 +7,8 @@ package on first use (assembled from chunk packages, or copied when the package
 ships the file whole); anything else is treated as a path to a GGUF file.
 Either way the file is checked before llama.cpp sees it, so a missing,
 truncated or foreign file is a ``ModelError`` with one clear line, never a
-C-level abort.
+C-level abort. A damaged registry model in the cache (truncated, edited) is
+rebuilt from its package, and said so on stderr.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import importlib.util
 import json
 import os
 import struct
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ctxlite.errors import ModelError, output_error
+from ctxlite.errors import ModelError, OutputError, output_error
+from ctxlite.outputs import write_atomic
 
 GGUF_MAGIC = b"GGUF"
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
@@ -142,8 +145,8 @@ def verify_entry(entry: RegistryEntry, path: Path | None = None) -> Path:
 
 def _write_stamp(entry: RegistryEntry, path: Path) -> None:
     try:  # the stamp only saves hashing next time: a read-only cache must still work
-        _verified_stamp(path).write_text(_stamp_key(entry, path))
-    except OSError:
+        write_atomic(_verified_stamp(path), _stamp_key(entry, path).encode(), "verification stamp", mode=0o644)
+    except OutputError:
         pass
 
 
@@ -181,7 +184,8 @@ def pull(name: str | None = None) -> Path:
     if path.exists():
         try:
             return verify_entry(entry, path)
-        except ModelError:
+        except ModelError as exc:
+            notice(f"the cached {name} is damaged, re-assembling it from {entry.source_package}: {exc}")
             try:
                 path.unlink()  # a bad or partial earlier copy: rebuild it from the package
             except OSError as exc:
@@ -209,6 +213,13 @@ def pull(name: str | None = None) -> Path:
     except OSError as exc:
         raise output_error(path, exc, "model file") from None
     return verify_entry(entry, path)
+
+
+def notice(message: str) -> None:
+    """Say on stderr what a person must know though it is no error (a damaged cached model rebuilt):
+    the cache is not silently repaired."""
+    sys.stderr.write(f"ctxlite: warning: {message}\n")
+    sys.stderr.flush()
 
 
 def _not_installed(entry: RegistryEntry) -> ModelError:

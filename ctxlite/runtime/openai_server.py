@@ -32,6 +32,20 @@ A server whose completions carry no ``logprobs`` is found at connection (``promp
 then False): teacher forcing, hence scoring, is refused naming the missing capability, and a
 classification audit takes its answers from sampled completions instead (``ctxlite.audit.oracle``).
 
+Every answer is checked before it is used (:func:`check_logprobs` and the checks of each
+endpoint): it is a JSON object without an ``error`` member (some servers answer HTTP 200 with
+``{"error": ...}``), its log-probabilities are finite numbers ≤ ``LOGPROB_TOLERANCE`` (a log-
+probability is ≤ 0; the tolerance only admits float32 rounding of a certain token), there are as
+many as the prompt has tokens (plus at most the one generated token), and the tokens the server
+echoes are the tokens sent, in order (compared piece by piece with the server's own decoding of
+each token). An answer that fails a check stops the run with a :class:`~ctxlite.errors.ServerError`
+(exit 9) that names the field, the request and the server's own message; it is not retried (a
+server that answers nonsense once will again). ``--request-timeout`` bounds the *whole* request
+(connecting, sending, every read of the answer: a server that drips its answer a byte at a time
+times out like a silent one), and an answer larger than ``ServerConfig.max_answer_bytes``
+(``MAX_ANSWER_BYTES``, 64 MiB) is refused while it streams in, so a runaway answer never fills
+the memory.
+
 Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
 on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
 (delay = U(0, 1) · min(max_backoff, backoff · 2^attempt), or the server's Retry-After). A request
@@ -45,6 +59,8 @@ promptly and a resumed run (``--resume``) continues from the log. The API key is
 from __future__ import annotations
 
 import codecs
+import json
+import math
 import os
 import queue
 import random
@@ -54,6 +70,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 
+import httpcore
 import httpx
 import numpy as np
 
@@ -62,6 +79,12 @@ from ctxlite.runtime.backend import Capability
 
 API_KEY_VARIABLES = ("CTXLITE_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_ANSWER_BYTES = 64 * 2**20
+"""The largest answer ctxlite reads (64 MiB, decoded): an echoed prompt of 100,000 tokens with its
+log-probabilities is a few MiB. A larger one is refused while it streams in (exit 9)."""
+LOGPROB_TOLERANCE = 1e-4
+"""How far above 0 a served log-probability may be (nats): float32 log-softmax of a token of
+probability ~1 rounds to a few 1e-7 above 0. Anything larger is an impossible answer (exit 9)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,7 @@ class ServerConfig:
     backoff: float = 0.5
     max_backoff: float = 10.0
     n_ctx: int | None = None  # the server's context window when it does not report one
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
     def __post_init__(self):
         if not self.base_url.startswith(("http://", "https://")):
@@ -84,6 +108,8 @@ class ServerConfig:
             raise InvalidParameter("--model-name must name the served model")
         if self.concurrency < 1 or self.retries < 0 or not self.timeout > 0 or not self.backoff >= 0:
             raise InvalidParameter("need concurrency >= 1, retries >= 0, timeout > 0 and backoff >= 0")
+        if self.max_answer_bytes < 1:
+            raise InvalidParameter(f"max_answer_bytes must be >= 1, got {self.max_answer_bytes}")
 
     @property
     def root(self) -> str:
@@ -146,6 +172,74 @@ class _Pool:
             self._jobs.put(None)
 
 
+_deadline = threading.local()
+"""``_deadline.at``: the monotonic time by which the request this thread is sending must be answered."""
+
+
+def _within_deadline(timeout: float | None) -> float | None:
+    """The timeout of one network operation, cut to what is left of this thread's request deadline."""
+    at = getattr(_deadline, "at", None)
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write waits at most until the request's deadline: httpx's
+    own timeout applies to each read, so an answer dripped a byte at a time would never end."""
+
+    def __init__(self, stream: httpcore.NetworkStream):
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _within_deadline(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _within_deadline(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _within_deadline(timeout)))
+
+    def get_extra_info(self, info: str):
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with :class:`_DeadlineStream` connections."""
+
+    def __init__(self, backend: httpcore.NetworkBackend):
+        self._backend = backend
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        stream = self._backend.connect_tcp(host, port, _within_deadline(timeout), local_address, socket_options)
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _DeadlineStream(self._backend.connect_unix_socket(path, _within_deadline(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _transport(limits: httpx.Limits) -> httpx.HTTPTransport:
+    """httpx's transport with the deadline-bounded network backend (httpx exposes no option for it:
+    its connection pool's backend is replaced; tests/test_server_answers.py fails if that stops working)."""
+    transport = httpx.HTTPTransport(limits=limits, trust_env=False)
+    pool = transport._pool
+    pool._network_backend = _DeadlineBackend(pool._network_backend)
+    return transport
+
+
+class _TooLarge(Exception):
+    """An answer grew beyond the cap while it streamed in."""
+
+
 class _Http:
     """JSON over HTTP with timeouts, retries (backoff + jitter) and a circuit breaker."""
 
@@ -154,7 +248,9 @@ class _Http:
         key = api_key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
-        self._client = httpx.Client(headers=headers, timeout=config.timeout, limits=limits, trust_env=False)
+        self._client = httpx.Client(
+            headers=headers, timeout=config.timeout, transport=_transport(limits), trust_env=False
+        )
         self._sleep = sleep
         self._open: str | None = None  # the breaker's message once open
         self._lock = threading.Lock()
@@ -201,25 +297,38 @@ class _Http:
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 try:
-                    response = self._client.post(url, json=payload)
+                    status, headers, content = self.send("POST", url, payload)
                 finally:
                     with self._lock:
                         self.in_flight -= 1
                         self.ended += 1
             except httpx.TimeoutException:
-                last = f"no answer within {cfg.timeout:g} s (--request-timeout)"
+                last = f"no answer within {cfg.timeout:g} s (--request-timeout bounds the whole request)"
             except httpx.TransportError as exc:
                 last = f"cannot connect ({type(exc).__name__})"
+            except _TooLarge:
+                raise ServerError(
+                    f"{what}: the answer of the server at {url} is larger than {cfg.max_answer_bytes:,} bytes, "
+                    "the most ctxlite reads: refused while it streamed in"
+                ) from None
             else:
-                if response.status_code < 400:
-                    return self._json(response, url, what)
+                if status < 400:
+                    body = _json(content, url, what)
+                    message = _error_message(body)
+                    if message is not None:
+                        if probe:
+                            return {"_status": status}
+                        raise ServerError(
+                            f"{what}: the server at {url} answered HTTP {status} with an error: {message}"
+                        )
+                    return body
                 if probe:
-                    return {"_status": response.status_code}
-                detail = _error_detail(response)
-                if response.status_code not in RETRY_STATUS:
-                    raise ServerError(f"{what}: the server at {url} answered HTTP {response.status_code}: {detail}")
-                last = f"HTTP {response.status_code}: {detail}"
-                delay = _retry_after(response)
+                    return {"_status": status}
+                detail = _error_detail(content)
+                if status not in RETRY_STATUS:
+                    raise ServerError(f"{what}: the server at {url} answered HTTP {status}: {detail}")
+                last = f"HTTP {status}: {detail}"
+                delay = _retry_after(headers)
             if attempt + 1 < attempts:
                 with self._lock:
                     self.retried += 1
@@ -230,36 +339,132 @@ class _Http:
             f"requests (finished work is in the --out log: start the server and --resume)"
         )
 
-    @staticmethod
-    def _json(response: httpx.Response, url: str, what: str) -> dict:
+    def send(self, method: str, url: str, payload: dict | None = None) -> tuple[int, httpx.Headers, bytes]:
+        """One HTTP exchange, bounded: (status, headers, body) within ``timeout`` seconds in all
+        (``_DeadlineStream``) and at most ``max_answer_bytes`` of body (``_TooLarge`` as soon as the
+        declared length or the bytes read so far exceed it). httpx's exceptions pass through."""
+        cap = self.config.max_answer_bytes
+        _deadline.at = time.monotonic() + self.config.timeout
         try:
-            body = response.json()
-        except ValueError:
-            head = response.text[:60].replace("\n", " ")
-            raise ServerError(f"{what}: the server at {url} returned malformed JSON ({head!r}...)") from None
-        if not isinstance(body, dict):
-            raise ServerError(f"{what}: the server at {url} returned JSON that is not an object")
-        return body
+            with self._client.stream(method, url, json=payload) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > cap:
+                    raise _TooLarge
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > cap:
+                        raise _TooLarge
+                    chunks.append(chunk)
+                return response.status_code, response.headers, b"".join(chunks)
+        finally:
+            _deadline.at = None
+
+    def get_json(self, url: str) -> dict | None:
+        """GET ``url`` once, bounded like every request: its JSON object, or None on any failure (for
+        optional information: a version, a context size)."""
+        try:
+            status, _, content = self.send("GET", url)
+            body = json.loads(content) if status < 400 else None
+        except (httpx.HTTPError, _TooLarge, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _json(content: bytes, url: str, what: str) -> dict:
+    try:
+        body = json.loads(content)
+    except ValueError:
+        head = content[:60].decode("utf-8", "replace").replace("\n", " ")
+        raise ServerError(f"{what}: the server at {url} returned malformed JSON ({head!r}...)") from None
+    if not isinstance(body, dict):
+        raise ServerError(f"{what}: the server at {url} returned JSON that is not an object")
+    return body
+
+
+def _error_message(body: dict) -> str | None:
+    """The server's own message when a JSON answer is an error (``{"error": {"message": ...}}``,
+    ``{"error": "..."}``), short; None when it is not one."""
+    err = body.get("error")
+    if err is None or err is False:
+        return None
+    text = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
+    text = " ".join(str(text).split())
+    return text[:300] or "(no message)"
+
+
+def _error_detail(content: bytes) -> str:
     """The server's error message, short (OpenAI-style ``{"error": {"message"}}`` or the body)."""
     try:
-        body = response.json()
+        body = json.loads(content)
         err = body.get("error", body.get("detail", body)) if isinstance(body, dict) else body
         text = err.get("message", str(err)) if isinstance(err, dict) else str(err)
     except ValueError:
-        text = response.text
+        text = content.decode("utf-8", "replace")
     text = " ".join(str(text).split())
-    return text[:200] if text else response.reason_phrase
+    return text[:200] if text else "(empty answer)"
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(headers: httpx.Headers) -> float | None:
     try:
-        value = float(response.headers.get("retry-after", ""))
+        value = float(headers.get("retry-after", ""))
     except ValueError:
         return None
-    return value if value >= 0 else None
+    return value if value >= 0 and math.isfinite(value) else None
+
+
+def _token_ids(tokens, url: str, what: str) -> list[int]:
+    """A tokenizer's answer as token ids, or a ServerError: a list of whole numbers >= 0."""
+    if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in tokens):
+        shown = str(tokens)[:80]
+        raise ServerError(f"{what}: the answer of {url} has tokens that are not a list of token ids: {shown}")
+    return tokens
+
+
+def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: str) -> list:
+    """The prompt's ``token_logprobs`` of one echoed completion, checked (a ServerError names what fails).
+
+    ``tokens`` were sent; the server's entry j is token j + ``offset`` (llama-cpp-python drops a
+    leading BOS: offset 1), so it must return ``len(tokens) - offset`` prompt entries, plus at most
+    the one token it generated. Each prompt entry is None (the first, which has no context) or a
+    finite number ≤ ``LOGPROB_TOLERANCE``; ``logprobs.tokens[j]``, the text of the token it
+    scored, must be ``piece(tokens[j + offset])`` wherever that piece is known and shows (the
+    server's own decoding of the token alone: None for part of a character, "" for a special token)."""
+    values, echoed = logprobs.get("token_logprobs"), logprobs.get("tokens")
+    need = len(tokens) - offset
+    field = "choices.0.logprobs.token_logprobs"
+    if not isinstance(values, list):
+        raise ServerError(f"{where}: {field} is not a list ({type(values).__name__})")
+    if not need <= len(values) <= need + 1:
+        raise ServerError(
+            f"{where}: {field} has {len(values)} entries for a prompt of {need} echoed tokens "
+            f"(expected {need}, or {need + 1} with the generated token)"
+        )
+    for j, v in enumerate(values[:need]):
+        if v is None and j == 0:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ServerError(f"{where}: {field}[{j}] is {json.dumps(v)[:40]}, not a number")
+        if not math.isfinite(v) or v > LOGPROB_TOLERANCE:
+            raise ServerError(
+                f"{where}: {field}[{j}] is {v!r}, not a log-probability (a finite number ≤ 0, "
+                f"up to {LOGPROB_TOLERANCE:g} of rounding)"
+            )
+    field = "choices.0.logprobs.tokens"
+    if not isinstance(echoed, list) or len(echoed) < need:
+        shown = f"{len(echoed)} entries" if isinstance(echoed, list) else "missing"
+        raise ServerError(
+            f"{where}: {field} is {shown}: the echoed prompt cannot be checked against the {need} tokens sent"
+        )
+    for j in range(need):
+        token = tokens[j + offset]
+        text = piece(token)
+        if text and echoed[j] != text:
+            raise ServerError(
+                f"{where}: {field}[{j}] is {str(echoed[j])[:40]!r} but the token sent there is {token} "
+                f"({text[:40]!r}): the server scored other tokens than the ones sent"
+            )
+    return values
 
 
 def _field(body: dict, path: Sequence, url: str, what: str):
@@ -328,26 +533,21 @@ class OpenAIServer:
         """(version, context window) where the server reports them (vLLM /version and /v1/models,
         llama.cpp /props); llama-cpp-python reports neither."""
         version, n_ctx = None, self.config.n_ctx
-        try:
-            info = self._http._client.get(f"{self.config.root}/version").json()
-            version = str(info["version"]) if isinstance(info, dict) and "version" in info else None
-        except (httpx.HTTPError, ValueError):
-            pass
+        info = self._http.get_json(f"{self.config.root}/version")
+        version = str(info["version"]) if info and "version" in info else None
         if self.dialect == "llama.cpp":
-            try:
-                props = self._http._client.get(f"{self.config.root}/props").json()
-                version = version or props.get("build_info")
-                n_ctx = n_ctx or props.get("default_generation_settings", {}).get("n_ctx")
-            except (httpx.HTTPError, ValueError, AttributeError):
-                pass
+            props = self._http.get_json(f"{self.config.root}/props") or {}
+            version = version or props.get("build_info")
+            settings = props.get("default_generation_settings")
+            n_ctx = n_ctx or (settings.get("n_ctx") if isinstance(settings, dict) else None)
         if self.dialect == "vllm":
-            try:
-                models = self._http._client.get(f"{self.config.base_url.rstrip('/')}/models").json()["data"]
-                lens = [m.get("max_model_len") for m in models if m.get("id") == self.config.model_name]
-                n_ctx = n_ctx or (lens[0] if lens else None)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
-                pass
-        return version, n_ctx
+            models = (self._http.get_json(f"{self.config.base_url.rstrip('/')}/models") or {}).get("data")
+            mine = [m for m in models or () if isinstance(m, dict) and m.get("id") == self.config.model_name]
+            lens = [m.get("max_model_len") for m in mine]
+            n_ctx = n_ctx or (lens[0] if lens else None)
+        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
+            n_ctx = None  # a context size that is no count is no information
+        return (None if version is None else str(version)), n_ctx
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -371,6 +571,7 @@ class OpenAIServer:
             toks = _field(
                 self._http.post(f"{root}/extras/tokenize", {"input": text}, what=what), ["tokens"], root, what
             )
+            toks = _token_ids(toks, root, what)
             if not add_bos and self._bos is not None and toks[:1] == [self._bos]:
                 toks = toks[1:]
             elif add_bos and self._bos is not None and toks[:1] != [self._bos]:
@@ -381,7 +582,7 @@ class OpenAIServer:
         else:
             payload = {"content": text, "add_special": add_bos, "parse_special": special}
             toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
-        return [int(t) for t in toks]
+        return _token_ids(toks, root, what)
 
     def _detokenize_bytes(self, tokens: Sequence[int], *, probe: bool = False) -> bytes | None:
         """The UTF-8 bytes of ``tokens`` as the server decodes them; None (``probe``) where the
@@ -398,6 +599,8 @@ class OpenAIServer:
         if "_status" in body:
             return None
         text = _field(body, [key], url, what)
+        if not isinstance(text, str):
+            raise ServerError(f"{what}: the answer of {url} has a {key} that is not text ({type(text).__name__})")
         if probe and "\ufffd" in text:
             return None
         return text.encode("utf-8")
@@ -497,18 +700,17 @@ class OpenAIServer:
         choice = _field(body, ["choices", 0], url, what)
         if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
             raise NoPromptLogprobs(self._no_logprobs)
-        values = _field(choice, ["logprobs", "token_logprobs"], url, what)
-        need = len(tokens) - offset
-        if not isinstance(values, list) or len(values) < need:
-            raise InvalidParameter(
-                f"the server at {self.config.base_url} returned {len(values) if isinstance(values, list) else 0} "
-                f"prompt log-probabilities for {need} prompt tokens: it does not echo prompt log-probabilities "
-                "(llama-cpp-python: serve with --logits_all true; vLLM: see the README)"
-            )
+        where = f"{what}: the answer of {url} to a prompt of {len(tokens)} tokens"
+        values = check_logprobs(choice["logprobs"], tokens, offset, self._piece_text, where)
         out = values[targets_from - offset : len(tokens) - offset]
-        if any(not isinstance(v, (int, float)) for v in out):
-            raise ServerError(f"{what}: the server at {url} returned a log-probability that is not a number")
+        if any(v is None for v in out):
+            raise ServerError(f"{where}: choices.0.logprobs.token_logprobs has null where a log-probability is needed")
         return np.asarray(out, dtype=np.float64)
+
+    def _piece_text(self, token: int) -> str | None:
+        """The text of ``token`` alone as this server decodes it (None: part of a character)."""
+        piece = self._piece(int(token))
+        return None if piece is None else piece.decode("utf-8", "replace")
 
     # ----- sampled completions -------------------------------------------
     SAMPLING_OFF = {

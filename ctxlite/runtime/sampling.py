@@ -8,6 +8,7 @@ the smallest set whose mass reaches p.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ class SamplingSettings:
             raise InvalidParameter(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise InvalidParameter(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise InvalidParameter(f"seed must be a whole number >= 0 (a numpy Generator seed), got {self.seed!r}")
         if not 0 <= self.min_new_tokens <= self.max_new_tokens or self.max_new_tokens < 1:
             raise InvalidParameter(
                 f"need 0 <= min_new_tokens <= max_new_tokens and max_new_tokens >= 1, "

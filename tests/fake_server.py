@@ -1,0 +1,186 @@
+"""A fake OpenAI-compatible server on loopback that misbehaves on purpose (no model behind it).
+
+It speaks llama.cpp's dialect (``/tokenize`` and ``/detokenize`` with token ids, ``/props``) over
+a byte tokenizer: token ``b + 3`` is the byte ``b``, token 1 is BOS. Its completions echo the
+prompt with log-probabilities that are a fixed function of each token and the tokens before it
+(so ablations change them and a score run has influence to find), plus one generated token.
+
+``FakeServer(fault)`` answers every completion whose prompt holds ``trigger`` (default: every
+completion) with one misbehaviour from :data:`FAULTS`; everything else is answered correctly,
+so a run can finish an example before the fault. It counts completions and the bytes it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BOS = 1
+BYTE0 = 3
+MODEL = "fake-model"
+
+FAULTS = (
+    "positive",  # one log-probability of +0.5
+    "nan",  # a NaN log-probability
+    "neg_inf",  # a -Infinity log-probability
+    "flat",  # every log-probability -0.01: each valid, label probabilities that sum above 1
+    "echo",  # the echoed tokens are not the tokens sent
+    "short",  # fewer token_logprobs than the prompt has tokens
+    "error200",  # HTTP 200 with {"error": {...}}
+    "drip",  # a valid answer, one byte every 20 ms (per-read timeouts never fire)
+    "huge",  # a 1 GiB answer, no Content-Length, streamed until the client hangs up
+    "huge_declared",  # a Content-Length of 1 GiB
+)
+ERROR_MESSAGE = "KV cache is full: request 42 rejected (fake overload)"
+GIB = 2**30
+
+
+def encode(text: str, bos: bool = False) -> list[int]:
+    return ([BOS] if bos else []) + [b + BYTE0 for b in text.encode("utf-8")]
+
+
+def decode(tokens) -> str:
+    return bytes(t - BYTE0 for t in tokens if t >= BYTE0).decode("utf-8", "replace")
+
+
+def logprob(before, token: int) -> float:
+    """log p(token | before) of the fake model, a function of the token, the one before it and the sum
+    of all before it (so removing context anywhere changes it): between -1 and -3.5 nats."""
+    return -(1.0 + ((token * 7 + before[-1] * 3 + sum(before)) % 11) / 4)
+
+
+class FakeServer:
+    """A threaded HTTP server on 127.0.0.1 with one ``fault`` (see :data:`FAULTS`) or none."""
+
+    def __init__(self, fault: str | None = None, trigger: str | None = None):
+        assert fault is None or fault in FAULTS, fault
+        self.fault, self.trigger = fault, trigger
+        self.completions = self.faulty = 0
+        self.sent = 0  # bytes of faulty answers written
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/props":
+                    return self._json({"default_generation_settings": {"n_ctx": 2048}, "build_info": "fake-1"})
+                return self._json({"error": "not found"}, 404)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                if self.path == "/tokenize":
+                    return self._json({"tokens": encode(body.get("content", ""), bool(body.get("add_special")))})
+                if self.path == "/detokenize":
+                    return self._json({"content": decode(body.get("tokens", []))})
+                if self.path == "/v1/completions":
+                    return server._completion(self, body)
+                return self._json({"error": "not found"}, 404)
+
+            def _json(self, obj, status=200):
+                server.write(self, json.dumps(obj).encode(), status)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # ----- answers ---------------------------------------------------------
+    @staticmethod
+    def write(handler, content: bytes, status: int = 200, length: bool = True) -> None:
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            if length:
+                handler.send_header("content-length", str(len(content)))
+            handler.end_headers()
+            handler.wfile.write(content)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _completion(self, handler, body: dict) -> None:
+        prompt = body["prompt"]
+        with self.lock:
+            self.completions += 1
+            faulty = self.fault is not None and (self.trigger is None or self.trigger in decode(prompt))
+            self.faulty += faulty
+        fault = self.fault if faulty else None
+        if not body.get("echo"):
+            return self.write(handler, json.dumps({"choices": [{"text": " yes", "index": 0}]}).encode())
+        values = [None] + [logprob(prompt[:i], prompt[i]) for i in range(1, len(prompt))] + [-0.5]
+        tokens = [decode([t]) for t in prompt] + [" "]
+        if fault == "positive":
+            values[-2] = 0.5
+        elif fault == "nan":
+            values[-2] = math.nan
+        elif fault == "neg_inf":
+            values[-2] = -math.inf
+        elif fault == "flat":
+            values = [None] + [-0.01] * (len(values) - 1)
+        elif fault == "echo":
+            tokens[-2] = "Z" if tokens[-2] != "Z" else "Y"
+        elif fault == "short":
+            values, tokens = values[:2], tokens[:2]
+        elif fault == "error200":
+            return self.write(handler, json.dumps({"error": {"message": ERROR_MESSAGE, "code": 503}}).encode())
+        answer = {
+            "id": "cmpl-fake",
+            "object": "text_completion",
+            "model": MODEL,
+            "choices": [{"text": decode(prompt) + " ", "index": 0, "finish_reason": "length",
+                         "logprobs": {"tokens": tokens, "token_logprobs": values}}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1},
+        }  # fmt: skip
+        content = json.dumps(answer).encode()  # NaN and -Infinity as Python writes them (not strict JSON)
+        if fault == "drip":
+            return self._drip(handler, content)
+        if fault in ("huge", "huge_declared"):
+            return self._huge(handler, declared=fault == "huge_declared")
+        self.write(handler, content)
+
+    def _drip(self, handler, content: bytes) -> None:
+        try:
+            handler.send_response(200)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(content)))
+            handler.end_headers()
+            handler.wfile.flush()
+            for i in range(len(content)):
+                handler.wfile.write(content[i : i + 1])
+                handler.wfile.flush()
+                self.sent += 1
+                time.sleep(0.02)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _huge(self, handler, declared: bool) -> None:
+        block = b" " * (1 << 20)
+        try:
+            handler.send_response(200)
+            handler.send_header("content-type", "application/json")
+            if declared:
+                handler.send_header("content-length", str(GIB))
+            handler.send_header("connection", "close")
+            handler.end_headers()
+            handler.wfile.write(b'{"choices": [{"text": "')
+            for _ in range(GIB // len(block)):
+                handler.wfile.write(block)
+                self.sent += len(block)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        handler.close_connection = True
