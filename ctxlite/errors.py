@@ -20,6 +20,9 @@ Exit codes (documented in the README):
       the run finished and every output was written
 9     the inference server (--backend openai) failed: unreachable or
       erroring after retries, timed out, or answered malformed JSON
+10    a gate is inconclusive: the run finished and nothing exceeds
+      the budget, but nothing proves it holds either (README's
+      verdict table); every output was written
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
 ====  ===========================================================
 """
@@ -91,4 +94,5 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
 
 
 EXIT_GATE = 8
+EXIT_INCONCLUSIVE = 10
 EXIT_INTERRUPTED = 130

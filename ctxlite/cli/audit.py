@@ -310,7 +310,7 @@ def audit(**options):
     from ctxlite.audit.formats import load_format
     from ctxlite.audit.game import run_audit
     from ctxlite.audit.template_search import search_template
-    from ctxlite.gates import audit_verdict
+    from ctxlite.gates import audit_verdict, check_epsilon_unit
     from ctxlite.records import RecordLog
 
     o = SimpleNamespace(**options)
@@ -325,6 +325,8 @@ def audit(**options):
     settings = audit_settings.AuditSettings(
         **{f.name: getattr(o, f.name) for f in fields(audit_settings.AuditSettings) if hasattr(o, f.name)}
     )
+    if o.fail_above_epsilon is not None:  # a budget in another unit than the audit's is refused before any work
+        check_epsilon_unit(o.epsilon_unit, settings.queries_per_trial)
     records = load_records(o.data_path, fmt)
     fmt = resolve_format(fmt, records)
     if o.chat:
@@ -363,12 +365,13 @@ def audit(**options):
         line.close()
         if log is not None:
             log.close()
-    verdict = audit_verdict(result, o.fail_above_epsilon, identity)
+    verdict = audit_verdict(result, o.fail_above_epsilon, identity, o.epsilon_unit)
+    table = "\n".join([*verdict.lines(), report.table()])  # the verdict and its basis first
     if wants_json(o.as_json):
-        click.echo(report.table(), err=True)
+        click.echo(table, err=True)
         emit_json({**result, **verdict_json(verdict)})
     else:
-        click.echo(report.table())
+        click.echo(table)
     conclude(verdict, o.junit)
 
 
@@ -391,6 +394,8 @@ def _check_options(o) -> None:
         raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
     if o.resume and not o.out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
+    if given_explicitly("epsilon_unit") and o.fail_above_epsilon is None:
+        raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     if o.out_path and not o.resume and _nonempty(o.out_path):
         raise click.BadParameter(
             f"{o.out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
