@@ -178,7 +178,9 @@ def measured_every_window(result: dict) -> bool:
     search = result.get("search") or {}
     if search.get("method") != "adaptive":
         return True
-    return len(result.get("ngrams") or ()) >= int(search.get("windows") or 0)
+    if "measured_every_window" in search:
+        return bool(search["measured_every_window"])
+    return len(result.get("ngrams") or ()) >= int(search.get("windows") or 0)  # logs before the field
 
 
 def worst_ngram(result: dict) -> dict | None:

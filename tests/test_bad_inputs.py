@@ -198,6 +198,21 @@ def test_lone_surrogate_in_audit_data_is_refused_at_load(tmp_path):
     )
 
 
+def test_quiet_has_its_own_spelling_and_a_flag_is_never_taken_as_the_query(note):
+    """``-q`` was --quiet before the command and --query after it, so ``score --context f -q --doc``
+    scored the query "--doc": quiet is --quiet only, and a query that is a flag is refused."""
+    check_error(ctxlite(["-q", "score", "--context", str(note), "-q", "x"]), 2, "quiet is spelt --quiet")
+    check_error(ctxlite(["score", "--context", str(note), "-q", "--doc"]), 2, "-q/--query took '--doc'")
+    check_error(ctxlite(["score", "--context", str(note), "-q", "--ngram=4"]), 2, "-q/--query took '--ngram'")
+
+
+def test_the_null_ablations_help_says_its_default_is_a_maximum():
+    """A run made 1 null ablation where the help said "default: 4": the 4 is the most it makes."""
+    r = ctxlite(["score", "--help"])
+    text = " ".join(r.stdout.decode().split())
+    assert "at least 1 and at most this many" in text and "[default: (at most 4)" in text
+
+
 @pytest.mark.parametrize("flag", ["-q", "-r"])
 def test_non_utf8_bytes_in_a_text_argument(note, flag):
     args = [b"score", b"--context", str(note).encode(), flag.encode(), b"caf\xe9 \xff"]
