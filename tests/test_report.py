@@ -79,6 +79,7 @@ def test_report_regates_a_stored_log_with_the_same_verdict(score_log, tmp_path):
     high = res["max_ngram_influence"] + (res["noise_floor"] or {}).get("max", 0.0) + 1
     passed = _run(["report", log, "--fail-above-influence", high])
     assert passed.exit_code == 0 and "ctxlite score: pass: all 1 case(s)" in passed.stderr
+    assert passed.stdout.startswith("verdict: ctxlite score: pass: all 1 case(s)")  # before the table
     wrong = _run(["report", log, "--fail-above-epsilon", "1"])
     assert wrong.exit_code == 2 and "gates audit logs" in wrong.output
 
@@ -168,6 +169,7 @@ def test_a_pair_whose_exact_epsilon_exceeds_the_budget_fails_though_its_trials_c
     junit = tmp_path / "verdict.xml"
     r = _run(["report", log, "--fail-above-epsilon", budget, "--json", "--junit", junit])
     assert r.exit_code == 8, r.output
+    assert next(iter(json.loads(r.stdout))) == "verdict"  # the verdict first
     verdict = json.loads(r.stdout)["verdict"]
     assert verdict["verdict"] == "fail"
     [case] = verdict["results"]

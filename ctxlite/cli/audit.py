@@ -369,7 +369,7 @@ def audit(**options):
     table = "\n".join([*verdict.lines(), report.table()])  # the verdict and its basis first
     if wants_json(o.as_json):
         click.echo(table, err=True)
-        emit_json({**result, **verdict_json(verdict)})
+        emit_json({**verdict_json(verdict), **result})  # the verdict first
     else:
         click.echo(table)
     conclude(verdict, o.junit)

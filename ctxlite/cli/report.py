@@ -78,7 +78,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     if html_path is not None:
         _write_html(run, html_path, no_text, verdict)
     if as_json:
-        emit_json({**out, **(verdict_json(verdict) if verdict else {})})
+        emit_json({**(verdict_json(verdict) if verdict else {}), **out})  # the verdict first
     elif table:
         click.echo("\n".join([*(verdict.lines() if verdict else []), table]))  # the verdict and its basis first
     if verdict is None:  # a partial audit: no report formed yet

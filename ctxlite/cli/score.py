@@ -431,20 +431,20 @@ def score(**options):
     if summary is not None:
         _say_summary(summary)
     if not wants_json(o.as_json):
-        click.echo(score_table(keys, records))
+        click.echo("\n".join([*verdict.lines(), score_table(keys, records)]))  # the verdict and its basis first
     elif not o.data:
-        emit_json({"run": meta, "result": records[0], **verdict_json(verdict)})
+        emit_json({**verdict_json(verdict), "run": meta, "result": records[0]})
     else:
         scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
         emit_json(
             {
+                **verdict_json(verdict),  # first: what a reader of the JSON needs before the numbers
                 "run": meta,
                 "summary": summary,
                 "examples": len(records),
                 "scored": scored,
                 "reused": [key for key in keys if key in reused],
                 "out": o.out,
-                **verdict_json(verdict),
             }
         )
     conclude(verdict, o.junit)
