@@ -485,6 +485,7 @@ def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path
         ('{"type": "audit", "identity": {}}\n{"end": {}}\n', [], 4, "its end line has no 'report'"),
         ('{"type": "score-run", "identity": {}}\n{"end": {"x": 1}}\n', [], 4, "its end line has no 'examples'"),
         ('{"type": "score-run", "identity": {}}\n', ["--fail-above-influence", "-1"], 2, "-1"),
+        ('{"type": "audit", "identity": {}}\n', ["--epsilon-unit", "query"], 2, "the unit of the --fail-above-epsilon"),
     ],
 )
 def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
@@ -492,6 +493,14 @@ def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
     if content is not None:
         log.write_text(content, encoding="utf-8")
     check_error(ctxlite(["report", str(log), *args]), code, message)
+
+
+def test_a_per_query_budget_for_an_audit_of_per_trial_epsilon_is_refused_before_any_work():
+    """A trial composes 64 queries here, so ε_lb and the pair's ε are per trial: never compared with a
+    budget per query (no model is loaded: the refusal comes first)."""
+    data = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "classify_sample.jsonl"
+    args = ["audit", "--data", str(data), "--fail-above-epsilon", "1", "--epsilon-unit", "query"]
+    check_error(ctxlite([*args, "--model", "/nonexistent.gguf"]), 2, "compose 64 queries")
 
 
 # ---------------------------------------------------------------------------
