@@ -22,6 +22,9 @@ Exit codes (documented in the README):
 9     the inference server (--backend openai) failed: unreachable or
       erroring after retries, timed out, or answered malformed JSON, an
       error body, an impossible answer (checked before use) or one too large
+10    a gate is inconclusive: the run finished and nothing exceeds
+      the budget, but nothing proves it holds either (README's
+      verdict table); every output was written
 11    the --out log is being written by another running ctxlite
       process (its PID is named); nothing was written
 130   interrupted (Ctrl-C); finished records are kept, re-run resumes
@@ -103,4 +106,5 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
 
 
 EXIT_GATE = 8
+EXIT_INCONCLUSIVE = 10
 EXIT_INTERRUPTED = 130

@@ -1,24 +1,37 @@
-"""Pass/fail verdicts for pipelines: one case per scored example or per audited ε, and a gate.
+"""Verdicts for pipelines: one case per scored example or per audited ε row, each **fail**, **pass**
+or **inconclusive** with the basis it rests on, and the gate over them.
 
-A compliance job asks one question of a finished run: did the model leak more
-than we accept? Two gates answer it on the quantities the papers define:
+A compliance job asks one question of a finished run: is the leak within budget? A lower bound
+can only ever prove a leak; its failure to exceed the budget proves nothing, so a case passes only
+where the budget is *shown* to hold, and what cannot be shown either way is inconclusive (exit 10,
+never 0). The README's verdict table is this module's.
 
-* score, ``--fail-above-influence Y``: an example fails when some n-gram's
-  context influence τ_i = Σ_t |log p(y_t | D) − log p(y_t | D ∖ n-gram)|
-  (Context influence, Sec. 3) exceeds Y nats *and* its measured noise floor
-  (an n-gram the floor does not separate from re-decoding noise is no finding;
-  without a floor, as with ``--exact``, every n-gram counts). A passing verdict
-  needs every n-gram measured, so results of adaptive search are refused;
-* audit, ``--fail-above-epsilon X``: an ε row fails when its empirical lower
-  bound ε_lb exceeds X. ε_lb holds with the audit's confidence (Clopper–Pearson,
-  Jagielski et al. 2020), so a trip is evidence, not an estimate.
+* audit, ``--fail-above-epsilon X`` (:func:`epsilon_case`), ε in one stated unit (per trial of Q
+  queries composed, the audited release; per query only where Q = 1, :func:`check_epsilon_unit`):
 
-Messages carry numbers and positions, never the private text: JUnit files end
-up in CI dashboards that the data's owners do not control.
+  - fail: the certified lower bound ε_lb exceeds X (Clopper–Pearson at the audit's confidence,
+    Jagielski et al. 2020: evidence), or the audited pair's *exact* ε(δ), computed from the
+    model's answer distributions, exceeds X (no statistics involved);
+  - pass: the pair's exact ε, or a valid upper bound on it (RNM's profile), is ≤ X; or a DP
+    mechanism's theoretical ε at the audit's δ, composed over the trial's queries, is ≤ X and the
+    audit does not contradict it (ε_lb ≤ that ε): a pass *by the mechanism's guarantee*;
+  - inconclusive: anything else, with what was certified and a power calculation
+    (:mod:`ctxlite.privacy.power`): how many trials an audit would need at least for ε_lb to
+    exceed X, or that no number of trials can prove a pass.
+
+* score, ``--fail-above-influence Y`` (:func:`influence_case`), τ_i = Σ_t |log p(y_t | D) −
+  log p(y_t | D ∖ n-gram)| (Context influence, Sec. 3) with its measured uncertainty u_i
+  (:func:`ngram_uncertainty`): fail when some n-gram has τ_i − u_i > Y; pass when every n-gram of
+  every result was measured and has τ_i + u_i ≤ Y; inconclusive otherwise (an n-gram within its
+  uncertainty of Y, an adaptive search that did not measure every window, no n-gram measured).
+
+Messages carry numbers and positions, never the private text: JUnit files end up in CI
+dashboards that the data's owners do not control.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -27,17 +40,57 @@ from pathlib import Path
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.outputs import write_atomic
+from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
 from ctxlite.reporting.labels import epsilon_label
 from ctxlite.reporting.visible import visible
 
 
+class Outcome(str, enum.Enum):
+    """A case's verdict (its value is how JSON, JUnit and the HTML report spell it)."""
+
+    FAIL = "fail"
+    PASS = "pass"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Basis(str, enum.Enum):
+    """What a verdict rests on."""
+
+    LOWER_BOUND = "certified lower bound"
+    EXACT = "exact epsilon of the audited pair"
+    UPPER_BOUND = "upper bound on the audited pair's epsilon"
+    GUARANTEE = "the mechanism's DP guarantee"
+    NO_PROOF = "no proof either way"
+    MEASURED = "measured influence and its uncertainty"
+    NO_GATE = "no gate set"
+
+
+class EpsilonUnit(str, enum.Enum):
+    """The unit of an ε budget: one trial's release (its Q queries composed), or one query."""
+
+    TRIAL = "trial"
+    QUERY = "query"
+
+
 @dataclass(frozen=True)
 class Case:
-    """One verdict: an example (score) or an ε row (audit); ``message`` states the numbers."""
+    """One verdict: an example (score) or an ε row (audit); ``message`` states its basis and numbers."""
 
     name: str
-    failed: bool
+    outcome: Outcome
     message: str
+    basis: Basis = Basis.NO_GATE
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is Outcome.FAIL
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.outcome is Outcome.INCONCLUSIVE
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "verdict": self.outcome.value, "basis": self.basis.value, "message": self.message}
 
 
 @dataclass
@@ -54,29 +107,81 @@ class Verdict:
     def failures(self) -> list[Case]:
         return [c for c in self.cases if c.failed]
 
+    @property
+    def inconclusive(self) -> list[Case]:
+        return [c for c in self.cases if c.inconclusive]
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """fail if any case failed, else inconclusive if any case is, else pass (None: no gate)."""
+        if self.gate is None:
+            return None
+        if self.failures:
+            return Outcome.FAIL
+        return Outcome.INCONCLUSIVE if self.inconclusive else Outcome.PASS
+
     def to_dict(self) -> dict:
         return {
+            "verdict": None if self.outcome is None else self.outcome.value,
             "suite": self.suite,
             "gate": self.gate,
             "complete": self.complete,
             "failed": [{"name": c.name, "message": c.message} for c in self.failures],
+            "inconclusive": [{"name": c.name, "message": c.message} for c in self.inconclusive],
             "cases": len(self.cases),
+            "results": [c.to_dict() for c in self.cases],
         }
 
     def summary(self) -> str:
-        """One line: what tripped (or that nothing did) and on how many cases."""
+        """One line, the verdict first: what failed (or could not be shown), on how many cases."""
         if self.gate is None:
             return f"{self.suite}: {len(self.cases)} case(s), no gate set"
-        bad = self.failures
-        if not bad:
-            return f"{self.suite}: passed, no case has {self.gate} ({len(self.cases)} case(s))"
+        n = len(self.cases)
+        outcome = self.outcome
+        if outcome is Outcome.PASS:
+            bases = sorted({c.basis.value for c in self.cases})
+            return f"{self.suite}: pass: all {n} case(s) within the budget ({self.gate}); basis: {'; '.join(bases)}"
+        bad = self.failures if outcome is Outcome.FAIL else self.inconclusive
+        what = "exceed the budget" if outcome is Outcome.FAIL else "could not be shown within the budget"
         shown = "; ".join(f"{c.name}: {c.message}" for c in bad[:3])
         shown += f"; {len(bad) - 3} more" if len(bad) > 3 else ""
-        return f"{self.suite}: {len(bad)} of {len(self.cases)} case(s) have {self.gate} ({shown})"
+        return f"{self.suite}: {outcome.value}: {len(bad)} of {n} case(s) {what} ({self.gate}) ({shown})"
+
+    def lines(self) -> list[str]:
+        """The verdict and each case's verdict and basis, for the top of a table (empty: no gate)."""
+        if self.gate is None:
+            return []
+        return [f"verdict: {self.summary()}"] + [f"  {c.name}: {c.message}" for c in self.cases]
 
 
 def _num(x: float | None) -> str:
     return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3f}")
+
+
+# --------------------------------------------------------------------------
+# score: the influence gate
+
+
+def ngram_uncertainty(result: dict, ngram: dict) -> float:
+    """How far an n-gram's measured τ_i may be from its value on another machine or batch tiling: the
+    n-gram's own ``uncertainty`` where it carries one, else its result's noise floor (``noise_floor
+    ["max"]``), else 0 (exact scoring: every ablation decoded from scratch, no reuse noise)."""
+    own = ngram.get("uncertainty")
+    if own is not None:
+        return float(own)
+    floor = result.get("noise_floor") or {}
+    return float(floor.get("max") or 0.0)
+
+
+def measured_every_window(result: dict) -> bool:
+    """Whether a λ result has the τ_i of every n-gram window: exhaustive search, or an adaptive search
+    that ended up measuring every window (e.g. on a short context)."""
+    search = result.get("search") or {}
+    if search.get("method") != "adaptive":
+        return True
+    if "measured_every_window" in search:
+        return bool(search["measured_every_window"])
+    return len(result.get("ngrams") or ()) >= int(search.get("windows") or 0)  # logs before the field
 
 
 def worst_ngram(result: dict) -> dict | None:
@@ -85,37 +190,85 @@ def worst_ngram(result: dict) -> dict | None:
     return max(grams, key=lambda g: g["influence"], default=None)
 
 
-def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None) -> list[Case]:
-    """One case per example (``(key, ExampleResult.to_dict())`` pairs): its largest τ_i above the noise
-    floor over every λ (and context size, and ε of ε-bounded CID), named in the message; failed when
-    that exceeds ``threshold``."""
-    cases = []
-    for key, rec in records:
-        worst, where = None, None
-        if threshold is not None and any((r.get("search") or {}).get("method") == "adaptive" for r in rec["results"]):
-            raise InvalidParameter(
-                f"example {key} was scored with adaptive search, which measures only the n-grams it "
-                "chose: a gate needs every n-gram's influence (score it with --search exhaustive)"
-            )
-        for res in rec["results"]:
-            g = worst_ngram(res)
-            if g is not None and (worst is None or g["influence"] > worst["influence"]):
-                worst, where = g, res
-        if worst is None:
-            cases.append(Case(key, False, "no n-gram above the noise floor"))
-            continue
-        floor = (where.get("noise_floor") or {}).get("max")
-        eps = epsilon_label(where)
-        size = "" if where.get("context_size") is None else f", first {where['context_size']} context tokens"
-        at = f"λ={where['lam']:g}" + (f", ε={eps}" if eps else "") + size
-        message = (
-            f"max τ_i {_num(worst['influence'])} nats (noise floor {_num(floor)}) at {at}: "
-            f"context tokens {worst['start']}–{worst['start'] + worst['n']}, "
-            f"characters {worst['char_start']}–{worst['char_end']}"
+def _where(result: dict, gram: dict) -> str:
+    """Which result and which n-gram, by position (never the text)."""
+    eps = epsilon_label(result)
+    size = "" if result.get("context_size") is None else f", first {result['context_size']} context tokens"
+    at = f"λ={result['lam']:g}" + (f", ε={eps}" if eps else "") + size
+    return (
+        f"at {at}: context tokens {gram['start']}–{gram['start'] + gram['n']}, "
+        f"characters {gram['char_start']}–{gram['char_end']}"
+    )
+
+
+def influence_case(key: str, rec: dict, threshold: float | None) -> Case:
+    """One example's case (``ExampleResult.to_dict()``): fail / pass / inconclusive as the module says;
+    without a gate, its largest τ_i above the noise floor, reported."""
+    grams = [(res, g) for res in rec["results"] for g in res.get("ngrams") or ()]
+    if threshold is None:
+        shown = [(r, g) for r, g in grams if g.get("above_noise") is not False]
+        if not shown:
+            return Case(key, Outcome.PASS, "no n-gram above the noise floor")
+        res, g = max(shown, key=lambda rg: rg[1]["influence"])
+        floor = (res.get("noise_floor") or {}).get("max")
+        return Case(
+            key, Outcome.PASS, f"max τ_i {_num(g['influence'])} nats (noise floor {_num(floor)}) {_where(res, g)}"
         )
-        failed = threshold is not None and worst["influence"] > threshold
-        cases.append(Case(key, failed, (f"above {threshold:g}: " if failed else "") + message))
-    return cases
+    unit = f"budget {threshold:g} nats"
+    if not grams:
+        says = f"no n-gram measured (document level only), {unit}"
+        return Case(key, Outcome.INCONCLUSIVE, f"inconclusive ({Basis.NO_PROOF.value}): {says}", Basis.NO_PROOF)
+
+    def u(rg):
+        return ngram_uncertainty(*rg)
+
+    low = max(grams, key=lambda rg: rg[1]["influence"] - u(rg))
+    high = max(grams, key=lambda rg: rg[1]["influence"] + u(rg))
+    if low[1]["influence"] - u(low) > threshold:
+        res, g = low
+        return Case(
+            key,
+            Outcome.FAIL,
+            f"fail ({Basis.MEASURED.value}): τ_i {_num(g['influence'])} − uncertainty {_num(u(low))} nats "
+            f"> {unit} {_where(res, g)}",
+            Basis.MEASURED,
+        )
+    unmeasured = [r for r in rec["results"] if not measured_every_window(r)]
+    res, g = high
+    top = f"largest τ_i + uncertainty {_num(g['influence'] + u(high))} nats {_where(res, g)}"
+    if unmeasured:
+        r = unmeasured[0]
+        return Case(
+            key,
+            Outcome.INCONCLUSIVE,
+            f"inconclusive ({Basis.NO_PROOF.value}): adaptive search measured {len(r.get('ngrams') or ())} of "
+            f"{r['search']['windows']} n-gram windows at λ={r['lam']:g}, so an unmeasured n-gram may exceed "
+            f"the {unit} ({top}; score with --search exhaustive to decide)",
+            Basis.NO_PROOF,
+        )
+    if g["influence"] + u(high) > threshold:
+        return Case(
+            key,
+            Outcome.INCONCLUSIVE,
+            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g['influence'])} is within its uncertainty "
+            f"{_num(u(high))} nats of the {unit} {_where(res, g)}",
+            Basis.NO_PROOF,
+        )
+    return Case(
+        key,
+        Outcome.PASS,
+        f"pass ({Basis.MEASURED.value}): every n-gram's τ_i + uncertainty ≤ {unit}; {top}",
+        Basis.MEASURED,
+    )
+
+
+def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None) -> list[Case]:
+    """One case per example (``(key, ExampleResult.to_dict())`` pairs), :func:`influence_case`."""
+    return [influence_case(key, rec, threshold) for key, rec in records]
+
+
+# --------------------------------------------------------------------------
+# audit: the ε gate
 
 
 def _eps_name(eps) -> str:
@@ -124,21 +277,136 @@ def _eps_name(eps) -> str:
     return f"epsilon={eps}" if isinstance(eps, str) else f"epsilon={eps:g}"
 
 
-def epsilon_cases(report: dict, threshold: float | None) -> list[Case]:
-    """One case per row of an audit report (``AuditReport.to_dict()``); failed when ε_lb exceeds ``threshold``."""
-    confidence = report["settings"].get("confidence")
-    cases = []
-    for row in report["rows"]:
-        lb = _float(row.get("epsilon_lower_bound"))
-        message = (
-            f"epsilon lower bound {_num(lb)} at confidence {confidence:g} "
-            f"(point {_num(_float(row.get('epsilon_point')))}, TPR {_num(row.get('tpr'))}, "
-            f"FPR {_num(row.get('fpr'))}, {row.get('n_in')} IN / {row.get('n_out')} OUT trials)"
+def epsilon_unit_text(queries: int | None) -> str:
+    """The unit every ε of an audit's verdict is in: one trial's release, its queries composed."""
+    if queries is None or queries == 1:
+        return "ε per trial (1 query, so per query too)"
+    return f"ε per trial of {queries} queries composed"
+
+
+def check_epsilon_unit(unit: EpsilonUnit | str, queries: int | None) -> None:
+    """Refuse a per-query budget where a trial composes several queries: every ε the audit measures
+    (ε_lb, the pair's ε) is per trial, and it is never compared with a per-query budget."""
+    if EpsilonUnit(unit) is EpsilonUnit.QUERY and queries is not None and queries > 1:
+        raise InvalidParameter(
+            f"--epsilon-unit query: this audit's trials compose {queries} queries, and its lower bound and the "
+            "pair's epsilon are per trial; a per-query budget cannot be compared with them (give the budget per "
+            "trial, or audit with --queries-per-trial 1)"
         )
-        failed = threshold is not None and lb is not None and lb > threshold
-        prefix = f"above {threshold:g}: " if failed else ""
-        cases.append(Case(_eps_name(row.get("epsilon")), failed, prefix + message))
-    return cases
+
+
+def _power(budget: float, row: dict, settings: dict, reference: tuple[str, float] | None) -> str:
+    """What more trials could show: at the (ε, δ) corner of a known ε (``reference``: its name, value),
+    else at the audit's observed rates at its bound's threshold."""
+    alpha, delta = 1.0 - settings["confidence"], settings["delta"]
+    cap = f"more than {2 * MAX_TRIALS_PER_SIDE:,} trials"
+    if reference is not None and math.isfinite(reference[1]) and reference[1] > budget:
+        name, eps = reference
+        n = trials_to_certify(budget, *dp_corner(eps, delta), alpha=alpha, delta=delta)
+        return (
+            f"if the pair's ε were {name} {_num(eps)}, an audit would need at least about "
+            f"{cap if n is None else f'{n:,} trials'} (an optimal test, corner-grid bound) for its lower "
+            f"bound to exceed {budget:g}"
+        )
+    counts = row.get("lower_bound_counts") or {}
+    if not counts.get("n_in") or not counts.get("n_out"):
+        return "no observed rates to project"
+    tpr, fpr = counts["tp"] / counts["n_in"], counts["fp"] / counts["n_out"]
+    n = trials_to_certify(budget, tpr, fpr, alpha=alpha, delta=delta)
+    rates = f"at this audit's observed rates (TPR {tpr:.3f}, FPR {fpr:.3f} at the bound's threshold)"
+    if n is None:
+        from ctxlite.privacy.estimators import point_epsilon
+
+        if point_epsilon(tpr, fpr, delta) <= budget:
+            return f"{rates} no number of trials certifies more than {budget:g}"
+        return f"{rates} {cap} would be needed to certify more than {budget:g}"
+    return f"{rates} about {n:,} trials would certify more than {budget:g}"
+
+
+def epsilon_case(row: dict, settings: dict, threshold: float | None) -> Case:
+    """One ε row's case (a row of ``AuditReport.to_dict()``, its report's ``settings``), as the module says."""
+    name = _eps_name(row.get("epsilon"))
+    confidence = settings.get("confidence")
+    lb = _float(row.get("epsilon_lower_bound"))
+    certified = (
+        f"certified ε ≥ {_num(lb)} at confidence {confidence:g} ({row.get('lower_bound_method', 'split')}; "
+        f"point {_num(_float(row.get('epsilon_point')))}, TPR {_num(row.get('tpr'))}, FPR {_num(row.get('fpr'))}, "
+        f"{row.get('n_in')} IN / {row.get('n_out')} OUT trials)"
+    )
+    if threshold is None:
+        return Case(name, Outcome.PASS, certified.replace("certified ε ≥", "epsilon lower bound", 1))
+    unit = epsilon_unit_text(settings.get("queries_per_trial"))
+    budget = f"budget {threshold:g}"
+    kind = row.get("privacy_profile_kind")
+    pair = _float(row.get("epsilon_upper_bound"))
+    exact = pair if kind == "exact" else None
+    upper = pair if kind == "upper bound" else None
+    guarantee = _float(row.get("epsilon_per_trial"))  # null for the heuristic defences
+    delta = settings.get("delta")
+
+    def case(outcome: Outcome, basis: Basis, says: str) -> Case:
+        return Case(name, outcome, f"{outcome.value} ({basis.value}): {unit}: {says}", basis)
+
+    if lb is not None and lb > threshold:
+        note = f"; it contradicts the pair's exact ε {_num(exact)}" if exact is not None and lb > exact else ""
+        return case(Outcome.FAIL, Basis.LOWER_BOUND, f"{certified} > {budget}{note}")
+    if exact is not None and exact > threshold:
+        more = _power(threshold, row, settings, ("its exact value", exact))
+        return case(
+            Outcome.FAIL,
+            Basis.EXACT,
+            f"the audited pair's exact ε(δ={delta:g}) {_num(exact)} > {budget} "
+            f"(no statistics involved); the trials {certified}; {more}",
+        )
+    if exact is not None:
+        return case(
+            Outcome.PASS, Basis.EXACT, f"the audited pair's exact ε(δ={delta:g}) {_num(exact)} ≤ {budget}; {certified}"
+        )
+    if upper is not None and upper <= threshold:
+        return case(
+            Outcome.PASS,
+            Basis.UPPER_BOUND,
+            f"the audited pair's ε(δ={delta:g}) is at most {_num(upper)} "
+            f"≤ {budget} ({row.get('privacy_profile_method')}); {certified}",
+        )
+    contradicted = guarantee is not None and lb is not None and lb > guarantee
+    if guarantee is not None and guarantee <= threshold and not contradicted:
+        return case(
+            Outcome.PASS,
+            Basis.GUARANTEE,
+            f"by the mechanism's guarantee: its theoretical ε(δ={delta:g}) "
+            f"{_num(guarantee)}, composed over the trial's queries, ≤ {budget}, and the audit does not "
+            f"contradict it ({certified})",
+        )
+    why = []
+    if upper is not None:
+        why.append(f"the pair's ε is only known to be at most {_num(upper)} > {budget}")
+    elif kind is None:
+        why.append(
+            "the pair's ε is not known (" + (row.get("reasons") or {}).get("epsilon_upper_bound", "no profile") + ")"
+        )
+    if contradicted:
+        why.append(
+            f"the audit contradicts the mechanism's guarantee ε {_num(guarantee)} (ε_lb is larger): it "
+            "cannot be relied on"
+        )
+    elif guarantee is not None:
+        why.append(f"the mechanism's guarantee ε {_num(guarantee)} > {budget}")
+    else:
+        why.append("the mechanism has no DP guarantee")
+    proof = "no number of trials can prove a pass for this mechanism (a lower bound only ever proves a leak)"
+    reference = ("its upper bound", upper) if upper is not None else ("the guarantee", guarantee) if guarantee else None
+    more = _power(threshold, row, settings, reference)
+    return case(
+        Outcome.INCONCLUSIVE,
+        Basis.NO_PROOF,
+        f"{certified} ≤ {budget}, which proves nothing; {'; '.join(why)}; {proof}; {more}",
+    )
+
+
+def epsilon_cases(report: dict, threshold: float | None) -> list[Case]:
+    """One case per row of an audit report (``AuditReport.to_dict()``), :func:`epsilon_case`."""
+    return [epsilon_case(row, report["settings"], threshold) for row in report["rows"]]
 
 
 def _float(v) -> float | None:
@@ -149,20 +417,29 @@ def _float(v) -> float | None:
 def write_junit(path: str | Path, verdict: Verdict) -> None:
     """Write ``verdict`` as JUnit XML (one ``testsuite``, one ``testcase`` per case) readable by CI
     servers; created owner-only (mode 0600) like the logs it summarises, atomically
-    (:func:`ctxlite.outputs.write_atomic`). Control and bidi characters of a case's name (an
-    example id) are written as visible escapes: XML 1.0 cannot hold most of them at all."""
-    suites = ET.Element("testsuites", tests=str(len(verdict.cases)), failures=str(len(verdict.failures)), errors="0")
+    (:func:`ctxlite.outputs.write_atomic`). A failed case is a ``failure``, an inconclusive one an
+    ``error`` (type ``ctxlite.inconclusive``: the budget could not be shown to hold, so CI must not
+    count it as passed), a passed one has its basis in ``system-out``. Control and bidi characters
+    of a case's name (an example id) are written as visible escapes: XML 1.0 cannot hold most of them."""
+    failures, errors = str(len(verdict.failures)), str(len(verdict.inconclusive))
+    suites = ET.Element("testsuites", tests=str(len(verdict.cases)), failures=failures, errors=errors)
     suite = ET.SubElement(
         suites,
         "testsuite",
         name=verdict.suite,
         tests=str(len(verdict.cases)),
-        failures=str(len(verdict.failures)),
-        errors="0",
+        failures=failures,
+        errors=errors,
         skipped="0",
     )
     props = ET.SubElement(suite, "properties")
-    properties = {"gate": verdict.gate or "none", "complete": str(verdict.complete).lower(), **verdict.properties}
+    outcome = "none" if verdict.outcome is None else verdict.outcome.value
+    properties = {
+        "verdict": outcome,
+        "gate": verdict.gate or "none",
+        "complete": str(verdict.complete).lower(),
+        **verdict.properties,
+    }
     for name, value in properties.items():
         ET.SubElement(props, "property", name=name, value=value)
     for case in verdict.cases:
@@ -170,6 +447,8 @@ def write_junit(path: str | Path, verdict: Verdict) -> None:
         tc = ET.SubElement(suite, "testcase", name=name, classname=verdict.suite.replace(" ", "."))
         if case.failed:
             ET.SubElement(tc, "failure", type="ctxlite.gate", message=message).text = message
+        elif case.inconclusive:
+            ET.SubElement(tc, "error", type="ctxlite.inconclusive", message=message).text = message
         else:
             ET.SubElement(tc, "system-out").text = message
     write_atomic(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True), "JUnit file")
@@ -185,12 +464,19 @@ def run_properties(identity: dict) -> dict[str, str]:
 
 def score_verdict(keys, records, threshold: float | None, identity: dict, complete: bool = True) -> Verdict:
     """The influence gate over a score run's example records (``ExampleResult.to_dict()``, in ``keys`` order)."""
-    gate = None if threshold is None else f"an n-gram above its noise floor with τ_i > {threshold:g} nats"
+    gate = None if threshold is None else f"every n-gram's τ_i + its uncertainty ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))
 
 
-def audit_verdict(report: dict, threshold: float | None, identity: dict) -> Verdict:
-    """The ε gate over an audit report (``AuditReport.to_dict()``)."""
-    gate = None if threshold is None else f"an epsilon lower bound > {threshold:g}"
+def audit_verdict(
+    report: dict, threshold: float | None, identity: dict, unit: EpsilonUnit | str = EpsilonUnit.TRIAL
+) -> Verdict:
+    """The ε gate over an audit report (``AuditReport.to_dict()``): a budget of ``threshold`` in ``unit``
+    (refused where it is per query and a trial composes several, :func:`check_epsilon_unit`)."""
+    settings = report["settings"]
+    gate = None
+    if threshold is not None:
+        check_epsilon_unit(unit, settings.get("queries_per_trial"))
+        gate = f"{epsilon_unit_text(settings.get('queries_per_trial'))} at δ = {settings['delta']:g} ≤ {threshold:g}"
     return Verdict("ctxlite audit", gate, epsilon_cases(report, threshold), True, run_properties(identity))

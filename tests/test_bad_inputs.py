@@ -198,6 +198,21 @@ def test_lone_surrogate_in_audit_data_is_refused_at_load(tmp_path):
     )
 
 
+def test_quiet_has_its_own_spelling_and_a_flag_is_never_taken_as_the_query(note):
+    """``-q`` was --quiet before the command and --query after it, so ``score --context f -q --doc``
+    scored the query "--doc": quiet is --quiet only, and a query that is a flag is refused."""
+    check_error(ctxlite(["-q", "score", "--context", str(note), "-q", "x"]), 2, "quiet is spelt --quiet")
+    check_error(ctxlite(["score", "--context", str(note), "-q", "--doc"]), 2, "-q/--query took '--doc'")
+    check_error(ctxlite(["score", "--context", str(note), "-q", "--ngram=4"]), 2, "-q/--query took '--ngram'")
+
+
+def test_the_null_ablations_help_says_its_default_is_a_maximum():
+    """A run made 1 null ablation where the help said "default: 4": the 4 is the most it makes."""
+    r = ctxlite(["score", "--help"])
+    text = " ".join(r.stdout.decode().split())
+    assert "at least 1 and at most this many" in text and "[default: (at most 4)" in text
+
+
 @pytest.mark.parametrize("flag", ["-q", "-r"])
 def test_non_utf8_bytes_in_a_text_argument(note, flag):
     args = [b"score", b"--context", str(note).encode(), flag.encode(), b"caf\xe9 \xff"]
@@ -484,6 +499,7 @@ def test_search_template_with_a_refused_out_fails_before_any_model_work(tmp_path
             "identity.software is a list",
         ),
         ('{"type": "audit", "identity": {}}\n{"end": {"report": {"rows": []}}}\n', [], 4, "report cannot be read"),
+        ('{"type": "audit", "identity": {}}\n', ["--epsilon-unit", "query"], 2, "the unit of the --fail-above-epsilon"),
     ],
 )
 def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
@@ -491,6 +507,14 @@ def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
     if content is not None:
         log.write_text(content, encoding="utf-8")
     check_error(ctxlite(["report", str(log), *args]), code, message)
+
+
+def test_a_per_query_budget_for_an_audit_of_per_trial_epsilon_is_refused_before_any_work():
+    """A trial composes 64 queries here, so ε_lb and the pair's ε are per trial: never compared with a
+    budget per query (no model is loaded: the refusal comes first)."""
+    data = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "classify_sample.jsonl"
+    args = ["audit", "--data", str(data), "--fail-above-epsilon", "1", "--epsilon-unit", "query"]
+    check_error(ctxlite([*args, "--model", "/nonexistent.gguf"]), 2, "compose 64 queries")
 
 
 # ---------------------------------------------------------------------------

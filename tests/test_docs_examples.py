@@ -157,7 +157,7 @@ def test_documented_command_runs(line, tmp_path, request):
         args[args.index("--base-url") + 1] = request.getfixturevalue("llama_server").url
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     gated = any(a.startswith("--fail-above-") for a in args)
-    assert r.exit_code == 0 or (gated and r.exit_code == 8), (args, r.output)  # 8: the gate tripped
+    assert r.exit_code == 0 or (gated and r.exit_code in (8, 10)), (args, r.output)  # 8: tripped, 10: inconclusive
     if "--junit" in args:
         assert Path(args[args.index("--junit") + 1]).is_file()
     if "--html" in args:
@@ -171,13 +171,14 @@ def test_documented_command_runs(line, tmp_path, request):
         assert Path(r.stdout.strip()).is_file(), r.stdout
         return
     if args[0] == "report" and "--json" not in args:  # the run's table
-        assert r.stdout.split()[0] in ("eps", "example"), r.stdout
+        assert r.stdout.split()[0] == "verdict:" if gated else r.stdout.split()[0] in ("eps", "example"), r.stdout
         return
     out = json.loads(r.stdout)
     if "--plan" in args:  # what the run would cost, nothing run
         assert out["plan"]["decode_calls"] > 0 and out["plan"]["estimated_seconds"] > 0
         return
     assert ("verdict" in out) == gated and (r.exit_code == 8) == bool(gated and out["verdict"]["failed"])
+    assert (r.exit_code == 10) == bool(gated and out["verdict"]["verdict"] == "inconclusive")
     assert (
         ("rows" in out)
         if "audit" in args or "audit" in out.get("kind", "")

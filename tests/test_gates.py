@@ -11,8 +11,23 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from ctxlite.errors import DataError
-from ctxlite.gates import Verdict, audit_verdict, epsilon_cases, influence_cases, score_verdict, write_junit
+from ctxlite.cli.options import conclude
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.gates import (
+    Basis,
+    Outcome,
+    Verdict,
+    audit_verdict,
+    check_epsilon_unit,
+    epsilon_case,
+    epsilon_cases,
+    influence_cases,
+    measured_every_window,
+    ngram_uncertainty,
+    score_verdict,
+    write_junit,
+)
+from ctxlite.privacy.power import trials_to_certify
 from ctxlite.records import RecordLog, read_run_log
 
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
@@ -31,45 +46,194 @@ def _record(*results):
 FLOOR = {"max": 0.5, "mean": 0.2}
 
 
-def test_the_largest_ngram_above_its_floor_decides():
+def test_an_ngram_fails_only_beyond_its_uncertainty_and_passes_only_within_it():
+    """fail: τ_i − u > Y for some n-gram; pass: τ_i + u ≤ Y for every one; inconclusive between."""
     rec = _record(
-        (1.0, [_gram(0, 3.0, True), _gram(4, 9.0, False), _gram(8, 4.0, True)], FLOOR),  # 9.0 is noise
+        (1.0, [_gram(0, 3.0, True), _gram(4, 9.0, True), _gram(8, 4.0, True)], FLOOR),  # u = 0.5 everywhere
         (0.5, [_gram(0, 2.0, True)], FLOOR),
     )
-    [case] = influence_cases([("ex-1", rec)], threshold=3.5)
-    assert case.failed and "max τ_i 4.000" in case.message and "tokens 8–12" in case.message
+    [case] = influence_cases([("ex-1", rec)], threshold=8.0)
+    assert case.outcome is Outcome.FAIL and case.basis is Basis.MEASURED
+    assert "τ_i 9.000 − uncertainty 0.500" in case.message and "tokens 4–8" in case.message
+    assert case.message.startswith("fail (measured influence and its uncertainty)")
     assert "λ=1" in case.message and "private" not in case.message  # positions, never the text
-    assert not influence_cases([("ex-1", rec)], threshold=4.0)[0].failed  # strictly above
+    assert influence_cases([("ex-1", rec)], threshold=8.5)[0].outcome is Outcome.INCONCLUSIVE  # 8.5 ≤ 9 − 0.5
+    assert influence_cases([("ex-1", rec)], threshold=9.4)[0].outcome is Outcome.INCONCLUSIVE  # 9 + 0.5 > 9.4
+    passed = influence_cases([("ex-1", rec)], threshold=9.5)[0]
+    assert passed.outcome is Outcome.PASS and "τ_i + uncertainty 9.500" in passed.message
     assert not influence_cases([("ex-1", rec)], threshold=None)[0].failed  # no gate, nothing fails
 
 
-def test_without_a_floor_every_ngram_counts_and_no_ngrams_pass():
+def test_a_per_ngram_uncertainty_overrides_the_results_floor():
+    gram = _gram(0, 5.0, True)
+    rec = _record((1.0, [gram], FLOOR))
+    assert ngram_uncertainty(rec["results"][0], gram) == 0.5
+    assert influence_cases([("a", rec)], 4.0)[0].outcome is Outcome.FAIL
+    gram["uncertainty"] = 2.0  # this n-gram moved more under another batch tiling than the floor says
+    assert ngram_uncertainty(rec["results"][0], gram) == 2.0
+    assert influence_cases([("a", rec)], 4.0)[0].outcome is Outcome.INCONCLUSIVE
+    assert influence_cases([("a", rec)], 7.0)[0].outcome is Outcome.PASS
+
+
+def test_without_a_floor_the_uncertainty_is_zero_and_no_ngrams_prove_nothing():
     exact = _record((1.0, [_gram(0, 6.0, None)], None))
+    assert ngram_uncertainty(exact["results"][0], exact["results"][0]["ngrams"][0]) == 0.0
     assert influence_cases([("a", exact)], 5.0)[0].failed
+    assert influence_cases([("a", exact)], 6.0)[0].outcome is Outcome.PASS  # 6 + 0 ≤ 6
     doc_only = _record((1.0, [], None))
     [case] = influence_cases([("b", doc_only)], 0.0)
-    assert not case.failed and case.message == "no n-gram above the noise floor"
+    assert case.outcome is Outcome.INCONCLUSIVE and "no n-gram measured" in case.message
+    assert influence_cases([("b", doc_only)], None)[0].message == "no n-gram above the noise floor"
+
+
+def test_an_adaptive_search_that_skipped_windows_is_inconclusive_not_refused():
+    rec = _record((1.0, [_gram(0, 1.0, True), _gram(4, 2.0, True)], FLOOR))
+    rec["results"][0]["search"] = {"method": "adaptive", "windows": 10}  # 2 of 10 windows measured
+    [case] = influence_cases([("ex", rec)], threshold=5.0)
+    assert case.outcome is Outcome.INCONCLUSIVE and "measured 2 of 10 n-gram windows" in case.message
+    assert influence_cases([("ex", rec)], threshold=1.0)[0].outcome is Outcome.FAIL  # what it measured trips
+    rec["results"][0]["search"]["windows"] = 2  # a short context: the search measured every window
+    assert measured_every_window(rec["results"][0])
+    assert influence_cases([("ex", rec)], threshold=5.0)[0].outcome is Outcome.PASS
+
+
+def _row(**fields):
+    """An audit row as ``AuditReport.to_dict()`` writes it; ``fields`` override the defaults."""
+    row = {
+        "epsilon": None, "epsilon_per_trial": None, "epsilon_lower_bound": 0.7, "epsilon_point": 1.2,
+        "tpr": 0.9, "fpr": 0.2, "n_in": 20, "n_out": 20, "lower_bound_method": "corner grid",
+        "lower_bound_counts": {"tp": 18, "n_in": 20, "fp": 4, "n_out": 20, "threshold": 0.5},
+        "epsilon_upper_bound": None, "privacy_profile_kind": None, "privacy_profile_method": None,
+        "reasons": {"epsilon_upper_bound": "the distribution of generated texts is not known exactly"},
+    }  # fmt: skip
+    return {**row, **fields}
+
+
+SETTINGS = {"confidence": 0.95, "delta": 1e-5, "queries_per_trial": 64}
+
+
+def _case(budget=1.0, settings=SETTINGS, **fields):
+    return epsilon_case(_row(**fields), settings, budget)
+
+
+def test_an_exact_epsilon_above_the_budget_fails_without_statistics():
+    """The issue's reproducer in numbers: certified 0.778, exact 26.6, budget 1 was a pass; it fails."""
+    case = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=26.6, privacy_profile_kind="exact")
+    assert case.outcome is Outcome.FAIL and case.basis is Basis.EXACT
+    assert case.message.startswith("fail (exact epsilon of the audited pair): ε per trial of 64 queries composed")
+    assert "exact ε(δ=1e-05) 26.600 > budget 1" in case.message and "certified ε ≥ 0.778" in case.message
+    assert "at least about 40 trials" in case.message  # what it would take the lower bound to show it
+    ok = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=0.9, privacy_profile_kind="exact")
+    assert ok.outcome is Outcome.PASS and ok.basis is Basis.EXACT and "exact ε(δ=1e-05) 0.900 ≤ budget 1" in ok.message
+
+
+def test_a_certified_lower_bound_above_the_budget_fails_whatever_else_is_known():
+    for extra in ({}, {"epsilon_upper_bound": 0.5, "privacy_profile_kind": "upper bound"},
+                  {"epsilon_per_trial": 0.5, "epsilon": 0.5}):  # fmt: skip
+        case = _case(epsilon_lower_bound=1.2, **extra)
+        assert case.outcome is Outcome.FAIL and case.basis is Basis.LOWER_BOUND, extra
+        assert "certified ε ≥ 1.200 at confidence 0.95" in case.message and "> budget 1" in case.message
+    assert _case(epsilon_lower_bound=1.0).outcome is not Outcome.FAIL  # strictly above
+
+
+def test_an_upper_bound_within_the_budget_passes_and_one_above_it_proves_nothing():
+    rnm = {"epsilon": 1.0, "epsilon_per_trial": 1.0, "privacy_profile_method": "the canary's ensemble's vote"}
+    case = _case(epsilon_upper_bound=0.8, privacy_profile_kind="upper bound", **rnm)
+    assert case.outcome is Outcome.PASS and case.basis is Basis.UPPER_BOUND and "at most 0.800" in case.message
+    high = _case(0.9, epsilon_upper_bound=2.5, privacy_profile_kind="upper bound", **rnm)  # guarantee 1 > 0.9
+    assert high.outcome is Outcome.INCONCLUSIVE and high.basis is Basis.NO_PROOF
+    assert "only known to be at most 2.500 > budget 0.9" in high.message
+    assert "no number of trials can prove a pass" in high.message and "at least about" in high.message
+
+
+def test_a_dp_mechanism_passes_by_its_guarantee_unless_the_audit_contradicts_it():
+    dp = {"epsilon": 0.5, "epsilon_per_trial": 0.8}
+    case = _case(epsilon_lower_bound=0.3, **dp)
+    assert case.outcome is Outcome.PASS and case.basis is Basis.GUARANTEE
+    assert "by the mechanism's guarantee" in case.message and "0.800, composed over the trial's queries" in case.message
+    contradicted = _case(epsilon_lower_bound=0.9, **dp)  # ε_lb 0.9 > guarantee 0.8 (yet ≤ the budget)
+    assert (
+        contradicted.outcome is Outcome.INCONCLUSIVE and "contradicts the mechanism's guarantee" in contradicted.message
+    )
+    weak = _case(epsilon_lower_bound=0.3, epsilon=8.0, epsilon_per_trial=8.0)
+    assert weak.outcome is Outcome.INCONCLUSIVE and "guarantee ε 8.000 > budget 1" in weak.message
+    sigma0 = _case(epsilon_lower_bound=0.3, epsilon="inf", epsilon_per_trial="inf")
+    assert sigma0.outcome is Outcome.INCONCLUSIVE and sigma0.basis is Basis.NO_PROOF
+
+
+def test_nothing_known_is_inconclusive_with_a_power_calculation_at_the_observed_rates():
+    case = _case(epsilon_lower_bound=0.7)  # a generation audit: no profile, no DP guarantee
+    assert case.outcome is Outcome.INCONCLUSIVE and case.basis is Basis.NO_PROOF
+    assert "certified ε ≥ 0.700" in case.message and "which proves nothing" in case.message
+    assert "the pair's ε is not known (the distribution of generated texts" in case.message
+    assert "no number of trials can prove a pass for this mechanism" in case.message
+    n = trials_to_certify(1.0, 0.9, 0.2, alpha=0.05, delta=1e-5)
+    assert f"observed rates (TPR 0.900, FPR 0.200 at the bound's threshold) about {n:,} trials" in case.message
+    weak = _case(3.0, epsilon_lower_bound=0.7)  # plug-in log(0.9 / 0.2) = 1.5 < 3: more trials never show 3
+    assert "no number of trials certifies more than 3" in weak.message
+    none = _case(epsilon_lower_bound=None, lower_bound_counts=None)
+    assert none.outcome is Outcome.INCONCLUSIVE and "certified ε ≥ n/a" in none.message
+
+
+def test_a_per_query_budget_is_never_compared_with_a_per_trial_epsilon():
+    report = {"settings": SETTINGS, "rows": [_row()]}
+    with pytest.raises(InvalidParameter, match="compose 64 queries"):
+        audit_verdict(report, 1.0, {}, "query")
+    check_epsilon_unit("trial", 64)
+    one = {"settings": {**SETTINGS, "queries_per_trial": 1}, "rows": [_row()]}
+    v = audit_verdict(one, 1.0, {}, "query")  # one query per trial: the units coincide
+    assert v.gate == "ε per trial (1 query, so per query too) at δ = 1e-05 ≤ 1"
+    assert audit_verdict(report, 1.0, {}).gate == "ε per trial of 64 queries composed at δ = 1e-05 ≤ 1"
+
+
+def test_the_verdict_is_the_worst_case_and_its_exit_code_is_8_0_or_10(tmp_path):
+    fail = _row(epsilon_lower_bound=2.0)
+    inconclusive, passed = _row(), _row(epsilon_upper_bound=0.5, privacy_profile_kind="exact")
+    exits = {}
+    for name, rows in {"fail": [passed, inconclusive, fail], "inconclusive": [passed, inconclusive],
+                       "pass": [passed]}.items():  # fmt: skip
+        v = audit_verdict({"settings": SETTINGS, "rows": rows}, 1.0, {})
+        assert v.outcome.value == name and v.to_dict()["verdict"] == name
+        assert v.summary().startswith(f"ctxlite audit: {name}: ") and v.lines()[0].startswith(
+            f"verdict: ctxlite audit: {name}"
+        )
+        assert [r["verdict"] for r in v.to_dict()["results"]][: len(rows)] == [c.outcome.value for c in v.cases]
+        try:
+            conclude(v, None)
+            exits[name] = 0
+        except SystemExit as exc:
+            exits[name] = exc.code
+    assert exits == {"fail": 8, "inconclusive": 10, "pass": 0}
+    v = audit_verdict({"settings": SETTINGS, "rows": [passed, inconclusive]}, 1.0, {})
+    write_junit(tmp_path / "j.xml", v)
+    SCHEMA.validate(str(tmp_path / "j.xml"))
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite.get("failures") == "0" and suite.get("errors") == "1"  # inconclusive: never counted passed
+    error = suite.findall("testcase")[1].find("error")
+    assert error.get("type") == "ctxlite.inconclusive" and error.get("message").startswith("inconclusive (")
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")}["verdict"] == "inconclusive"
 
 
 def test_epsilon_gate_reads_strict_json_rows():
     report = {
-        "settings": {"confidence": 0.95},
+        "settings": {"confidence": 0.95, "delta": 1e-5, "queries_per_trial": 1},
         "rows": [
-            {"epsilon": 1.0, "epsilon_lower_bound": 0.4, "epsilon_point": 0.9, "tpr": 0.5, "fpr": 0.1,
-             "n_in": 100, "n_out": 100},
-            {"epsilon": "inf", "epsilon_lower_bound": 2.5, "epsilon_point": "inf", "tpr": 1.0, "fpr": 0.0,
-             "n_in": 100, "n_out": 100},
+            {"epsilon": 1.0, "epsilon_per_trial": 1.0, "epsilon_lower_bound": 0.4, "epsilon_point": 0.9,
+             "tpr": 0.5, "fpr": 0.1, "n_in": 100, "n_out": 100},
+            {"epsilon": "inf", "epsilon_per_trial": "inf", "epsilon_lower_bound": 2.5, "epsilon_point": "inf",
+             "tpr": 1.0, "fpr": 0.0, "n_in": 100, "n_out": 100},
             {"epsilon": None, "epsilon_lower_bound": None, "epsilon_point": None, "tpr": None, "fpr": None,
              "n_in": 0, "n_out": 0},
         ],
     }  # fmt: skip
     cases = epsilon_cases(report, threshold=1.0)
     assert [c.name for c in cases] == ["epsilon=1", "epsilon=inf", "epsilon=none"]
-    assert [c.failed for c in cases] == [False, True, False]  # a bound not formed trips nothing
-    assert "epsilon lower bound 2.500 at confidence 0.95" in cases[1].message and "point inf" in cases[1].message
+    assert [c.outcome.value for c in cases] == ["pass", "fail", "inconclusive"]  # a bound not formed proves nothing
+    assert cases[0].basis is Basis.GUARANTEE
+    assert "certified ε ≥ 2.500 at confidence 0.95" in cases[1].message and "point inf" in cases[1].message
     v = audit_verdict(report, 1.0, {"model": {"sha256": "ab"}, "software": {"ctxlite": "0.1.0"}})
     assert v.properties == {"model.sha256": "ab", "software.ctxlite": "0.1.0"}
-    assert "1 of 3 case(s)" in v.summary()
+    assert "fail: 1 of 3 case(s)" in v.summary()
 
 
 def test_junit_file_is_valid_owner_only_and_counts_failures(tmp_path):
@@ -83,9 +247,10 @@ def test_junit_file_is_valid_owner_only_and_counts_failures(tmp_path):
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     cases = suite.findall("testcase")
     assert cases[0].get("name") == 'leaky <&> "one"' and cases[0].find("failure") is not None
-    assert cases[1].find("failure") is None and "max τ_i 1.000" in cases[1].find("system-out").text
+    assert cases[1].find("failure") is None and "τ_i + uncertainty 1.500" in cases[1].find("system-out").text
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert props["gate"] == "an n-gram above its noise floor with τ_i > 5 nats" and props["complete"] == "true"
+    assert props["gate"] == "every n-gram's τ_i + its uncertainty ≤ 5 nats" and props["complete"] == "true"
+    assert props["verdict"] == "fail"
 
 
 def test_junit_schema_rejects_what_ci_servers_reject(tmp_path):

@@ -20,9 +20,12 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
+from ctxlite.reporting.page import heat_class
 from tests.browser import Browser, require_chromium
 
 pytestmark = pytest.mark.model
+NOTHING_ACTIVE = "document.querySelectorAll('script, img, iframe, a:not([href^=\"#\"])').length"
+"""Elements that could run or fetch anything: none (in-page anchor links are allowed)."""
 REPO = Path(__file__).resolve().parent.parent
 
 PAYLOADS = [
@@ -107,14 +110,14 @@ def test_score_report_shows_private_text_literally_and_runs_nothing(browser, log
     assert heat == CONTEXT
     response = browser.evaluate(session, "document.querySelector('[data-role=response]').textContent")
     assert response == _result(logs)["response"] and RESPONSE in response  # token by token, shaded
-    assert browser.evaluate(session, "document.querySelectorAll('script, img, iframe, a').length") == 0
+    assert browser.evaluate(session, NOTHING_ACTIVE) == 0
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(logs / "score.jsonl").st_mode) == 0o600
 
 
 def test_heatmap_shading_follows_the_logged_influences(browser, logs):
     """Every span of the context shows the largest logged τ_i of the n-grams covering it, darker
-    means larger τ_i, and the log's top n-gram is at the darkest step."""
+    means larger τ_i, and the log's top n-gram is at its step of the page's one scale."""
     ngrams = _result(logs)["ngrams"]
     session = browser.load(_report(logs, "score").as_uri())[1]
     spans = browser.evaluate(
@@ -133,7 +136,8 @@ def test_heatmap_shading_follows_the_logged_influences(browser, logs):
         shaded.append((best["influence"], int(re.search(r"\bh(\d)\b", cls).group(1))))
     shaded.sort()
     assert [level for _, level in shaded] == sorted(level for _, level in shaded)  # monotone in τ_i
-    assert shaded[-1] == (max(g["influence"] for g in ngrams), 7)
+    top = max(max(g["influence"] for g in ngrams), *_result(logs)["token_influence"])  # the page's one scale
+    assert shaded[-1] == (max(g["influence"] for g in ngrams), int(heat_class(shaded[-1][0], top)[1:]))
 
 
 def test_audit_report_with_markup_in_labels_runs_nothing(browser, logs, tmp_path):
@@ -142,7 +146,7 @@ def test_audit_report_with_markup_in_labels_runs_nothing(browser, logs, tmp_path
     body = browser.evaluate(session, "document.body.innerText")
     assert LABEL in body and "Trials per ε" in body
     assert browser.evaluate(session, "document.querySelectorAll('svg').length") >= 2  # ROC, histogram
-    assert browser.evaluate(session, "document.querySelectorAll('script, img, iframe, a').length") == 0
+    assert browser.evaluate(session, NOTHING_ACTIVE) == 0
 
 
 @pytest.mark.parametrize("kind", ["score", "audit"])
@@ -401,3 +405,60 @@ def test_score_report_plots_influence_and_utility_against_epsilon(browser, eps_l
     assert again.exit_code == 0 and json.loads(again.stdout)["reused"] == [r["id"] for r in records]
     other = CliRunner().invoke(main, [*args[:6], "1", *args[7:]])  # another ε sweep on the same log
     assert other.exit_code == 4 and "settings.epsilons" in other.output
+
+
+@pytest.fixture(scope="module")
+def two_examples(tmp_path_factory):
+    """A score log of two examples, one copying a novel code from its context (large τ_i), one
+    answering a fact the model knows (small τ_i)."""
+    d = tmp_path_factory.mktemp("scale")
+    rows = [
+        {"id": "novel", "context": "Vault note. The vault code is 7351-QX-8842. Staff meet on Mondays.",
+         "query": "What is the vault code?", "response": "The vault code is 7351-QX-8842."},
+        {"id": "known", "context": "Geography note. Paris is the capital of France. The Seine runs through it.",
+         "query": "What is the capital of France?", "response": "Paris."},
+    ]  # fmt: skip
+    (d / "two.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _run(["score", "--data", str(d / "two.jsonl"), "--ngram", "4", "--out", str(d / "two.jsonl.log")])
+    return d / "two.jsonl.log"
+
+
+def _shades(page: str) -> list[tuple[int, float]]:
+    """(shade level, τ) of every shaded token of a page: context n-grams (τ_i) and response tokens (τ_t)."""
+    out = []
+    for level, tip in re.findall(r'class="tok h(\d)[^"]*"[^>]*data-tip="([^"]*)"', page):
+        out.append((int(level), float(re.search(r"τ_[it] = (-?[\d.]+) nats", html.unescape(tip)).group(1))))
+    return out
+
+
+def test_one_colour_scale_per_page_anchors_per_example_and_the_verdict_on_top(two_examples, logs, tmp_path):
+    """Issue 24 §4: every example was shaded against its own maximum, so a known fact looked as dark
+    as a novel one. One scale for the page (in every legend), an anchor per example, the verdict first."""
+    out = tmp_path / "two.html"
+    r = CliRunner().invoke(main, ["report", str(two_examples), "--html", str(out), "--fail-above-influence", "1000",
+                                  "--json"])  # fmt: skip
+    verdict = json.loads(r.stdout)["verdict"]["verdict"]
+    page = out.read_text(encoding="utf-8")
+    first = re.search(r"</h1>(<section[^>]*>)", page).group(1)
+    assert 'data-role="verdict"' in first and f'data-verdict="{verdict}"' in first
+    records = [json.loads(line) for line in two_examples.read_text(encoding="utf-8").splitlines()]
+    results = {rec["key"]: rec["result"]["results"][0] for rec in records if "result" in rec}
+    tau_max = {k: max(g["influence"] for g in res["ngrams"]) for k, res in results.items()}
+    top = max(max(tau_max.values()), *(t for res in results.values() for t in res["token_influence"]))
+    assert tau_max["known"] < tau_max["novel"] * 6 / 7, tau_max  # the premise: two different leaks
+    legends = re.findall(r'<p class="legend">[^:]*: (.*?)</p>', page)
+    assert len(legends) >= 3 and len(set(legends)) == 1  # the page's scale, then each heatmap's: all one
+    assert f"largest influence on it, {top:.4g} nats" in page
+    shades = _shades(page)
+    assert shades and all(level == int(heat_class(tau, top)[1:]) for level, tau in shades)
+    sections = re.findall(r'<section id="(example-\d+)" data-example="([^"]+)"', page)
+    assert sections == [("example-1", "novel"), ("example-2", "known")]
+    assert all(f'href="#{anchor}"' in page for anchor, _ in sections)
+    novel, known = page.split('<section id="example-2"')  # the known fact's context is lighter than the novel one's
+    darkest = [max(level for level, _ in _shades(part)) for part in (novel, known)]
+    assert darkest[1] < darkest[0]
+    audit_out = tmp_path / "audit.html"
+    r = CliRunner().invoke(main, ["report", str(logs / "audit.jsonl"), "--html", str(audit_out),
+                                  "--fail-above-epsilon", "1000", "--json"])  # fmt: skip
+    first = re.search(r"</h1>(<section[^>]*>)", audit_out.read_text(encoding="utf-8")).group(1)
+    assert f'data-verdict="{json.loads(r.stdout)["verdict"]["verdict"]}"' in first

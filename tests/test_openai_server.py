@@ -631,3 +631,22 @@ def test_server_options_without_effect_are_usage_errors(tmp_path, args, message)
         main, ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, *args]
     )
     assert res.exit_code == 2 and message in res.output, res.output
+
+
+def test_a_bos_less_prompt_is_refused_without_recommending_a_server_that_cannot_score(monkeypatch):
+    """llama.cpp's llama-server answers echo + logprobs with "Only no echo is supported": it cannot
+    teacher-force, so no message may send a user there to score."""
+
+    def probe(self):
+        self.dialect, self._bos, self.prompt_logprobs, self.n_ctx = "llama-cpp-python", 2, True, None
+
+    monkeypatch.setattr(OpenAIServer, "_probe", probe)
+    server = OpenAIServer(ServerConfig("http://127.0.0.1:9/v1", "m"))
+    try:
+        with pytest.raises(InvalidParameter, match="use vLLM") as err:
+            server.logprobs([5, 6, 7], 1)  # no BOS first: llama-cpp-python's echo would be misaligned
+    finally:
+        server.close()
+    assert not re.search(r"use [^()]*llama\.cpp", str(err.value)) and "cannot score" in str(err.value)
+    backend_help = CliRunner().invoke(main, ["score", "--help"]).output
+    assert "llama-serverreturnsnopromptlog-probabilities" in "".join(backend_help.split())  # wrapped anywhere

@@ -1,5 +1,5 @@
 """The progress line (``ctxlite/cli/progress.py``): counts, rate and ETA on a terminal's stderr,
-nothing at all on a pipe or with ``ctxlite -q``. The command tests run the real CLI on the
+nothing at all on a pipe or with ``ctxlite --quiet``. The command tests run the real CLI on the
 default model with stderr on a pseudo-terminal or a pipe."""
 
 import io
@@ -126,7 +126,7 @@ def test_commands_draw_progress_on_a_terminal_only(tmp_path, command, counter):
     code, err = _run(args, tty=True)
     assert code == 0, err
     assert counter in err and "ETA" in err and "\r\x1b[K" in err
-    code, err = _run(["-q", *args], tty=True)
+    code, err = _run(["--quiet", *args], tty=True)
     assert code == 0, err
     assert counter not in err and "ETA" not in err and "\r" not in err.replace("\r\n", "\n")
     code, err = _run(args, tty=False)

@@ -48,7 +48,7 @@ def score_log(tmp_path_factory):
 def test_a_tripped_influence_gate_exits_8_after_writing_everything(score_log):
     r, log, junit = score_log
     assert r.exit_code == 8, r.output
-    assert r.stderr.strip().splitlines()[-1].startswith("ctxlite: gate tripped: ctxlite score: 1 of 1 case(s)")
+    assert r.stderr.strip().splitlines()[-1].startswith("ctxlite: gate tripped: ctxlite score: fail: 1 of 1 case(s)")
     out = json.loads(r.stdout)  # the full result is still printed
     res = out["result"]["results"][0]
     top = max((g for g in res["ngrams"] if g["above_noise"]), key=lambda g: g["influence"])
@@ -58,7 +58,8 @@ def test_a_tripped_influence_gate_exits_8_after_writing_everything(score_log):
     assert run.complete and run.end["examples"] == ["example"]
     SCHEMA.validate(str(junit))
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite.get("failures") == "1" and suite.find("testcase/failure").get("message").startswith("above 0: ")
+    assert suite.get("failures") == "1"
+    assert suite.find("testcase/failure").get("message").startswith("fail (measured influence")
     assert "Whitcombe" not in junit.read_text(encoding="utf-8")  # positions, never the private text
 
 
@@ -75,9 +76,10 @@ def test_report_regates_a_stored_log_with_the_same_verdict(score_log, tmp_path):
     assert out["complete"] and out["verdict"]["failed"][0]["message"] == message
     assert out["examples"][0]["results"][0]["max_ngram_influence"] == res["max_ngram_influence"]
     SCHEMA.validate(str(tmp_path / "again.xml"))
-    high = res["max_ngram_influence"] + 1
+    high = res["max_ngram_influence"] + (res["noise_floor"] or {}).get("max", 0.0) + 1
     passed = _run(["report", log, "--fail-above-influence", high])
-    assert passed.exit_code == 0 and "passed" in passed.stderr
+    assert passed.exit_code == 0 and "ctxlite score: pass: all 1 case(s)" in passed.stderr
+    assert passed.stdout.startswith("verdict: ctxlite score: pass: all 1 case(s)")  # before the table
     wrong = _run(["report", log, "--fail-above-epsilon", "1"])
     assert wrong.exit_code == 2 and "gates audit logs" in wrong.output
 
@@ -117,14 +119,17 @@ def test_audit_gate_and_report(audit_log, tmp_path):
     [row] = out["rows"]
     lb = row["epsilon_lower_bound"]
     assert lb is not None and lb > 0, out  # the undefended default model leaks its canary
-    assert r.exit_code == 8 and "ctxlite: gate tripped: ctxlite audit: 1 of 1 case(s)" in r.stderr
+    assert r.exit_code == 8 and "ctxlite: gate tripped: ctxlite audit: fail: 1 of 1 case(s)" in r.stderr
     SCHEMA.validate(str(junit))
     assert ET.parse(junit).getroot().find("testsuite/testcase").get("name") == "epsilon=none"
     table = _run(["report", log])
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:2] == ["eps", "eps/trial"]
     assert f"{lb:7.3f}" in table.stdout
-    assert _run(["report", log, "--fail-above-epsilon", lb]).exit_code == 0  # strictly above trips
     assert _run(["report", log, "--fail-above-epsilon", lb * 0.99]).exit_code == 8
+    exact = row["epsilon_exact"]  # no defence on classification: the pair's ε is known exactly
+    at_lb = _run(["report", log, "--fail-above-epsilon", lb])  # not certified above lb, but exactly above it
+    assert (at_lb.exit_code == 8) == (exact > lb) and "exact epsilon of the audited pair" in at_lb.stderr
+    assert _run(["report", log, "--fail-above-epsilon", exact]).exit_code == 0  # strictly above trips
     partial = tmp_path / "partial.jsonl"
     partial.write_bytes(log.read_bytes())
     _drop_end_line(partial)
@@ -138,6 +143,64 @@ def test_audit_gate_and_report(audit_log, tmp_path):
     }
     g = _run(["report", partial, "--fail-above-epsilon", "0"])
     assert g.exit_code == 4 and "no ε to gate or write as JUnit yet" in g.stderr
+
+
+TICKETS = DATA / "examples" / "support_tickets.jsonl"
+
+
+@pytest.fixture(scope="module")
+def ticket_audit(tmp_path_factory):
+    """The issue's reproducer, smaller: a ticket router over 30 records, no defence, 8 shots, few trials."""
+    d = tmp_path_factory.mktemp("tickets")
+    data, log = d / "tickets30.jsonl", d / "audit.jsonl"
+    data.write_text("".join(TICKETS.read_text(encoding="utf-8").splitlines(keepends=True)[:30]), encoding="utf-8")
+    args = ["audit", "--data", data, "--format", TICKETS.with_suffix(".toml"), "--mechanism", "none"]
+    r = _run([*args, "--trials", "16", "--shots", "8", "--reference-runs", "2", "--utility-queries", "0", "--out", log])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["rows"][0], log, data
+
+
+def test_a_pair_whose_exact_epsilon_exceeds_the_budget_fails_though_its_trials_certify_less(ticket_audit, tmp_path):
+    """Issue 24 §1: certified ε_lb below the budget, exact ε of the audited pair above it: that was
+    "passed, no case has an epsilon lower bound > budget" (exit 0); it is a fail on the exact ε."""
+    row, log, _ = ticket_audit
+    lb, exact = row["epsilon_lower_bound"], row["epsilon_exact"]
+    budget = round(lb + 0.5, 3)
+    assert row["privacy_profile_kind"] == "exact" and exact > budget > lb, row
+    junit = tmp_path / "verdict.xml"
+    r = _run(["report", log, "--fail-above-epsilon", budget, "--json", "--junit", junit])
+    assert r.exit_code == 8, r.output
+    assert next(iter(json.loads(r.stdout))) == "verdict"  # the verdict first
+    verdict = json.loads(r.stdout)["verdict"]
+    assert verdict["verdict"] == "fail"
+    [case] = verdict["results"]
+    assert case["verdict"] == "fail" and case["basis"] == "exact epsilon of the audited pair"
+    assert case["message"].startswith("fail (exact epsilon of the audited pair): ε per trial of 64 queries composed")
+    assert f"certified ε ≥ {lb:.3f}" in case["message"]
+    SCHEMA.validate(str(junit))
+    assert ET.parse(junit).getroot().find("testsuite/testcase/failure") is not None
+    table = _run(["report", log, "--fail-above-epsilon", budget])
+    assert table.stdout.splitlines()[0].startswith("verdict: ctxlite audit: fail: 1 of 1 case(s)")  # verdict first
+    passed = _run(["report", log, "--fail-above-epsilon", exact, "--json"])
+    assert passed.exit_code == 0 and json.loads(passed.stdout)["verdict"]["results"][0]["basis"] == case["basis"]
+    assert "pass: all 1 case(s) within the budget" in passed.stderr
+    per_query = _run(["report", log, "--fail-above-epsilon", budget, "--epsilon-unit", "query"])
+    assert per_query.exit_code == 2 and "compose 64 queries" in per_query.stderr  # never mixed
+
+
+def test_an_audit_that_cannot_prove_the_budget_is_inconclusive_exit_10(ticket_audit):
+    """A new private set every trial: there is no fixed pair to profile and no DP guarantee, so a lower
+    bound under the budget is inconclusive, never a pass."""
+    _, _, data = ticket_audit
+    args = ["audit", "--data", data, "--format", TICKETS.with_suffix(".toml"), "--mechanism", "none", "--trials"]
+    args += ["8", "--shots", "8", "--reference-runs", "1", "--utility-queries", "0", "--resample-data"]
+    r = _run([*args, "--fail-above-epsilon", "1000", "--json"])
+    assert r.exit_code == 10, r.output
+    [case] = json.loads(r.stdout)["verdict"]["results"]
+    assert case["verdict"] == "inconclusive" and case["basis"] == "no proof either way"
+    assert "no number of trials can prove a pass for this mechanism" in case["message"]
+    assert "ctxlite: gate inconclusive: ctxlite audit: inconclusive: 1 of 1 case(s)" in r.stderr
+    assert r.stderr.splitlines()[0].startswith("verdict: ctxlite audit: inconclusive")  # the table's first line
 
 
 def _on_a_terminal(args: list[str]) -> str:

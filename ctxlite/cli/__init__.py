@@ -45,15 +45,24 @@ class _Group(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _refuse_short_quiet(ctx, param, value):
+    """``-q`` before the command was quiet and after it is ``--query``: the short spelling is refused
+    here, so ``ctxlite -q score ...`` and ``ctxlite score ... -q --doc`` cannot be read two ways."""
+    if value:
+        raise click.UsageError(
+            "-q is --query (score) after the command; quiet is spelt --quiet, e.g. ctxlite --quiet audit ..."
+        )
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ctxlite")
 @click.option(
-    "-q",
     "--quiet",
     is_flag=True,
     help="No progress line on stderr (it is drawn only on a terminal anyway); messages, warnings "
     "and verdicts still print.",
 )
+@click.option("-q", "short_quiet", is_flag=True, hidden=True, expose_value=False, callback=_refuse_short_quiet)
 def main(quiet):
     """Measure how much a language model leaks from the private text in its prompt.
 
@@ -66,7 +75,7 @@ def main(quiet):
     ctxlite version the versions and the llama.cpp build (instruction sets) behind the numbers
 
     On a terminal a progress line (examples, ablations, trials; rate and ETA) is drawn on
-    stderr; give -q before the command to turn it off, e.g. ctxlite -q audit ...
+    stderr; give --quiet before the command to turn it off, e.g. ctxlite --quiet audit ...
     """
     from ctxlite.cli import progress
 

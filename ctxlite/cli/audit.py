@@ -312,7 +312,7 @@ def audit(**options):
     from ctxlite.audit.formats import load_format
     from ctxlite.audit.game import run_audit
     from ctxlite.audit.template_search import search_template
-    from ctxlite.gates import audit_verdict
+    from ctxlite.gates import audit_verdict, check_epsilon_unit
     from ctxlite.records import RecordLog
 
     o = SimpleNamespace(**options)
@@ -337,6 +337,8 @@ def audit(**options):
     settings = audit_settings.AuditSettings(
         **{f.name: getattr(o, f.name) for f in fields(audit_settings.AuditSettings) if hasattr(o, f.name)}
     )
+    if o.fail_above_epsilon is not None:  # a budget in another unit than the audit's is refused before any work
+        check_epsilon_unit(o.epsilon_unit, settings.queries_per_trial)
     records = load_records(o.data_path, fmt)
     fmt = resolve_format(fmt, records)
     if o.chat:
@@ -375,14 +377,16 @@ def audit(**options):
         line.close()
         if log is not None:
             log.close()
-    verdict = audit_verdict(result, o.fail_above_epsilon, identity)
+    verdict = audit_verdict(result, o.fail_above_epsilon, identity, o.epsilon_unit)
     if log is not None:
         verdict.properties["log.head"] = log.head
+    table = "\n".join([*verdict.lines(), report.table()])  # the verdict and its basis first
     if wants_json(o.as_json):
-        click.echo(report.table(), err=True)
-        emit_json({**result, **({"log_head": log.head} if log is not None else {}), **verdict_json(verdict)})
+        click.echo(table, err=True)
+        head = {"log_head": log.head} if log is not None else {}
+        emit_json({**verdict_json(verdict), **result, **head})  # the verdict first
     else:
-        click.echo(report.table())
+        click.echo(table)
     conclude(verdict, o.junit)
 
 
@@ -405,6 +409,8 @@ def _check_options(o) -> None:
         raise click.BadParameter("only rnm/esa use ensembles", param_hint="--ensembles")
     if o.resume and not o.out_path:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
+    if given_explicitly("epsilon_unit") and o.fail_above_epsilon is None:
+        raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
 
 

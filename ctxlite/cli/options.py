@@ -203,17 +203,30 @@ def fail_above_influence_option(f):
         type=click.FloatRange(min=0),
         default=None,
         metavar="NATS",
-        help="Gate (score): exit 8, after writing all output, if some n-gram's τ_i exceeds NATS and its noise floor.",
+        help="Gate (score), after writing all output: exit 8 if some n-gram's τ_i minus its measured "
+        "uncertainty exceeds NATS, 0 only if every n-gram was measured and τ_i plus its uncertainty is "
+        "<= NATS, else 10 (inconclusive).",
     )(f)
 
 
 def fail_above_epsilon_option(f):
+    """--fail-above-epsilon EPS and the unit of EPS, --epsilon-unit trial|query."""
+    f = click.option(
+        "--epsilon-unit",
+        type=click.Choice(["trial", "query"]),
+        default="trial",
+        show_default=True,
+        help="Unit of the --fail-above-epsilon budget: one trial's release (its queries composed, what "
+        "the audit measures), or one query (accepted only where a trial is one query).",
+    )(f)
     return click.option(
         "--fail-above-epsilon",
         type=click.FloatRange(min=0),
         default=None,
         metavar="EPS",
-        help="Gate (audit): exit 8, after writing all output, if some ε row's lower bound exceeds EPS.",
+        help="Gate (audit), after writing all output: exit 8 if an ε row's certified lower bound or the "
+        "audited pair's exact ε exceeds EPS, 0 only if the pair's exact ε, an upper bound on it or the "
+        "mechanism's DP guarantee is <= EPS, else 10 (inconclusive).",
     )(f)
 
 
@@ -232,20 +245,24 @@ def verdict_json(verdict) -> dict:
 
 
 def conclude(verdict, junit: str | None) -> None:
-    """Write the JUnit file, say the gate's verdict on stderr, and exit with the gate's code if it tripped.
+    """Write the JUnit file, say the gate's verdict on stderr, and exit with its code: 8 (fail),
+    10 (inconclusive) or 0 (pass).
 
     Called after every other output is written, so a tripped gate loses nothing.
     """
-    from ctxlite.errors import EXIT_GATE
-    from ctxlite.gates import write_junit
+    from ctxlite.errors import EXIT_GATE, EXIT_INCONCLUSIVE
+    from ctxlite.gates import Outcome, write_junit
 
     if junit:
         write_junit(junit, verdict)
     if verdict.gate is None:
         return
-    if verdict.failures:
+    if verdict.outcome is Outcome.FAIL:
         click.echo(f"ctxlite: gate tripped: {verdict_line(verdict)}", err=True)
         sys.exit(EXIT_GATE)
+    if verdict.outcome is Outcome.INCONCLUSIVE:
+        click.echo(f"ctxlite: gate inconclusive: {verdict_line(verdict)}", err=True)
+        sys.exit(EXIT_INCONCLUSIVE)
     progress(verdict_line(verdict))
 
 
@@ -303,8 +320,9 @@ def server_options(f):
             type=_backend_choice(),
             default="local",
             show_default=True,
-            help="local: llama.cpp in this process; openai: an OpenAI-compatible server (vLLM, llama.cpp "
-            "server) at --base-url; its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
+            help="local: llama.cpp in this process; openai: an OpenAI-compatible server at --base-url (vLLM or "
+            "llama-cpp-python's; llama.cpp's llama-server returns no prompt log-probabilities, so it can only "
+            "sample); its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
         ),
         click.option(
             "--base-url", type=TEXT, default=None, metavar="URL", help="openai: the API root, e.g. http://host:8000/v1."

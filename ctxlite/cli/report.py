@@ -11,6 +11,7 @@ from ctxlite.cli.options import (
     emit_json,
     fail_above_epsilon_option,
     fail_above_influence_option,
+    given_explicitly,
     junit_option,
     progress,
     verdict_json,
@@ -39,7 +40,7 @@ from ctxlite.reporting.labels import epsilon_label, result_epsilon
 @fail_above_influence_option
 @fail_above_epsilon_option
 @junit_option
-def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_above_epsilon, junit):
+def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_above_epsilon, epsilon_unit, junit):
     """Report a finished or partial run from its log: no model is loaded.
 
     A score log gives one row per example and λ (and ε; document influence, the
@@ -47,7 +48,8 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     then per example and λ its top 3 n-grams marked in an excerpt of the
     context; an audit log gives the audit's table of ε rows. A run that did not finish
     is reported as partial, and a gate on it fails only on what finished: it
-    refuses (exit 4) rather than pass an unfinished run. Everything printed and
+    refuses (exit 4) rather than pass an unfinished run. With a gate, the verdict (fail, pass
+    or inconclusive, exit 8 / 0 / 10) and its basis come first. Everything printed and
     gated is recomputed from the log's records; a log whose hash chain breaks,
     that holds a record twice, or whose end line disagrees with its records is
     refused (exit 4, naming the line). The log's chain head is printed on stderr
@@ -66,6 +68,8 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     refuse_same_files([("RUN.jsonl", log_path)], [("--html", html_path), ("--junit", junit)])
     if no_text and html_path is None:
         raise click.UsageError("--no-text shapes the HTML report: give --html FILE too")
+    if given_explicitly("epsilon_unit") and fail_above_epsilon is None:
+        raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     run = read_run_log(log_path)  # the chain and the records' keys are checked as it is read
     _check_identity(run)
     _say_chain(run)
@@ -76,7 +80,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     elif run.kind == "audit":
         if fail_above_influence is not None:
             raise click.UsageError(f"--fail-above-influence gates score logs; {log_path} is an audit log")
-        verdict, out, table = _audit(run, fail_above_epsilon, junit)
+        verdict, out, table = _audit(run, fail_above_epsilon, epsilon_unit, junit)
     else:
         raise DataError(f"{log_path} is a ctxlite {run.kind!r} log, not a score or audit log")
     out["chain"] = {"chained": run.chained, "head": run.head, "lines": run.lines}
@@ -85,11 +89,11 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     if out.get("complete"):
         progress(_headline(out))
     if html_path is not None:
-        _write_html(run, html_path, no_text)
+        _write_html(run, html_path, no_text, verdict)
     if as_json:
-        emit_json({**out, **(verdict_json(verdict) if verdict else {})})
+        emit_json({**(verdict_json(verdict) if verdict else {}), **out})  # the verdict first
     elif table:
-        click.echo(table)
+        click.echo("\n".join([*(verdict.lines() if verdict else []), table]))  # the verdict and its basis first
     if verdict is None:  # a partial audit: no report formed yet
         return
     if not run.complete and verdict.gate is not None and not verdict.failures:
@@ -173,13 +177,14 @@ def _headline(out: dict) -> str:
     )
 
 
-def _write_html(run, path: str, no_text: bool) -> None:
-    """The run's HTML report at ``path`` (owner-readable only: it holds the private text)."""
+def _write_html(run, path: str, no_text: bool, verdict=None) -> None:
+    """The run's HTML report at ``path`` (owner-readable only: it holds the private text), the gate's
+    verdict on top."""
     from ctxlite.reporting.audit_page import audit_html
     from ctxlite.reporting.page import write_private
     from ctxlite.reporting.score_page import score_html
 
-    write_private(path, (score_html if run.kind == "score-run" else audit_html)(run, no_text))
+    write_private(path, (score_html if run.kind == "score-run" else audit_html)(run, no_text, verdict))
     progress(f"HTML report: {path}")
 
 
@@ -252,7 +257,7 @@ def _end(run, key: str):
     return run.end[key]
 
 
-def _audit(run, threshold, junit):
+def _audit(run, threshold, unit, junit):
     from ctxlite.audit.report import AuditReport
     from ctxlite.gates import audit_verdict
 
@@ -268,7 +273,7 @@ def _audit(run, threshold, junit):
     result = _recomputed_report(run, _end(run, "report"))
     if result.get("rereport_warning"):  # the stored report was a re-report of the trials under another bound choice
         progress(f"ctxlite: warning: {result['rereport_warning']}")
-    verdict = audit_verdict(result, threshold, run.identity)
+    verdict = audit_verdict(result, threshold, run.identity, unit)
     out = {"log": str(run.path), "kind": "audit", "complete": True, "identity": run.identity, **result}
     return verdict, out, AuditReport.from_dict(result).table()
 

@@ -151,11 +151,6 @@ def _check_combination(o, examples) -> None:
     if o.doc and given & set(NGRAM_ONLY):
         flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
-    if o.search == "adaptive" and o.fail_above_influence is not None:
-        raise click.UsageError(
-            "--fail-above-influence needs every n-gram's influence; --search adaptive measures only the "
-            "n-grams it chooses (use --search exhaustive, or leave --search at auto)"
-        )
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
         raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
     if o.limit is not None and not o.data:
@@ -164,6 +159,19 @@ def _check_combination(o, examples) -> None:
         flags = ", ".join(_flag(n) for n in GENERATION_ONLY if n in given)
         raise click.UsageError(
             f"{flags}: no effect, every example has a response to score (these options shape a generated response only)"
+        )
+
+
+def _check_query_is_text(query: str | None) -> None:
+    """``-q --doc`` reads ``--doc`` as the query (``-q`` takes a value): a query that is one of this
+    command's own flags is refused, never scored."""
+    if query is None:
+        return
+    flags = {opt for p in click.get_current_context().command.params for opt in p.opts}
+    if query.split("=", 1)[0] in flags:
+        raise click.UsageError(
+            f"-q/--query took {query.split('=', 1)[0]!r}, one of this command's flags, as its query text: give the "
+            "query after -q (quiet is --quiet, before the command: ctxlite --quiet score ...)"
         )
 
 
@@ -302,8 +310,10 @@ def _plan(log, examples, out: str, data: str | None):
     "--null-ablations",
     type=click.IntRange(0),
     default=_i("null_ablations"),
-    show_default=True,
-    help="Split points re-decoded unchanged to measure the noise floor.",
+    show_default=f"at most {_i('null_ablations')}",
+    help="The most split points re-decoded unchanged to measure the noise floor: one per ten ablations "
+    "of the first pass, at least 1 and at most this many (the record's search.null_ablations says how "
+    "many a run made).",
 )
 @click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
 @plan_option
@@ -320,8 +330,9 @@ def _plan(log, examples, out: str, data: str | None):
     default=_i("search"),
     show_default=True,
     help=f"Which n-grams to ablate: all (exhaustive), or a coarse-to-fine search for the --top most "
-    f"influential, each with its exact τ (adaptive); auto = adaptive from {ADAPTIVE_FROM_TOKENS} context "
-    "tokens on, exhaustive below and with --fail-above-influence.",
+    f"influential, each with its exact τ (adaptive; on a context of few windows it measures them all, "
+    f"and says so); auto = adaptive from {ADAPTIVE_FROM_TOKENS} context tokens on, exhaustive below and "
+    "with --fail-above-influence (a gate on adaptive search is inconclusive where it skipped windows).",
 )
 @click.option(
     "--refine-ratio",
@@ -371,6 +382,7 @@ def score(**options):
         + [("--model", o.model)],
         [("--out", o.out), ("--junit", o.junit)],
     )
+    _check_query_is_text(o.query)
     if bool(o.data) == bool(o.context):
         raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
     if o.data and (o.query or o.response or o.source or o.answer):
@@ -435,14 +447,15 @@ def score(**options):
     if summary is not None:
         _say_summary(summary)
     if not wants_json(o.as_json):
-        click.echo(score_table(keys, records))
+        click.echo("\n".join([*verdict.lines(), score_table(keys, records)]))  # the verdict and its basis first
     elif not o.data:
         head = {"log_head": log.head} if log is not None else {}
-        emit_json({"run": meta, "result": records[0], **head, **verdict_json(verdict)})
+        emit_json({**verdict_json(verdict), "run": meta, "result": records[0], **head})
     else:
         scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
         emit_json(
             {
+                **verdict_json(verdict),  # first: what a reader of the JSON needs before the numbers
                 "run": meta,
                 "summary": summary,
                 "examples": len(records),
@@ -450,7 +463,6 @@ def score(**options):
                 "reused": [key for key in keys if key in reused],
                 "out": o.out,
                 "log_head": log.head if log is not None else None,
-                **verdict_json(verdict),
             }
         )
     conclude(verdict, o.junit)
@@ -466,10 +478,23 @@ def _score_all(scorer, examples, log, reused: list[str], line: ProgressLine) -> 
             continue
         line.step("examples", i, len(examples), key)
         result = scorer.score(example).to_dict(scorer.settings.top_spans)
+        _say_exhaustive(key, result)
         records.append(result)
         if log is not None:
             log.append(key, {"type": "example", "result": result}, input_hash=example.input_hash())
     return records
+
+
+def _say_exhaustive(key: str, result: dict) -> None:
+    """A note when adaptive search measured every n-gram window (a context too short for blocks)."""
+    for r in result["results"]:
+        search = r.get("search") or {}
+        if search.get("method") == "adaptive" and search.get("measured_every_window"):
+            progress(
+                f"ctxlite: note: {key}: --search adaptive measured all {search['windows']} n-gram windows (a "
+                "context this short has no blocks to search): the search was exhaustive"
+            )
+            return
 
 
 def _say_summary(summary: dict) -> None:

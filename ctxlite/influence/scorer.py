@@ -537,6 +537,7 @@ class InfluenceScorer:
             **asdict(rule),
             rounds=found.rounds,
             converged=found.converged,
+            measured_every_window=len(kept) == len(windows),  # a short context: the search was exhaustive
             exhaustive_tokens=self._exhaustive_tokens(enc, y, windows),
             blocks=[(windows[i], windows[j - 1] + n, found.tau[(i, j)]) for i, j in found.blocks],
         )

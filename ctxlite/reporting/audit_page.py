@@ -14,7 +14,7 @@ import math
 
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.privacy.estimators import CanaryScoreAuditor
-from ctxlite.reporting.page import Redactor, esc, page, table
+from ctxlite.reporting.page import Redactor, esc, page, table, verdict_html
 from ctxlite.reporting.score_page import identity_table
 from ctxlite.reporting.svg import histogram_plot, line_plot
 
@@ -147,11 +147,11 @@ def _utility_plot(rows: list[dict], metric: str) -> str:
     )
 
 
-def audit_html(run, no_text: bool = False) -> str:
+def audit_html(run, no_text: bool = False, verdict=None) -> str:
     """The report of an audit log (``records.read_run_log``): a finished one, or a partial one's
-    trials so far (no estimates until it ends)."""
+    trials so far (no estimates until it ends); the gate's ``verdict`` (a ``gates.Verdict``) on top."""
     redact = Redactor(no_text)
-    parts = [f"<h1>ctxlite audit report: {esc(run.path.name)}</h1>"]
+    parts = [f"<h1>ctxlite audit report: {esc(run.path.name)}</h1>", verdict_html(verdict and verdict.to_dict())]
     scores = _scores(run)
     if no_text:
         parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')

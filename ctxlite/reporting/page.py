@@ -43,6 +43,9 @@ th { background: #eee; } td.l, th.l { text-align: left; }
 .canary { border: 2px solid #000; font-weight: bold; }
 .legend span { display: inline-block; min-width: 4.5rem; text-align: center; border: 1px solid #bbb; }
 .note { color: #444; font-size: 13px; }
+.verdict { border: 3px solid #000; padding: .5rem .75rem; margin: 1rem 0; }
+.verdict h2 { margin: 0 0 .25rem; } .verdict-fail { border-style: double; border-width: 6px; }
+.verdict-inconclusive { border-style: dashed; }
 figure { margin: 1rem 0; } figcaption { font-size: 13px; color: #333; }
 svg text { font: 11px system-ui, sans-serif; }
 """
@@ -87,6 +90,26 @@ def legend(top: float, unit: str) -> str:
         lo, hi = top * (level - 1) / (HEAT_LEVELS - 1), top * level / (HEAT_LEVELS - 1)
         cells.append(f'<span class="h{level}">{lo:.2g}–{hi:.2g}</span>')
     return f'<p class="legend">{esc(unit)}: {" ".join(cells)}</p>'
+
+
+def verdict_html(verdict: dict | None) -> str:
+    """The gate's verdict (``Verdict.to_dict()``) for the top of a report: the outcome, the gate, and
+    each case's verdict and basis with its message (numbers and positions, no private text); a
+    line saying no gate was set for None or a verdict without a gate."""
+    if not verdict or verdict.get("verdict") is None:
+        return (
+            '<section class="verdict" data-role="verdict" data-verdict="none"><h2>Verdict: no gate set</h2>'
+            '<p class="note">Give --fail-above-influence or --fail-above-epsilon for a verdict (fail, pass or '
+            "inconclusive) and its basis.</p></section>"
+        )
+    outcome = verdict["verdict"]
+    rows = [[esc(c["name"]), esc(c["verdict"]), esc(c["basis"]), esc(c["message"])] for c in verdict["results"]]
+    return (
+        f'<section class="verdict verdict-{esc(outcome)}" data-role="verdict" data-verdict="{esc(outcome)}">'
+        f"<h2>Verdict: {esc(outcome)}</h2><p>Gate: {esc(verdict['gate'])} · {verdict['cases']} case(s)</p>"
+        + table(["case", "verdict", "basis", "why"], rows, left=4)
+        + "</section>"
+    )
 
 
 def table(headers: list[str], rows: list[list], left: int = 0) -> str:

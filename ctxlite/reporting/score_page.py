@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from ctxlite.reporting.labels import result_epsilon
-from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table
+from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table, verdict_html
 from ctxlite.reporting.svg import line_plot
 
 
@@ -71,10 +71,17 @@ def _unmeasured(blocks: list[dict], ngrams: list[dict]) -> list[tuple[int, int, 
     return out
 
 
-def _heatmap(ngrams: list[dict], redact: Redactor, blocks: list[dict] = ()) -> str:
-    """Shaded n-grams; with adaptive search also the unmeasured rest, dotted, each piece telling its
-    block's τ_B."""
-    top = max((g["influence"] for g in ngrams), default=0.0)
+def page_scale(results: list[dict]) -> float:
+    """The one colour scale of a page: its darkest step is the largest τ_i or τ_t (both nats) of every
+    example and λ on it, so equal shades mean equal influence anywhere on the page."""
+    taus = [g["influence"] for r in results for g in r.get("ngrams") or ()]
+    taus += [t for r in results for t in r.get("token_influence") or ()]
+    return max(taus, default=0.0)
+
+
+def _heatmap(ngrams: list[dict], redact: Redactor, top: float, blocks: list[dict] = ()) -> str:
+    """Shaded n-grams on the page's scale ``top``; with adaptive search also the unmeasured rest,
+    dotted, each piece telling its block's τ_B."""
     spans = []
     for a, b, blk in _unmeasured(list(blocks), ngrams):
         tip = (
@@ -98,12 +105,12 @@ def _heatmap(ngrams: list[dict], redact: Redactor, blocks: list[dict] = ()) -> s
     return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{body}</div>'
 
 
-def _response_tokens(result: dict, redact: Redactor) -> str:
-    """The response with each token shaded by its τ_t (older logs without token spans: plain)."""
+def _response_tokens(result: dict, redact: Redactor, top: float) -> str:
+    """The response with each token shaded by its τ_t on the page's scale ``top`` (older logs without
+    token spans: plain)."""
     text, spans, tau = result["response"], result.get("response_token_chars"), result["token_influence"]
     if redact.no_text or not spans or len(spans) != len(tau):
         return f'<div class="text">{redact(text, "response")}</div>'
-    top = max(tau, default=0.0)
     out = []
     for t, ((a, b), v) in enumerate(zip(spans, tau)):
         tip = f"token {t}: τ_t = {v:.4f} nats · PMI {result['token_pmi'][t]:.4f}"
@@ -114,7 +121,7 @@ def _response_tokens(result: dict, redact: Redactor) -> str:
     return legend(top, "τ_t (nats)") + f'<div class="text" data-role="response">{"".join(out)}</div>'
 
 
-def _response(result: dict, redact: Redactor) -> str:
+def _response(result: dict, redact: Redactor, top: float) -> str:
     tau = result["token_influence"]
     rows = [[t, v, result["token_pmi"][t]] for t, v in enumerate(tau)]
     plot = line_plot(
@@ -125,7 +132,7 @@ def _response(result: dict, redact: Redactor) -> str:
     )
     return (
         "<h4>Response, shaded by τ_t</h4>"
-        + _response_tokens(result, redact)
+        + _response_tokens(result, redact, top)
         + f"<figure>{plot}<figcaption>τ_t = log p(y_t | D) − log p(y_t | ∅), summed to the document influence "
         f"{result['document_influence']:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
     )
@@ -280,8 +287,14 @@ def _epsilon_sweep(points: list[dict], mean: bool) -> str:
     return "".join(out)
 
 
-def _example(key: str, result: dict, redact: Redactor) -> str:
-    out = [f'<section data-example="{esc(key)}"><h2>Example {esc(key)}</h2>']
+def example_anchor(index: int) -> str:
+    """The ``id`` of the page's ``index``-th example (0-based): ``report.html#example-1`` links to the
+    first. Built from the position, not the id, so no private text lands in a URL."""
+    return f"example-{index + 1}"
+
+
+def _example(key: str, result: dict, redact: Redactor, top: float, anchor: str) -> str:
+    out = [f'<section id="{anchor}" data-example="{esc(key)}"><h2>Example {esc(key)} <a href="#{anchor}">#</a></h2>']
     out.append(f"<p>Query: {redact(result['query'], 'query')} · {result['context_tokens']} context tokens</p>")
     for r in result["results"]:
         floor = r.get("noise_floor") or {}
@@ -314,8 +327,8 @@ def _example(key: str, result: dict, redact: Redactor) -> str:
                 "part of a block.</p>"
             )
         if r["ngrams"]:
-            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact, search.get("blocks", [])))
-        out.append(_response(r, redact))
+            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact, top, search.get("blocks", [])))
+        out.append(_response(r, redact, top))
         out.append("<h4>N-grams</h4>" + _ngram_profile(r, redact))
         reg = r.get("regurgitation") or {}
         if reg:
@@ -468,11 +481,27 @@ def identity_table(identity: dict, redact: Redactor) -> str:
     return "<h2>Run identity</h2>" + table(["field", "value"], rows, left=2)
 
 
-def score_html(run, no_text: bool = False) -> str:
-    """The report of a score log (``records.read_run_log``), finished or partial."""
+def _contents(keys: list[str]) -> str:
+    """Links to every example's anchor."""
+    links = " · ".join(f'<a href="#{example_anchor(i)}">{esc(k)}</a>' for i, k in enumerate(keys))
+    return f'<nav data-role="contents"><p>Examples: {links}</p></nav>' if len(keys) > 1 else ""
+
+
+def score_html(run, no_text: bool = False, verdict=None) -> str:
+    """The report of a score log (``records.read_run_log``), finished or partial: the gate's ``verdict``
+    (a ``gates.Verdict``) on top, then one colour scale for the whole page (:func:`page_scale`) in
+    its legend, links to each example's anchor, the summary and the examples."""
     redact = Redactor(no_text)
-    keys = (run.end or {}).get("examples") or list(run.records)
-    parts = [f"<h1>ctxlite score report: {esc(run.path.name)}</h1>"]
+    keys = [k for k in (run.end or {}).get("examples") or list(run.records) if k in run.records]
+    top = page_scale([r for k in keys for r in run.records[k]["result"]["results"]])
+    parts = [f"<h1>ctxlite score report: {esc(run.path.name)}</h1>", verdict_html(verdict and verdict.to_dict())]
+    parts.append(
+        '<div data-role="scale"><p class="note">One colour scale for the whole page: the darkest step is the '
+        f"largest influence on it, {top:.4g} nats; τ_i and τ_t are shaded alike.</p>"
+        + legend(top, "τ_i, τ_t (nats)")
+        + "</div>"
+    )
+    parts.append(_contents(keys))
     if not run.complete:
         parts.append(
             f'<p class="note" data-partial="1">Partial run: {len(run.records)} example(s) finished; it did not end.</p>'
@@ -480,9 +509,8 @@ def score_html(run, no_text: bool = False) -> str:
     if no_text:
         parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')
     parts.append(_summary((run.end or {}).get("summary")))
-    for key in keys:
-        if key in run.records:
-            parts.append(_example(key, run.records[key]["result"], redact))
+    for i, key in enumerate(keys):
+        parts.append(_example(key, run.records[key]["result"], redact, top, example_anchor(i)))
     parts.append(identity_table(run.identity, redact))
     return page(f"ctxlite score report: {run.path.name}", "".join(parts))
 

@@ -683,7 +683,8 @@ class OpenAIServer:
             if self._bos is None or tokens[0] != self._bos:
                 raise InvalidParameter(
                     "llama-cpp-python's server pairs echoed log-probabilities with the wrong tokens unless the "
-                    "prompt starts with BOS: serve a model that adds BOS, or use vLLM / llama.cpp's server"
+                    "prompt starts with BOS: serve a model that adds BOS, or use vLLM (not llama.cpp's llama-server: "
+                    "it returns no prompt log-probabilities, so it cannot score)"
                 )
             offset = 1
         url, what = f"{self.config.base_url.rstrip('/')}/completions", "teacher forcing (echo + logprobs)"
