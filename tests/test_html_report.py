@@ -401,3 +401,21 @@ def test_score_report_plots_influence_and_utility_against_epsilon(browser, eps_l
     assert again.exit_code == 0 and json.loads(again.stdout)["reused"] == [r["id"] for r in records]
     other = CliRunner().invoke(main, [*args[:6], "1", *args[7:]])  # another ε sweep on the same log
     assert other.exit_code == 4 and "settings.epsilons" in other.output
+
+
+def test_the_response_caption_defines_tau_t_as_the_table_shows_it():
+    """The table shows τ_t ≥ 0 (the absolute log-ratio, summed to the document influence); the
+    caption defined it without the absolute value. A response token whose log-probability falls
+    with the context has a positive τ_t in the table and the caption says why."""
+    from ctxlite.reporting.page import Redactor
+    from ctxlite.reporting.score_page import _response
+
+    result = {
+        "response": "ab",
+        "response_token_chars": [[0, 1], [1, 2]],
+        "token_influence": [0.5, 0.25],
+        "token_pmi": [-0.5, 0.25],
+        "document_influence": 0.75,
+    }
+    out = _response(result, Redactor(False))
+    assert "τ_t = |log p(y_t | D) − log p(y_t | ∅)|" in out

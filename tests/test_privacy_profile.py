@@ -123,8 +123,14 @@ def test_noisy_vote_profile_matches_monte_carlo(p, q, sigma, eps):
     assert abs(got - mc) <= 5 * se + 2e-3, (got, mc, se)
 
 
+# probabilities of at least 1e-3 or exactly 0: a loss of hundreds of nats stretches dp_accounting's
+# dense arrays over millions of bins, which its loop (the reference here) walks one by one
+coarse = st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.2, 0.5, 1.0]), min_size=3, max_size=3)
+coarse = coarse.filter(lambda v: sum(v) > 0).map(_dist)
+
+
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.1, 1.0), probs, probs), min_size=1, max_size=2), st.integers(1, 3))
+@given(st.lists(st.tuples(st.floats(0.1, 1.0), coarse, coarse), min_size=1, max_size=2), st.integers(1, 3))
 def test_epsilon_and_delta_are_dp_accountings_own(pairs, queries):
     """PairProfile inverts the PLD in arrays; dp_accounting's loop over the losses is the reference."""
     profiles = [pair_profile([VotePair(w, p, q) for w, p, q in pairs], 0.0, queries)]

@@ -23,8 +23,8 @@ replacement sensitivity); ``epsilon_per_trial`` composes the
 μ_trial = √n · Δ/σ), which is what the per-trial score is bounded by. With
 ``accounting_queries`` T (and ``sampling_rate`` q) each row also gives
 ``epsilon_subsampled``, the ε *subsampled over T queries* of a deployment
-that runs this σ (PLD accountant). The heuristic defenses have no
-theoretical ε (``null``).
+that runs this σ (PLD accountant). Plain ICL (``none``, no defense) and the
+heuristic defenses have no theoretical ε (``null``).
 
 Randomness: every trial has its own seed (``seed``, trial index), independent
 of ε, so the same trial at different ε sees the same Z, partitions and votes
@@ -277,6 +277,14 @@ class AuditGame:
         how = "exact: the released answer's distribution under each neighbour, composed over the trial's queries"
         return PairReference(pair_profile([VotePair(1.0, p, q)], 0.0, s.queries_per_trial), how, True)
 
+    def utility_chance(self) -> tuple[float, int] | None:
+        """(accuracy of a uniform guess over the labels, queries utility is measured on) for
+        classification; None for generation (ROUGE has no chance level) or when nothing is measured."""
+        n = min(self.s.utility_queries, len(self.held_out))
+        if self.s.task is not Task.CLASSIFY or n == 0:
+            return None
+        return 1.0 / len(self.fmt.labels), n
+
     def utility(self, mech: Mechanism) -> float | None:
         """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
         if self.s.utility_queries == 0 or not self.held_out:
@@ -325,7 +333,11 @@ def run_audit(
     for eps in s.epsilons:
         mech = make_mechanism(s, eps, judge_from_engine(judge))
         ins, outs, withheld = game.play(mech, eps, _detector(s, fmt, canary), log, progress or (lambda *_: None))
-        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech)))
+        rows.append(
+            report_row(
+                s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech), game.utility_chance()
+            )
+        )
     choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
     warning = rereport_warning(first, choice)
     return AuditReport(
@@ -333,7 +345,7 @@ def run_audit(
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
         query=asdict(game.query),
         rows=rows,
-        epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
+        epsilon_kind=_epsilon_kind(s),
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
@@ -341,6 +353,7 @@ def run_audit(
         + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
         + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
         + _above_exact(rows, s.alpha)
+        + [c for r in rows for c in r.get("contradictions", [])]
         + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
@@ -503,6 +516,16 @@ def _sampled_answers_note(s: AuditSettings) -> list[str]:
         "valid; the distribution itself is not known, so the pair's exact epsilon is not computed, and every "
         "answer costs a request"
     ]
+
+
+def _epsilon_kind(s: AuditSettings) -> str:
+    """What the rows' theoretical ε is: per query for the DP mechanisms; none for plain ICL (no
+    defense at all) and for the heuristic defenses (a defense, but no privacy parameter)."""
+    if s.mechanism.is_dp:
+        return "per-query, canary always present"
+    if s.mechanism is MechanismKind.NONE:
+        return "none (no defense: plain in-context learning)"
+    return "none (heuristic defense)"
 
 
 def _above_exact(rows: list[dict], alpha: float) -> list[str]:
