@@ -54,22 +54,28 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [prefix or "(whole value)"]
 
 
-def mismatch(stored: Any, recomputed: Any, rel_tol: float = 1e-9, prefix: str = "") -> tuple[str, Any, Any] | None:
+def mismatch(
+    stored: Any, recomputed: Any, rel_tol: float = 1e-9, prefix: str = "", newer_keys: bool = False
+) -> tuple[str, Any, Any] | None:
     """The first place (dotted path, list items as ``[i]``) where a stored JSON value differs from
     the same value recomputed, with both values; None if they agree. Numbers agree within
-    ``rel_tol`` (another machine's floating point may round the last bits differently)."""
+    ``rel_tol`` (another machine's floating point may round the last bits differently).
+    ``newer_keys``: a key only the recomputed value has is no disagreement (a field this version
+    adds that an older log never wrote); every key the log holds must still agree."""
     if isinstance(stored, dict) and isinstance(recomputed, dict):
         for key in sorted(set(stored) | set(recomputed), key=str):
             path = f"{prefix}.{key}" if prefix else str(key)
+            if newer_keys and key not in stored:
+                continue
             if key not in stored or key not in recomputed:
                 return path, stored.get(key), recomputed.get(key)
-            found = mismatch(stored[key], recomputed[key], rel_tol, path)
+            found = mismatch(stored[key], recomputed[key], rel_tol, path, newer_keys)
             if found:
                 return found
         return None
     if isinstance(stored, list) and isinstance(recomputed, list) and len(stored) == len(recomputed):
         for i, (a, b) in enumerate(zip(stored, recomputed)):
-            found = mismatch(a, b, rel_tol, f"{prefix}[{i}]")
+            found = mismatch(a, b, rel_tol, f"{prefix}[{i}]", newer_keys)
             if found:
                 return found
         return None

@@ -576,7 +576,7 @@ def test_report_figures_are_recomputed_from_the_log(play):
         assert row["epsilon_lower_bound"] == cp.epsilon and row["confidence"] == 0.9
         assert row["lower_bound_method"] == describe_selection(Split(0.4, seed=3))
         gdp = a.mu_lower_bound(alpha=alpha, delta=1e-4, selection=Split(0.4, seed=3))
-        assert row["mu_lower_bound"] == gdp.mu and row["epsilon_gdp_bound"] == gdp.epsilon
+        assert row["mu_lower_bound"] == gdp.mu and row["epsilon_from_mu_lb"] == gdp.epsilon
         assert row["auroc"] == a.auroc() and row["tpr_interpolated"] == a.tpr_at_fpr_interpolated(0.2)
         assert row["accuracy_upper_bound"] == a.accuracy_upper_bound(alpha)
         counts = row["lower_bound_counts"]

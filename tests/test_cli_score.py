@@ -163,6 +163,8 @@ def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     [
         (["--lam", "-0.5"], 2, "must be >= 0"),
         (["--epsilon", "0"], 2, "epsilon"),
+        (["--epsilon", "1", "--top-p", "0.9"], 2, "--top-k / --top-p would drop tokens"),
+        (["--epsilon", "1", "--top-k", "5"], 2, "--top-k / --top-p would drop tokens"),
         (["--temperature", "0"], 2, "temperature"),
         (["--stride", "9", "--ngram", "8"], 2, "stride"),
         (["--context-sizes", "32.5"], 2, "whole number"),

@@ -462,3 +462,21 @@ def test_one_colour_scale_per_page_anchors_per_example_and_the_verdict_on_top(tw
                                   "--fail-above-epsilon", "1000", "--json"])  # fmt: skip
     first = re.search(r"</h1>(<section[^>]*>)", audit_out.read_text(encoding="utf-8")).group(1)
     assert f'data-verdict="{json.loads(r.stdout)["verdict"]["verdict"]}"' in first
+
+
+def test_the_response_caption_defines_tau_t_as_the_table_shows_it():
+    """The table shows τ_t ≥ 0 (the absolute log-ratio, summed to the document influence); the
+    caption defined it without the absolute value. A response token whose log-probability falls
+    with the context has a positive τ_t in the table and the caption says why."""
+    from ctxlite.reporting.page import Redactor
+    from ctxlite.reporting.score_page import _response
+
+    result = {
+        "response": "ab",
+        "response_token_chars": [[0, 1], [1, 2]],
+        "token_influence": [0.5, 0.25],
+        "token_pmi": [-0.5, 0.25],
+        "document_influence": 0.75,
+    }
+    out = _response(result, Redactor(False))
+    assert "τ_t = |log p(y_t | D) − log p(y_t | ∅)|" in out

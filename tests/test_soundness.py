@@ -661,3 +661,90 @@ def test_rereport_warning_names_a_changed_bound_choice_only():
     # a report from before rows named their method: only the confidence is compared
     old = {"report": {"settings": {"confidence": 0.95}, "rows": [{}]}}
     assert rereport_warning(first_bound_choice(old), bound_choice(AuditSettings(bound="split"))) is None
+
+
+# ---------------------------------------------------------------------------
+# a number is called a bound only where it is one
+
+
+def _noisy_vote_audits(p, q, sigma: float, n: int, audits: int, seed: int):
+    """``audits`` simulated audits of the one-hot vote e_v + N(0, σ²I), v ~ p (IN) or q (OUT), n / 2
+    trials a side, scored by x_0 − x_1 (the likelihood ratio is monotone in it for two outcomes)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(audits):
+        sides = []
+        for dist in (p, q):
+            votes = rng.choice(2, size=n // 2, p=dist)
+            x = np.eye(2)[votes] + rng.normal(0.0, sigma, (n // 2, 2))
+            sides.append(x[:, 0] - x[:, 1])
+        yield sides
+
+
+@pytest.mark.parametrize(
+    "p, q, gaussian",
+    [([0.9, 0.1], [0.2, 0.8], False), ([1.0, 0.0], [0.0, 1.0], True)],
+)
+def test_no_row_value_named_a_bound_exceeds_the_pairs_exact_epsilon(p, q, gaussian):
+    """An RNM-style pair whose votes are not certain (p = [.9, .1] against q = [.2, .8], one-hot vote
+    plus N(0, I)) has exact ε(1e-5) = 2.038, but its tightest GDP μ, 0.963, converts to 4.19: the GDP
+    conversion of mu_lower_bound exceeded the exact ε in 100 of 100 audits of 2,000 trials. Every row
+    value named a bound (epsilon_lower_bound, epsilon_gdp_bound) may exceed the exact ε in at most
+    alpha of the audits, plus binomial slack; on the Gaussian mechanism (certain votes) the GDP bound
+    is reported and holds."""
+    from ctxlite.audit.report import PairReference
+    from ctxlite.privacy.privacy_profile import VotePair, pair_profile
+
+    profile = pair_profile([VotePair(1.0, np.array(p), np.array(q))], 1.0)
+    s, _ = _audit_row(1.0, np.zeros(4), np.ones(4))
+    exact = profile.epsilon(s.delta)
+    audits = 60
+    over = {"epsilon_lower_bound": 0, "epsilon_gdp_bound": 0}
+    reported, kinds = 0, set()
+    from ctxlite.audit.game import make_mechanism
+    from ctxlite.audit.report import report_row
+
+    mech = make_mechanism(s, 1.0)
+    for ins, outs in _noisy_vote_audits(p, q, 1.0, 2000, audits, seed=11):
+        row = report_row(s, mech, 1.0, ins, outs, None, None, PairReference(profile, "simulated pair", True))
+        for key in over:
+            over[key] += row[key] is not None and row[key] > exact
+        reported += row["epsilon_gdp_bound"] is not None
+        kinds.add(row.get("epsilon_from_mu_lb_kind"))
+    limit = stats.binom.ppf(0.999, audits, s.alpha)
+    assert all(count <= limit for count in over.values()), (over, exact)
+    assert len(kinds) == 1 and ("not a bound" in kinds.pop()) is not gaussian  # the number is kept, named
+    assert reported == (audits if gaussian else 0)
+
+
+def test_row_flags_estimates_above_the_pairs_epsilon_and_utility_below_chance():
+    """Seen: a point and a GDP estimate (0.49, 0.96) above the pair's upper bound 0.397, and utility
+    0.05 for 3 labels. Each such number is named in the row's contradictions (and the notes)."""
+    from ctxlite.audit.game import make_mechanism
+    from ctxlite.audit.report import PairReference, contradictions, report_row
+    from ctxlite.privacy.privacy_profile import VotePair, pair_profile
+
+    rng = np.random.default_rng(5)
+    ins, outs = rng.normal(1.5, 1, 200), rng.normal(0, 1, 200)  # estimates far above the pair's ε
+    weak = pair_profile([VotePair(1.0, np.array([0.55, 0.45]), np.array([0.45, 0.55]))], 0.0)
+    s, _ = _audit_row(1.0, ins, outs)
+    mech = make_mechanism(s, 1.0)
+    row = report_row(s, mech, 1.0, ins, outs, 0.05, None, PairReference(weak, "weak pair", True), (1 / 3, 40))
+    ceiling = row["epsilon_upper_bound"]
+    flagged = " ".join(row["contradictions"])
+    for key in ("epsilon_point", "epsilon_gdp", "epsilon_from_mu_lb"):
+        assert row[key] > ceiling and f"{key} = " in flagged
+    assert "utility 0.05" in flagged and "below a uniform guess" in flagged
+    # nothing to flag: estimates under the pair's ε, utility at chance (not beyond it by chance)
+    strong = pair_profile([VotePair(1.0, np.array([1.0, 0.0]), np.array([0.0, 1.0]))], 0.3)
+    quiet = report_row(s, mech, 1.0, ins, outs, 0.3, None, PairReference(strong, "strong pair", True), (1 / 3, 40))
+    assert quiet["contradictions"] == []
+    assert contradictions({"utility": 0.05}, None) == []  # generation: no chance level
+
+
+def test_plain_icl_is_not_called_a_heuristic_defense():
+    from ctxlite.audit.game import _epsilon_kind
+    from ctxlite.audit.settings import AuditSettings
+
+    assert "no defense" in _epsilon_kind(AuditSettings(task="classify", mechanism="none"))
+    assert "heuristic" not in _epsilon_kind(AuditSettings(task="classify", mechanism="none"))
+    assert "heuristic defense" in _epsilon_kind(AuditSettings(task="classify", mechanism="prompt-l1"))

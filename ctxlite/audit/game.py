@@ -23,8 +23,8 @@ replacement sensitivity); ``epsilon_per_trial`` composes the
 μ_trial = √n · Δ/σ), which is what the per-trial score is bounded by. With
 ``accounting_queries`` T (and ``sampling_rate`` q) each row also gives
 ``epsilon_subsampled``, the ε *subsampled over T queries* of a deployment
-that runs this σ (PLD accountant). The heuristic defenses have no
-theoretical ε (``null``).
+that runs this σ (PLD accountant). Plain ICL (``none``, no defense) and the
+heuristic defenses have no theoretical ε (``null``).
 
 Randomness: every trial has its own seed (``seed``, trial index), independent
 of ε, so the same trial at different ε sees the same Z, partitions and votes
@@ -62,6 +62,7 @@ from ctxlite.audit.report import (
     AuditReport,
     PairReference,
     bound_choice,
+    contradictions,
     first_bound_choice,
     report_row,
     rereport_warning,
@@ -275,6 +276,14 @@ class AuditGame:
         how = "exact: the released answer's distribution under each neighbour, composed over the trial's queries"
         return PairReference(pair_profile([VotePair(1.0, p, q)], 0.0, s.queries_per_trial), how, True)
 
+    def utility_chance(self) -> tuple[float, int] | None:
+        """(accuracy of a uniform guess over the labels, queries utility is measured on) for
+        classification; None for generation (ROUGE has no chance level) or when nothing is measured."""
+        n = min(self.s.utility_queries, len(self.held_out))
+        if self.s.task is not Task.CLASSIFY or n == 0:
+            return None
+        return 1.0 / len(self.fmt.labels), n
+
     def utility(self, mech: Mechanism) -> float | None:
         """Accuracy (classification) or ROUGE-1 F1 (generation) of the released outputs on held-out records."""
         if self.s.utility_queries == 0 or not self.held_out:
@@ -354,6 +363,8 @@ RECORDED_FIELDS = (
     "privacy_profile_kind",
     "privacy_profile_method",
     "privacy_profile",
+    "gaussian_mu",
+    "utility_chance",
 )
 """Row fields measured with the model beyond the trials (held-out utility, the pair's exact answer
 distributions): a report without the model takes them from the end line, which the chain protects."""
@@ -375,11 +386,14 @@ def recompute_rows(report: dict, runs: Mapping[str, dict], where=None) -> list[d
         detector = _detector(s, labels, canary["label"])
         fit_detector(detector, runs, s, ek, where)
         ins, outs, withheld = trial_scores(detector, runs, s, ek, canary["id"], where)
-        row = report_row(s, mech, eps, ins, outs, stored.get("utility"), withheld)
+        row = report_row(
+            s, mech, eps, ins, outs, stored.get("utility"), withheld, gaussian_mu=stored.get("gaussian_mu")
+        )
         recorded = {k: stored.get(k) for k in RECORDED_FIELDS}
         reasons = {k: v for k, v in (stored.get("reasons") or {}).items() if k not in row["reasons"]}
         row.update(recorded, **tightness_fields(row["epsilon_lower_bound"], recorded, reasons))
         row["reasons"] = {**row["reasons"], **reasons}
+        row["contradictions"] = contradictions(row, recorded["utility_chance"])  # against the recorded pair
         rows.append(row)
     return rows
 
@@ -411,7 +425,11 @@ def run_audit(
         mech = make_mechanism(s, eps, judge_from_engine(judge))
         detector = _detector(s, fmt.labels, canary.label)
         ins, outs, withheld = game.play(mech, eps, detector, log, progress or (lambda *_: None))
-        rows.append(report_row(s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech)))
+        rows.append(
+            report_row(
+                s, mech, eps, ins, outs, game.utility(mech), withheld, game.known_profile(mech), game.utility_chance()
+            )
+        )
     choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
     warning = rereport_warning(first, choice)
     return AuditReport(
@@ -419,7 +437,7 @@ def run_audit(
         canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
         query=asdict(game.query),
         rows=rows,
-        epsilon_kind="per-query, canary always present" if s.mechanism.is_dp else "none (heuristic defense)",
+        epsilon_kind=_epsilon_kind(s),
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
@@ -427,6 +445,7 @@ def run_audit(
         + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
         + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
         + _above_exact(rows, s.alpha)
+        + [c for r in rows for c in r.get("contradictions", [])]
         + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
@@ -589,6 +608,16 @@ def _sampled_answers_note(s: AuditSettings) -> list[str]:
         "valid; the distribution itself is not known, so the pair's exact epsilon is not computed, and every "
         "answer costs a request"
     ]
+
+
+def _epsilon_kind(s: AuditSettings) -> str:
+    """What the rows' theoretical ε is: per query for the DP mechanisms; none for plain ICL (no
+    defense at all) and for the heuristic defenses (a defense, but no privacy parameter)."""
+    if s.mechanism.is_dp:
+        return "per-query, canary always present"
+    if s.mechanism is MechanismKind.NONE:
+        return "none (no defense: plain in-context learning)"
+    return "none (heuristic defense)"
 
 
 def _above_exact(rows: list[dict], alpha: float) -> list[str]:

@@ -29,7 +29,7 @@ class AuditReport:
     """One row per theoretical ε plus what was audited.
 
     Row keys: ``epsilon`` (theoretical, per query, canary always present; null
-    for heuristic defenses), ``epsilon_per_trial`` (composed over the trial's
+    without a DP mechanism: plain ICL or a heuristic defense), ``epsilon_per_trial`` (composed over the trial's
     queries), ``sigma``, ``sensitivity``, ``n_in``/``n_out``,
     ``audit_accuracy`` (threshold optimised on the same trials:
     **optimistic**), ``threshold``/``tpr``/``fpr`` at the empirical FPR
@@ -38,8 +38,11 @@ class AuditReport:
     threshold chosen by the ``bound`` setting, named in
     ``lower_bound_method``: the **guarantee**, Jagielski et al. 2020),
     ``mu_lower_bound`` (a lower bound on the GDP parameter mu at the same
-    confidence, same selection) with ``epsilon_gdp_bound``, its ε at δ (a
-    bound for Gaussian-curve mechanisms only), ``auroc`` (threshold-free),
+    confidence, same selection) with ``epsilon_from_mu_lb``, its ε at δ, and
+    ``epsilon_from_mu_lb_kind``: a lower bound only where the audited release
+    is provably the Gaussian mechanism (``gaussian_mu``, its exact μ), and
+    only then also ``epsilon_gdp_bound`` (null elsewhere, with the reason; logs
+    before this change wrote it for every row), ``auroc`` (threshold-free),
     ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
     test), ``accuracy_upper_bound`` (a confidence limit on any threshold
     test's balanced accuracy), ``epsilon_upper_bound`` (classification: the
@@ -62,7 +65,8 @@ class AuditReport:
     accounted over T queries that each Poisson-subsample the records at
     ``sampling_rate`` q (dp_accounting PLD, add/remove sensitivity √2 for
     RNM, 2C for ESA), i.e. the deployment's ε after T answers rather than the
-    audited single release.
+    audited single release, and ``contradictions`` (:func:`contradictions`:
+    an estimate above the pair's ε, utility below chance; also in the notes).
 
     An estimate that cannot be formed (e.g. fewer than 1/FPR OUT trials, or
     perfect separation at the threshold) is null, and ``reasons`` maps its key
@@ -284,10 +288,15 @@ def report_row(
     utility,
     withheld=None,
     known: PairReference | None = None,
+    utility_chance: tuple[float, int] | None = None,
+    gaussian_mu: float | None = None,
 ) -> dict:
     """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
     IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge);
-    ``known``: the audited pair's privacy profile, exact or an upper bound (or None and why not)."""
+    ``known``: the audited pair's privacy profile, exact or an upper bound (or None and why not);
+    ``utility_chance``: (a uniform guess's accuracy, queries) for classification utility;
+    ``gaussian_mu``: the pair's exact Gaussian μ as a log recorded it, where ``known`` is not at hand
+    (a report recomputed without the model)."""
     n_in, n_out = len(ins), len(outs)
     if n_in < 2 or n_out < 2:
         raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
@@ -323,7 +332,10 @@ def report_row(
     if not math.isfinite(cp.threshold):
         reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
     pair = _pair_fields(s.delta, cp.epsilon, known, reasons)
-    return {
+    profile = known.profile if known is not None else None
+    mu = (profile.gaussian_mu if profile is not None and known.exact else None) if known is not None else gaussian_mu
+    gdp_fields = _gdp_fields(gdp.epsilon, mu, reasons)
+    row = {
         "epsilon": eps if dp else None,
         "epsilon_per_trial": per_trial,
         "sigma": mech.sigma if dp else None,
@@ -346,7 +358,7 @@ def report_row(
         },
         "confidence": s.confidence,
         "mu_lower_bound": gdp.mu,
-        "epsilon_gdp_bound": _finite(gdp.epsilon),
+        **gdp_fields,
         "auroc": auditor.auroc(),
         "tpr_interpolated": auditor.tpr_at_fpr_interpolated(s.fpr),
         "accuracy_upper_bound": auditor.accuracy_upper_bound(s.alpha),
@@ -365,6 +377,83 @@ def report_row(
         },
         "utility": utility,
         "withheld_rate": _withheld_rate(s, withheld),
+        "utility_chance": list(utility_chance) if utility_chance is not None else None,
+    }
+    row["contradictions"] = contradictions(row, utility_chance)
+    return row
+
+
+ESTIMATES = ("epsilon_point", "epsilon_gdp", "epsilon_from_mu_lb")
+"""The row's ε estimates (no bound among them) that :func:`contradictions` holds against the pair's ε."""
+
+
+def contradictions(row: dict, utility_chance: tuple[float, int] | None = None) -> list[str]:
+    """One line for each number in ``row`` that contradicts another, so none is quoted unread:
+
+    * an ε estimate (point, GDP, the GDP conversion of mu_lower_bound) above the audited pair's
+      ε (exact, or an upper bound): no test can exceed the pair's ε, so the estimate is noise
+      (few trials at the FPR target) or a wrong model (the GDP curve is not the pair's);
+    * classification utility below a uniform guess (1/labels) by more than chance explains
+      (binomial lower tail < 1 %): the answers are worse than guessing, e.g. labels misread.
+    """
+    out = []
+    at = "" if row.get("epsilon") is None else f" at theoretical eps = {row['epsilon']:g}"
+    ceiling = row.get("epsilon_upper_bound")
+    if ceiling is not None and math.isfinite(ceiling):
+        kind = row.get("privacy_profile_kind") or "exact"
+        for key in ESTIMATES:
+            value = row.get(key)
+            if value is not None and value > ceiling + 1e-9:
+                out.append(
+                    f"{key} = {value:.4g}{at} exceeds the audited pair's {kind} eps = {ceiling:.4g}: no test can "
+                    "do that, so this estimate is noise or assumes the wrong trade-off curve; do not quote it"
+                )
+    utility = row.get("utility")
+    if utility_chance is not None and utility is not None:
+        chance, n = utility_chance
+        from scipy import stats
+
+        if utility < chance and stats.binom.cdf(round(utility * n), n, chance) < 0.01:
+            out.append(
+                f"utility {utility:.3g}{at} is below a uniform guess over the labels ({chance:.3g}) on {n} queries, "
+                "beyond chance (p < 0.01): the answers are worse than guessing; check the format's labels"
+            )
+    return out
+
+
+GDP_ESTIMATE_KIND = "estimate, not a bound: the release's trade-off curve is not provably Gaussian"
+
+
+def _gdp_fields(eps_at_mu_lb: float, mu: float | None, reasons: dict) -> dict:
+    """The ε of the Gaussian curve at ``mu_lower_bound``, and whether it bounds the release's ε.
+
+    mu_lower_bound is a lower bound on the smallest μ for which the release is μ-GDP, for any
+    mechanism. Its ε(δ) bounds the release's ε(δ) only if the release's trade-off curve *is* G_μ:
+    a curve that is not Gaussian and sits below G_μ has a smaller ε(δ) (an RNM pair whose votes
+    are not certain, p = [.9, .1] against q = [.2, .8] under N(0, I): exact ε(1e-5) 2.04, its
+    tightest μ 0.963 converts to 4.19). So ``epsilon_gdp_bound`` is set only where the audited
+    pair's exact profile is the Gaussian mechanism's (``gaussian_mu``); elsewhere the same number
+    is ``epsilon_from_mu_lb``, kind "estimate, not a bound", and no gate reads it. ``mu``: the exact
+    pair's Gaussian μ, or None where the release is not provably Gaussian."""
+    value = _finite(eps_at_mu_lb)
+    if mu is not None:
+        kind = f"lower bound: the audited release is the Gaussian mechanism (trade-off curve G_mu, mu = {mu:.6g})"
+        return {
+            "epsilon_gdp_bound": value,
+            "epsilon_from_mu_lb": value,
+            "epsilon_from_mu_lb_kind": kind,
+            "gaussian_mu": mu,
+        }
+    reasons["epsilon_gdp_bound"] = (
+        "not a bound here: the audited release's trade-off curve is not provably Gaussian (only the "
+        "Gaussian mechanism on a fixed pair is), and the GDP conversion over-states a non-Gaussian "
+        "release's epsilon; the number is epsilon_from_mu_lb, an estimate"
+    )
+    return {
+        "epsilon_gdp_bound": None,
+        "epsilon_from_mu_lb": value,
+        "epsilon_from_mu_lb_kind": GDP_ESTIMATE_KIND,
+        "gaussian_mu": None,
     }
 
 

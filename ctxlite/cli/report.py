@@ -129,7 +129,7 @@ def _disagrees(run, what: str, stored, recomputed) -> None:
     """Refuse (exit 4) an end line whose ``what`` is not what the records give."""
     from ctxlite.identity import mismatch
 
-    found = mismatch(stored, recomputed)
+    found = mismatch(stored, recomputed, newer_keys=not run.chained)  # an older, unchained log lacks newer fields
     if found is not None:
         path, a, b = found
         raise DataError(

@@ -153,6 +153,11 @@ def _check_combination(o, examples) -> None:
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
         raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
+    if o.epsilon and (o.top_k or o.top_p < 1):
+        raise click.UsageError(
+            "--epsilon samples the full mixed distribution: --top-k / --top-p would drop tokens the "
+            "empty-context distribution allows (an infinite ratio, no epsilon holds); leave them off"
+        )
     if o.limit is not None and not o.data:
         raise click.UsageError("--limit: no effect without --data")
     if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):

@@ -8,7 +8,12 @@ ordinary decoding, λ > 1 amplifies the context.
 ε-bounded CID: with pmi_D(v) = log q_D(v) − log q_∅(v) (q = softmax(l/T)), if
 λ·max_v |pmi_D(v)| ≤ ε/2 then |log p̄_λ(v|D) − log p_T(v|∅)| ≤ ε for every v;
 so each step uses λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (the direction of
-Flemings et al.'s Theorem B.1; derivation in docs/design.md#cid).
+Flemings et al.'s Theorem B.1; derivation in docs/design.md#cid), shrunk by
+:data:`EPSILON_MARGIN` so that rounding cannot carry the log-ratio past ε, and samples
+from p̄_λ* over the *whole* vocabulary: a top-k / top-p filter, or the sampling window
+of unbounded decoding, puts 0 where p_T(·|∅) is positive (an infinite ratio), so ε is
+refused with them. The bound is against the empty context; against a neighbouring
+non-empty context D' both sides are within ε of p_T(·|∅), so the per-token bound is 2ε.
 """
 
 from __future__ import annotations
@@ -62,13 +67,46 @@ def cid_logprobs(with_context, without_context, lam: float, temperature: float, 
     return log_softmax(mixed_logits(with_context, without_context, lam), temperature, banned_ids)
 
 
+EPSILON_MARGIN = 1e-9
+"""λ_t* is shrunk by this relative margin: the log-ratio is computed in float64 with a relative error
+far below it, so the distribution sampled stays within ε exactly, not up to rounding."""
+
+
 def bounded_lambda(lam: float, epsilon: float | None, max_abs_pmi: float) -> float:
-    """λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) (after Flemings et al., Theorem B.1); λ when ε is None."""
+    """λ_t* = min(λ, (1 − margin)·ε / (2·max_v |pmi_D(v)|)) (after Flemings et al., Theorem B.1); λ
+    when ε is None. Any estimate m of max|pmi| with |m − pmi(v)| bounding the spread of pmi keeps
+    the bound: |log p̄ − log p_T(·|∅)| ≤ λ·(max pmi − min pmi) ≤ 2λ·m."""
     if epsilon is None:
         return lam
     if max_abs_pmi <= 0:
         return lam
-    return min(lam, epsilon / (2.0 * max_abs_pmi))
+    return min(lam, (1.0 - EPSILON_MARGIN) * epsilon / (2.0 * max_abs_pmi))
+
+
+def check_bounded_sampling(settings: SamplingSettings, epsilon: float | None) -> None:
+    """Refuse top-k / top-p with ε-bounded CID: a filter drops tokens p_T(·|∅) allows, so the
+    sampled distribution's ratio to it is infinite and no ε holds."""
+    if epsilon is not None and (settings.top_k or settings.top_p < 1):
+        raise InvalidParameter(
+            "epsilon-bounded CID samples the full mixed distribution: top-k / top-p would drop tokens the "
+            "empty-context distribution allows (an infinite ratio, no epsilon holds); leave them off"
+        )
+
+
+def bounded_step(row_with, row_without, lam: float, epsilon: float | None, temperature: float, banned=None):
+    """One step of (ε-bounded) CID on the raw float32 logits rows: (log p̄_λ_t*(·|D) over the whole
+    vocabulary, λ_t*, the kernel's max_v |pmi_D(v)|)."""
+    m = kernels.mixed_logprob(
+        row_with[None, :],
+        row_without[None, :],
+        np.zeros(1, np.int32),
+        1.0,
+        temperature,
+        banned_ids=banned,
+        want_max_abs_pmi=True,
+    ).max_abs_pmi[0]
+    lam_t = bounded_lambda(lam, epsilon, m)
+    return cid_logprobs(row_with, row_without, lam_t, temperature, banned), lam_t, float(m)
 
 
 @dataclass
@@ -104,6 +142,7 @@ def generate(
     """
     lam = check_lambda(lam)
     epsilon = check_epsilon(epsilon)
+    check_bounded_sampling(settings, epsilon)
     engine.check_fits(max(len(prompt_with), len(prompt_without)) + settings.max_new_tokens)
     rng = np.random.default_rng(settings.seed)
     eog = engine.eog_ids
@@ -113,13 +152,10 @@ def generate(
     for t in range(settings.max_new_tokens):
         rows = streams.last_logits
         banned = eog if t < settings.min_new_tokens else None
-        m = kernels.mixed_logprob(
-            rows[0:1], rows[1:2], np.zeros(1, np.int32), 1.0, T, banned_ids=banned, want_max_abs_pmi=True
-        ).max_abs_pmi[0]
-        lam_t = bounded_lambda(lam, epsilon, m)
+        logp, lam_t, m = bounded_step(rows[0], rows[1], lam, epsilon, T, banned)
         gen.step_lambdas.append(lam_t)
-        gen.step_max_abs_pmi.append(float(m))
-        token = sample_token(cid_logprobs(rows[0], rows[1], lam_t, T, banned), settings, rng)
+        gen.step_max_abs_pmi.append(m)
+        token = sample_token(logp, settings, rng, full_vocabulary=epsilon is not None)
         if engine.is_eog(token):
             gen.stop_reason = "eog"
             gen.step_lambdas.pop()

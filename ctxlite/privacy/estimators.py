@@ -967,7 +967,9 @@ class CanaryScoreAuditor:
         ``selection`` exactly as in :meth:`epsilon_clopper_pearson`, with mu
         as the objective. Unlike :meth:`epsilon_gdp` (a plug-in estimate)
         this is a bound on mu; its ``epsilon`` is :func:`gdp_epsilon`
-        (mu_lb, delta), an epsilon bound only for Gaussian-curve mechanisms.
+        (mu_lb, delta), a lower bound on the mechanism's epsilon only when its
+        trade-off curve *is* Gaussian (the Gaussian mechanism on a fixed pair):
+        a curve below G_mu that is not Gaussian has a smaller epsilon(delta).
 
         >>> rng = np.random.default_rng(0)
         >>> auditor = CanaryScoreAuditor(rng.normal(2.0, 1.0, 500), rng.normal(0.0, 1.0, 500))

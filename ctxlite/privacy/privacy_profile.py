@@ -18,37 +18,49 @@ their PLDs: exact for a release that reveals the mixture component, an upper bou
 convexity of the hockey-stick divergence) for one that hides it. ``dp_accounting`` composes the
 PLD over the queries of a trial and inverts it (Koskela et al. 2020; Doroshenko et al. 2022).
 
-Losses are rounded *up* to the discretisation grid (pessimistic: ε is over-stated by at most
-``queries × discretization``). For σ > 0 the loss of the Gaussian mixture,
+Every δ(ε) it gives is an upper bound on the release's, at every ε, by construction. Losses are
+rounded *up* to the discretisation grid (ε over-stated by at most ``queries × discretization``).
+For σ > 0 the loss of the Gaussian mixture,
 
-    L(x) = log Σ_v p_v exp(x_v / σ²) − log Σ_v q_v exp(x_v / σ²),
+    L(x) = log Σ_v p_v exp(⟨s, b_v⟩ / σ²) − log Σ_v q_v exp(⟨s, b_v⟩ / σ²),
 
 depends on x only through its projection s on the (k−1)-dimensional plane orthogonal to
-(1, …, 1), where s ~ Σ_v p_v N(B^T e_v, σ² I); its distribution is integrated on a grid of that
-plane (midpoint rule, spacing σ·min(σ, 1)/16 or as fine as ``MAX_GRID_CELLS`` allows, at most
-σ·min(σ, 1)/4; ±7σ around the vote points), which is exact for
-the Gaussian mechanism (p, q point masses) to the grid's error: tests/test_privacy_profile.py
-checks it against the closed form of Balle & Wang (2018) and every other pair against a Monte
-Carlo integral in the full k dimensions.
+(1, …, 1) (b_v = B^T e_v, all of one length), where s ~ Σ_v p_v N(b_v, σ² I). That plane is cut
+into boxes out to ±9σ around the vote points (finest, at σ·min(σ, 1)/1000 on one axis or /32 on
+more, within ±5σ; as fine as ``MAX_GRID_CELLS`` allows, at most /4). Each box gets its exact
+Gaussian mass (products of normal CDF differences) at the *largest* loss it can hold: for any
+reference point b̄, L(s) is the same expression with b_v − b̄ in place of b_v, and over the box
+⟨s, b_v − b̄⟩ lies within ⟨c, b_v − b̄⟩ ± Σ_j (w_j/2)|b_vj − b̄_j| (c its centre, w its widths),
+which bounds the numerator from above and the denominator from below. The mass beyond the boxes
+(< 1e-18) gets the largest loss the pair has anywhere, max_v log p_v/q_v (+inf if some q_v = 0).
+tests/test_privacy_profile.py checks the result against the closed form of Balle & Wang (2018)
+for the Gaussian mechanism (p, q point masses) and the exact two-outcome profile down to
+δ = 1e-12, and every other pair against a Monte Carlo integral in the full k dimensions.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+from scipy import special
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.estimators import check_delta
 
-__all__ = ["VotePair", "PairProfile", "vote_pld", "pair_profile", "MAX_GRID_CELLS"]
+__all__ = ["VotePair", "PairProfile", "vote_pld", "pair_profile", "gaussian_mu", "MAX_GRID_CELLS"]
 
 MAX_GRID_CELLS = 4_000_000
 """The largest integration grid :func:`vote_pld` builds for one pair (cells of the (k−1)-dim plane)."""
 
-_SPAN = 7.0  # the grid covers ±_SPAN σ around every vote point: mass outside is < 3e-12 per dimension
+_SPAN = 9.0  # the grid covers ±_SPAN σ around the vote points: mass outside is < 2.3e-19 per dimension
+_FINE_SPAN = 5.0  # with two or more dimensions, cells are finest within ±_FINE_SPAN σ, wider beyond
+_CHUNK = 1 << 16  # grid cells processed at a time
+_LOWEST_LOSS = -60.0  # losses below are rounded up to it (they add nothing to δ at any ε >= 0)
 
 
 @dataclass(frozen=True)
@@ -69,18 +81,61 @@ class PairProfile:
     queries: int
     sigma: float
     discretization: float
+    gaussian_mu: float | None = None  # μ when the composed release's trade-off curve is exactly G_μ
+
+    @functools.cached_property
+    def _directions(self) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        """Each direction's composed PLD as (losses descending, their masses, mass at +inf)."""
+        out = []
+        for pmf in (self.pld._pmf_remove, self.pld._pmf_add):  # dp_accounting's two directions
+            if hasattr(pmf, "_loss_probs"):  # sparse: {loss index: mass}
+                items = sorted(pmf._loss_probs.items())
+                index = np.array([i for i, _ in items], float)
+                probs = np.array([m for _, m in items], float)
+            else:
+                index = pmf._lower_loss + np.arange(len(pmf._probs), dtype=float)
+                probs = np.asarray(pmf._probs, float)
+            keep = probs > 0
+            losses = index[keep] * pmf._discretization
+            out.append((losses[::-1].copy(), probs[keep][::-1].copy(), float(pmf._infinity_mass)))
+        return out
 
     def epsilon(self, delta: float) -> float:
         """The smallest ε with δ(ε) ≤ ``delta`` (+inf when the pair is distinguishable with more
-        probability than ``delta`` at every ε)."""
-        return float(self.pld.get_epsilon_for_delta(check_delta(delta)))
+        probability than ``delta`` at every ε). δ(ε) = m_∞ + Σ_{l > ε} P(l)(1 − e^{ε − l}) is
+        U − e^ε M between consecutive losses (U, M the masses and e^{−l}-weighted masses above),
+        so ε solves U − e^ε M = δ in the first gap where δ(ε) drops to ``delta`` (what
+        ``dp_accounting``'s loop computes, in arrays)."""
+        delta = check_delta(delta)
+        return max(_epsilon_for_delta(*d, delta) for d in self._directions)
 
     def delta(self, epsilon: float) -> float:
-        return float(self.pld.get_delta_for_epsilon(float(epsilon)))
+        """δ(ε), the larger of the two directions' hockey-stick divergences."""
+        epsilon = float(epsilon)
+        out = 0.0
+        for losses, probs, infinite in self._directions:
+            above = losses > epsilon
+            out = max(out, infinite + float(np.sum(probs[above] * -np.expm1(epsilon - losses[above]))))
+        return out
 
     def curve(self, deltas: Sequence[float]) -> list[tuple[float, float]]:
         """(δ, ε(δ)) at each of ``deltas``."""
         return [(float(d), self.epsilon(d)) for d in deltas]
+
+
+def _epsilon_for_delta(losses: np.ndarray, probs: np.ndarray, infinite: float, delta: float) -> float:
+    """ε(δ) of one direction's PLD, ``losses`` descending (see :meth:`PairProfile.epsilon`)."""
+    if infinite > delta:
+        return math.inf
+    upper = infinite + np.concatenate([[0.0], np.cumsum(probs)])  # mass strictly above losses[i]: upper[i]
+    with np.errstate(over="ignore", divide="ignore"):
+        lower = np.concatenate([[0.0], np.cumsum(probs * np.exp(-losses))])
+        at_loss = upper[:-1] - np.exp(losses + np.log(lower[:-1]))  # δ(losses[i])
+    crossed = np.flatnonzero(at_loss > delta)
+    i = int(crossed[0]) if crossed.size else len(losses)  # δ(ε) <= delta on (losses[i], losses[i − 1]]
+    if lower[i] <= 0 or upper[i] <= delta:
+        return max(0.0, float(losses[i - 1])) if i > 0 and upper[i] > delta else 0.0
+    return max(0.0, math.log((upper[i] - delta) / lower[i]))
 
 
 def _check_pairs(pairs: Sequence[VotePair]) -> tuple[list[VotePair], int]:
@@ -116,67 +171,204 @@ def _simplex_basis(k: int) -> np.ndarray:
     return basis
 
 
-def _grid(k: int, sigma: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each vote's Gaussian density at the grid's cells, as (cells, k) values scaled so each row's
-    largest is 1, and the rows' logarithmic scales (cells,): the log-density of vote v at cell c is
-    log kernel[c, v] + scale[c], up to a constant shared by all cells and votes."""
-    basis = _simplex_basis(k)
-    points = basis  # row v: the vote e_v projected on the plane, B^T e_v
-    lo, hi = points.min(axis=0) - _SPAN * sigma, points.max(axis=0) + _SPAN * sigma
-    # the finest spacing the cell budget allows, between a 16th and a 4th of the loss's scale σ·min(σ, 1)
+class _Axis(NamedTuple):
+    """One axis of the integration grid: its cells' edges (n + 1,) and, for each vote, the exact
+    N(coordinate, σ²) mass of each cell (k, n) and outside the axis's range (k,)."""
+
+    edges: np.ndarray
+    mass: np.ndarray
+    outside: np.ndarray
+
+
+def _normal_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """P(lo < Z < hi) for Z ~ N(0, 1), elementwise, from the nearer tail (no cancellation far out)."""
+    upper = lo > 0
+    return np.where(upper, special.ndtr(-lo) - special.ndtr(-hi), special.ndtr(hi) - special.ndtr(lo))
+
+
+def _axis_edges(lo: float, hi: float, sigma: float, h: float, fine_span: float, cap: float) -> np.ndarray:
+    """Edges from lo − _SPAN σ to hi + _SPAN σ: spacing ``h`` within ``fine_span`` σ of [lo, hi], then
+    widths growing by a quarter per cell (at most ``cap``) out to the ends."""
+    a, b = lo - fine_span * sigma, hi + fine_span * sigma
+    n = max(1, math.ceil((b - a) / h))
+    fine = np.linspace(a, b, n + 1)
+    step, outer, reach = (b - a) / n, [], (_SPAN - fine_span) * sigma
+    while reach > 1e-12 * sigma and sum(outer) < reach:
+        step = min(step * 1.25, cap)
+        outer.append(min(step, reach - sum(outer)))
+    steps = np.cumsum(outer) if outer else np.zeros(0)
+    return np.concatenate([a - steps[::-1], fine, b + steps])
+
+
+def _axes(points: np.ndarray, sigma: float) -> list[_Axis]:
+    """The grid's axes: as fine as :data:`MAX_GRID_CELLS` allows, between ``σ·min(σ, 1)/1000`` (one
+    axis) or ``/32`` and ``/4`` of the loss's scale; refused when even ``/4`` needs more cells."""
+    dims = points.shape[1]
     loss_scale = sigma * min(sigma, 1.0)
-    h = max(loss_scale / 16.0, (math.prod(hi - lo) / MAX_GRID_CELLS) ** (1.0 / (k - 1)))
-    if h > loss_scale / 4.0:
-        raise InvalidParameter(
-            f"the privacy profile of {k} outcomes at sigma = {sigma:.3g} needs more than {MAX_GRID_CELLS:.0e} "
-            "grid cells: too many outcomes or too little noise for the exact computation"
-        )
-    axes = [np.arange(a + h / 2, b, h) for a, b in zip(lo, hi)]
-    s = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, k - 1)
-    log_phi = -((s[:, None, :] - points[None, :, :]) ** 2).sum(axis=2) / (2 * sigma**2)
-    scale = log_phi.max(axis=1)
-    return np.exp(log_phi - scale[:, None]), scale
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    fine_span = _SPAN if dims == 1 else _FINE_SPAN
+
+    def edges(h):
+        return [_axis_edges(a, b, sigma, h, fine_span, 4.0 * h) for a, b in zip(lo, hi)]
+
+    spans = (hi - lo) + 2 * _SPAN * sigma
+    h = max(loss_scale / (1000.0 if dims == 1 else 32.0), 0.9 * (math.prod(spans) / MAX_GRID_CELLS) ** (1 / dims))
+    grid = edges(h)
+    while math.prod(len(e) - 1 for e in grid) > MAX_GRID_CELLS:
+        h *= 1.05
+        if h > loss_scale / 4.0:
+            raise InvalidParameter(
+                f"the privacy profile of {dims + 1} outcomes at sigma = {sigma:.3g} needs more than "
+                f"{MAX_GRID_CELLS:.0e} grid cells: too many outcomes or too little noise for the exact computation"
+            )
+        grid = edges(h)
+    axes = []
+    for j, e in enumerate(grid):
+        z = (e[None, :] - points[:, j : j + 1]) / sigma  # (k, n + 1) standardised edges per vote
+        mass = _normal_mass(z[:, :-1], z[:, 1:])
+        outside = special.ndtr(z[:, 0]) + special.ndtr(-z[:, -1])
+        axes.append(_Axis(e, mass, outside))
+    return axes
 
 
-def _losses(pair: VotePair, sigma: float, grid) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """For each direction (P vs Q, then Q vs P): the losses, their masses and the mass at +inf."""
-    p, q = pair.p, pair.q
-    if sigma == 0:
-        out = []
-        for a, b in ((p, q), (q, p)):
-            both = (a > 0) & (b > 0)
-            out.append((np.log(a[both]) - np.log(b[both]), a[both], float(a[(a > 0) & (b == 0)].sum())))
-        return out
-    kernel, scale = grid
-    with np.errstate(divide="ignore"):  # a density that underflows to 0 gives an infinite loss: kept, pessimistic
-        log_p, log_q = np.log(kernel @ p) + scale, np.log(kernel @ q) + scale
-        loss = log_p - log_q
-    mass_p, mass_q = np.exp(log_p - log_p.max()), np.exp(log_q - log_q.max())  # the midpoint rule, normalised
-    return [(loss, mass_p / mass_p.sum(), 0.0), (-loss, mass_q / mass_q.sum(), 0.0)]
+def _cells(axes: list[_Axis], points: np.ndarray, sigma: float):
+    """Chunks of the grid's cells, each as (centre (cells, dims), half-widths (cells, dims), mass
+    (cells, k): vote v's exact Gaussian mass in the cell, ⟨c, b_v⟩/σ² (cells, k))."""
+    shape = tuple(len(a.edges) - 1 for a in axes)
+    total = math.prod(shape)
+    for start in range(0, total, _CHUNK):
+        index = np.unravel_index(np.arange(start, min(total, start + _CHUNK)), shape)
+        centre = np.stack([(a.edges[i] + a.edges[i + 1]) / 2 for a, i in zip(axes, index)], axis=1)
+        half = np.stack([(a.edges[i + 1] - a.edges[i]) / 2 for a, i in zip(axes, index)], axis=1)
+        mass = np.ones((len(centre), len(points)))
+        for a, i in zip(axes, index):
+            mass *= a.mass[:, i].T
+        yield centre, half, mass, centre @ points.T / sigma**2
 
 
-def _pmf(directions, discretization: float):
-    """One direction's pessimistic PLD pmf (losses rounded up to the grid) over the mixture."""
-    from dp_accounting.pld import pld_pmf
+def _posterior_bounds(prior: np.ndarray, points, sigma, centre, half, proj) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds (cells, k) over each cell on the posterior π_v(s) ∝ prior_v e^{⟨s, b_v⟩/σ²}.
 
-    losses = np.concatenate([d[0] for d in directions])
-    masses = np.concatenate([d[1] for d in directions])
-    infinite = (masses > 0) & np.isposinf(losses)
-    inf_mass = float(sum(d[2] for d in directions) + masses[infinite].sum())
-    keep = (masses > 0) & ~infinite
-    idx = np.ceil(losses[keep] / discretization - 1e-9).astype(np.int64)
-    if idx.size == 0:
-        return pld_pmf.create_pmf({0: 0.0}, discretization, min(inf_mass, 1.0), pessimistic_estimate=True)
-    base = int(idx.min())
-    summed = np.bincount(idx - base, weights=masses[keep])
-    nonzero = np.flatnonzero(summed)
-    probs = {base + int(i): float(summed[i]) for i in nonzero}
-    return pld_pmf.create_pmf(probs, discretization, min(inf_mass, 1.0), pessimistic_estimate=True)
+    For any reference point b̄, π_v(s) ∝ prior_v e^{x_v} with x_v = ⟨s, b_v − b̄⟩/σ², and over the
+    cell x_v lies within ⟨c, b_v − b̄⟩/σ² ± Σ_j (w_j/2)|b_vj − b̄_j|/σ² (c the centre, w the widths);
+    π_v is largest where x_v is and every other x_u is smallest. b̄ is the posterior mean at the
+    centre, where the bounds are narrowest. Votes outside the prior's support get 0."""
+    support = prior > 0
+    with np.errstate(divide="ignore"):
+        log_prior = np.where(support, np.log(np.where(support, prior, 1.0)), -np.inf)
+    logw = log_prior[None, :] + proj
+    w = np.exp(logw - logw.max(axis=1, keepdims=True))
+    ref = (w / w.sum(axis=1, keepdims=True)) @ points  # b̄, (cells, dims)
+    mid = proj - (centre * ref).sum(axis=1, keepdims=True) / sigma**2
+    radius = (np.abs(points[None, :, :] - ref[:, None, :]) * half[:, None, :]).sum(axis=2) / sigma**2
+    lo, hi = log_prior[None, :] + mid - radius, log_prior[None, :] + mid + radius
+    low, high = np.zeros_like(lo), np.zeros_like(lo)
+    for v in np.flatnonzero(support):
+        rest = np.delete(np.flatnonzero(support), np.flatnonzero(np.flatnonzero(support) == v))
+        others_lo = np.logaddexp.reduce(lo[:, rest], axis=1) if rest.size else np.full(len(lo), -np.inf)
+        others_hi = np.logaddexp.reduce(hi[:, rest], axis=1) if rest.size else np.full(len(lo), -np.inf)
+        high[:, v] = np.exp(hi[:, v] - np.logaddexp(hi[:, v], others_lo))
+        low[:, v] = np.exp(lo[:, v] - np.logaddexp(lo[:, v], others_hi))
+    return low, high
+
+
+def _largest_loss(a: np.ndarray, b: np.ndarray, prior: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """An upper bound per cell on the loss log Σ a_v e^{x_v} / Σ b_v e^{x_v} over the cell, with
+    prior = (a + b)/2: the loss is log E_π[a/prior] − log E_π[b/prior] = log A − log(2 − A) with
+    A = E_π[a/prior], increasing in A, so its supremum is at the largest A that posteriors within
+    the cell's bounds allow: the linear programme over the box [low, high] ∩ simplex, solved
+    greedily (all at their lower bounds, the rest of the mass to the votes with the largest
+    a_v/prior_v first). Identical a and b give 0 exactly; the Gaussian mechanism, the cell's exact
+    supremum."""
+    support = np.flatnonzero(prior > 0)
+    ratio_a, ratio_b = a[support] / prior[support], b[support] / prior[support]
+    pi = low[:, support].copy()
+    left = 1.0 - pi.sum(axis=1)
+    for j in np.argsort(-ratio_a, kind="stable"):
+        add = np.clip(np.minimum(left, high[:, support[j]] - pi[:, j]), 0.0, None)
+        pi[:, j] += add
+        left -= add
+    with np.errstate(divide="ignore"):
+        return np.maximum(np.log(pi @ ratio_a) - np.log(pi @ ratio_b), _LOWEST_LOSS)
+
+
+def _sup_loss(a: np.ndarray, b: np.ndarray) -> float:
+    """sup over all releases of log A(x)/B(x): max_v log a_v / b_v over a's support (+inf where b_v = 0).
+    The loss is a ratio of two mixtures of the same Gaussians, so it never exceeds this."""
+    support = a > 0
+    if np.any(b[support] == 0):
+        return math.inf
+    return float(np.max(np.log(a[support]) - np.log(b[support])))
+
+
+class _LossHistogram:
+    """One direction's PLD being built: mass per loss bin ⌈L / discretization⌉ (losses rounded *up*)
+    and the mass at +inf, accumulated piece by piece as sorted (bin, mass) arrays, merged now and
+    then, so neither a grid-sized array nor a dense range of bins is kept."""
+
+    def __init__(self, discretization: float):
+        self.discretization = discretization
+        self.bins, self.mass = np.zeros(0, np.int64), np.zeros(0)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.infinite = 0.0
+
+    def add(self, losses: np.ndarray, masses: np.ndarray) -> None:
+        keep = masses > 0
+        losses, masses = losses[keep], masses[keep]
+        inf = np.isposinf(losses)
+        self.infinite += float(masses[inf].sum())
+        if np.any(~inf):
+            self.pending.append((np.ceil(losses[~inf] / self.discretization).astype(np.int64), masses[~inf]))
+        if sum(len(b) for b, _ in self.pending) > 1 << 20:
+            self._merge()
+
+    def _merge(self) -> None:
+        bins = np.concatenate([self.bins] + [b for b, _ in self.pending])
+        mass = np.concatenate([self.mass] + [m for _, m in self.pending])
+        self.bins, inverse = np.unique(bins, return_inverse=True)
+        self.mass = np.bincount(inverse, weights=mass, minlength=self.bins.size)
+        self.pending = []
+
+    def pmf(self):
+        from dp_accounting.pld import pld_pmf
+
+        self._merge()
+        probs = {int(b): float(m) for b, m in zip(self.bins, self.mass) if m > 0} or {0: 0.0}
+        return pld_pmf.create_pmf(probs, self.discretization, min(self.infinite, 1.0), pessimistic_estimate=True)
+
+
+def _add_discrete(hist: list[_LossHistogram], pair: VotePair) -> None:
+    """A vote released as is: loss log a_v / b_v at mass a_v, +inf where b_v = 0."""
+    for side, (a, b) in enumerate(((pair.p, pair.q), (pair.q, pair.p))):
+        both = (a > 0) & (b > 0)
+        hist[side].add(np.log(a[both]) - np.log(b[both]), pair.weight * a[both])
+        hist[side].infinite += pair.weight * float(a[(a > 0) & (b == 0)].sum())
+
+
+def _add_noisy(hist: list[_LossHistogram], pairs: Sequence[VotePair], sigma: float, k: int) -> None:
+    """The one-hot vote under N(0, σ²I), both directions, for every pair of the mixture: each grid
+    cell's exact mass at a rigorous upper bound of the loss over the cell (the cell's bounds on
+    ⟨s, b_v − b̄⟩ put in the numerator's and the denominator's worst case), and the mass outside the
+    grid at the largest loss the pair can have anywhere. Pessimistic by construction."""
+    points = _simplex_basis(k)  # row v: the vote e_v projected on the plane, B^T e_v
+    axes = _axes(points, sigma)
+    outside = -np.expm1(sum(np.log1p(-a.outside) for a in axes))  # (k,) each vote's mass off the grid
+    for pair in pairs:
+        for side, (a, b) in enumerate(((pair.p, pair.q), (pair.q, pair.p))):
+            hist[side].add(np.array([_sup_loss(a, b)]), np.array([pair.weight * float(a @ outside)]))
+    for centre, half, mass, proj in _cells(axes, points, sigma):
+        for pair in pairs:
+            p, q = pair.p, pair.q
+            prior = (p + q) / 2.0
+            low, high = _posterior_bounds(prior, points, sigma, centre, half, proj)
+            hist[0].add(_largest_loss(p, q, prior, low, high), pair.weight * (mass @ p))  # ≥ L over the cell
+            hist[1].add(_largest_loss(q, p, prior, low, high), pair.weight * (mass @ q))  # ≥ −L over it
 
 
 def vote_pld(pairs: Sequence[VotePair], sigma: float = 0.0, *, discretization: float = 1e-4):
     """The PLD (both directions) of one release of a vote drawn from a mixture of ``pairs``,
-    released as is (``sigma = 0``) or one-hot under N(0, σ² I) noise; the component is public."""
+    released as is (``sigma = 0``) or one-hot under N(0, σ² I) noise; the component is public.
+    Pessimistic: every δ(ε) it gives is at least the release's."""
     pairs, k = _check_pairs(pairs)
     if not (math.isfinite(sigma) and sigma >= 0):
         raise InvalidParameter(f"sigma must be finite and >= 0, got {sigma}")
@@ -184,27 +376,45 @@ def vote_pld(pairs: Sequence[VotePair], sigma: float = 0.0, *, discretization: f
         raise InvalidParameter(f"discretization must be > 0, got {discretization}")
     from dp_accounting.pld import privacy_loss_distribution
 
-    grid = _grid(k, sigma) if sigma > 0 else None
-    per_pair = [_losses(pair, sigma, grid) for pair in pairs]
-    remove, add = (
-        _pmf(
-            [
-                (loss, mass * pair.weight, inf * pair.weight)
-                for pair, sides in zip(pairs, per_pair)
-                for loss, mass, inf in [sides[side]]
-            ],
-            discretization,
-        )
-        for side in (0, 1)
-    )
-    return privacy_loss_distribution.PrivacyLossDistribution(remove, add)
+    hist = [_LossHistogram(discretization), _LossHistogram(discretization)]
+    if sigma == 0:
+        for pair in pairs:
+            _add_discrete(hist, pair)
+    else:
+        # a coordinate no pair ever votes for is pure noise under both neighbours: dropping it is exact
+        used = np.flatnonzero(sum(pair.p + pair.q for pair in pairs) > 0)
+        if used.size < 2:  # every vote the same outcome under both: nothing to tell apart
+            hist[0].add(np.zeros(1), np.ones(1))
+            hist[1].add(np.zeros(1), np.ones(1))
+        else:
+            pairs = [VotePair(pair.weight, pair.p[used], pair.q[used]) for pair in pairs]
+            _add_noisy(hist, pairs, sigma, used.size)
+    return privacy_loss_distribution.PrivacyLossDistribution(hist[0].pmf(), hist[1].pmf())
+
+
+def gaussian_mu(pairs: Sequence[VotePair], sigma: float, queries: int = 1) -> float | None:
+    """μ when ``queries`` noisy releases of the mixture have a Gaussian trade-off curve G_μ exactly,
+    else None. That is when every component's votes are certain (p and q point masses): the release
+    is then N(e_a, σ²I) against N(e_b, σ²I), the Gaussian mechanism, μ = ‖e_a − e_b‖/σ (√2/σ or 0),
+    and all components share that μ (a public mixture of different μ is not Gaussian); composed,
+    μ·√queries (Dong, Roth & Su 2022, Corollary 3.3). A vote that is not certain makes the release
+    a Gaussian mixture, whose curve is not Gaussian (its ε(δ) can be far below the GDP conversion's)."""
+    pairs, _ = _check_pairs(pairs)
+    if not (math.isfinite(sigma) and sigma > 0):
+        return None
+    mus = set()
+    for pair in pairs:
+        if np.count_nonzero(pair.p) != 1 or np.count_nonzero(pair.q) != 1:
+            return None
+        mus.add(0.0 if int(np.argmax(pair.p)) == int(np.argmax(pair.q)) else math.sqrt(2.0) / sigma)
+    return mus.pop() * math.sqrt(queries) if len(mus) == 1 else None
 
 
 def pair_profile(
     pairs: Sequence[VotePair], sigma: float = 0.0, queries: int = 1, *, discretization: float = 1e-4
 ) -> PairProfile:
     """The privacy profile of ``queries`` independent releases (each a fresh draw from the mixture
-    of ``pairs``), composed by ``dp_accounting``."""
+    of ``pairs``), composed by ``dp_accounting``; an upper bound on the true profile at every δ."""
     if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
         raise InvalidParameter(f"queries must be an integer >= 1, got {queries!r}")
     pld = vote_pld(pairs, sigma, discretization=discretization)
@@ -212,4 +422,4 @@ def pair_profile(
     # release with certainty, and composing (which dp_accounting cannot do without finite mass) adds nothing
     if queries > 1 and pld.get_delta_for_epsilon(1e6) < 1.0 - 1e-12:
         pld = pld.self_compose(queries)
-    return PairProfile(pld, queries, float(sigma), discretization)
+    return PairProfile(pld, queries, float(sigma), discretization, gaussian_mu(pairs, sigma, queries))

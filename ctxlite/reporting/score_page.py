@@ -9,7 +9,7 @@ and utility against ε per λ; regurgitation; and the run's identity. For a data
 ε) the mean influence, utility against influence, the privacy–utility curves across ε, the
 context-size curve and the mean profiles (τ_t per response step, τ_i per n-gram start, each
 over the examples that have it).
-τ_i = Σ_t [log p(y_t | D) − log p(y_t | D without n-gram i)] (Wu et al. 2025, context influence).
+τ_i = Σ_t |log p(y_t | D) − log p(y_t | D without n-gram i)| (Wu et al. 2025, context influence).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _response(result: dict, redact: Redactor, top: float) -> str:
     return (
         "<h4>Response, shaded by τ_t</h4>"
         + _response_tokens(result, redact, top)
-        + f"<figure>{plot}<figcaption>τ_t = log p(y_t | D) − log p(y_t | ∅), summed to the document influence "
+        + f"<figure>{plot}<figcaption>τ_t = |log p(y_t | D) − log p(y_t | ∅)|, summed to the document influence "
         f"{result['document_influence']:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
     )
 

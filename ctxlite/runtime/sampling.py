@@ -58,9 +58,19 @@ def log_softmax(logits: np.ndarray, temperature: float, banned_ids=None) -> np.n
     return z - np.log(np.exp(z).sum())
 
 
-def sample_token(logp: np.ndarray, settings: SamplingSettings, rng: np.random.Generator) -> int:
-    """Draw one token id from log-probabilities, after optional top-k / top-p filtering."""
-    if settings.top_k:
+def sample_token(
+    logp: np.ndarray, settings: SamplingSettings, rng: np.random.Generator, *, full_vocabulary: bool = False
+) -> int:
+    """Draw one token id from log-probabilities, after optional top-k / top-p filtering.
+
+    ``full_vocabulary``: draw from ``logp`` itself, every token with probability > 0 a candidate (no
+    window, no filter; top-k / top-p must be off): what ε-bounded CID needs, since a filter puts 0
+    where p(·|∅) does not."""
+    if full_vocabulary:
+        if settings.top_k or settings.top_p < 1:
+            raise InvalidParameter("sampling from the full vocabulary cannot apply top-k / top-p")
+        cand = np.flatnonzero(logp > -np.inf)
+    elif settings.top_k:
         k = min(settings.top_k, len(logp))
         cand = np.argpartition(logp, -k)[-k:]
     else:
