@@ -31,11 +31,16 @@ from tests.servers import MODEL_NAME, LlamaServer
 pytestmark = pytest.mark.model
 
 SECRET = "sk-ctxlite-test-0123456789abcdef"
-TOL_LOGPROB = 5e-3
+TOL_LOGPROB = 1e-2
 """Per-token |Δ log p| allowed between the server and the local engine on the same tokens. Both run the
-same llama.cpp on the same GGUF and differ only by rounding with batch shape and cache layout:
-measured here ≤ 2.4e-7 nats on most tokens and 2.3e-3 on the last token of a prompt whose prefix the
-server had cached (it re-decodes that token in a batch of its own)."""
+same llama.cpp on the same GGUF and differ only by rounding with batch shape and cache layout (the
+server's one-sequence cache of 512 cells against the engine's unified multi-sequence one, and the
+server re-decoding the last token of a prompt whose prefix it cached in a batch of its own):
+measured ≤ 2.4e-7 nats on most tokens, and at most 5.1e-3 (the note's prompt), on the portable
+build ``make`` installs and on an AVX2-native build alike (an AVX-512 build measured 2.3e-3). The
+tolerance is twice the largest measured spread; an error of the kind the tests look for (a result
+mapped to another ablation or token, a scaled log-probability) moves values by far more (see
+``_distinct_ablations``)."""
 
 NOTE = "Dana takes 10 mg lisinopril."
 QUERY = "What?"
@@ -395,7 +400,25 @@ def test_an_examples_ablations_are_in_flight_together_on_the_server(llama_server
             together, overlapped = _score_served(backend), backend.request_stats()
     assert alone.max_in_flight == 1 and overlapped.max_in_flight > 1 and proxy.max_in_flight > 1, (alone, overlapped)
     _distinct_ablations(one_by_one)
-    assert together == one_by_one
+    _equal_to_rounding(together, one_by_one, TOL_LOGPROB * len(one_by_one["response_ids"]))
+
+
+def _equal_to_rounding(a, b, tol, path="result"):
+    """``a`` and ``b`` are the same result up to the server's rounding (TOL_LOGPROB per token, summed over
+    the response's tokens, ``tol``, for sums): the server reuses the prompt prefix it cached from the request before, so
+    requests that end in another order are decoded through another history and may round differently."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _equal_to_rounding(a[k], b[k], tol, f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _equal_to_rounding(x, y, tol, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert abs(a - b) <= tol, (path, a, b)
+    else:
+        assert a == b, (path, a, b)
 
 
 def test_the_progress_line_shows_the_servers_requests_on_a_terminal_only(llama_server, tmp_path):
