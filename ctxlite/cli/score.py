@@ -295,9 +295,10 @@ def _plan(log, examples, out: str, data: str | None):
     type=click.IntRange(0),
     default=_i("null_ablations"),
     show_default=True,
-    help="Split points re-decoded unchanged to measure the noise floor.",
+    help="Most noise-floor probe pairs per response (decodes repeated in another batch tiling; as many as "
+    "fit in a tenth of the run, at least 2; 0: no floor).",
 )
-@click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
+@click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower).")
 @plan_option
 @click.option(
     "--top",
