@@ -146,20 +146,3 @@ def test_auto_switches_at_the_documented_length():
 def test_bad_rules_are_refused(kwargs):
     with pytest.raises(InvalidParameter):
         AdaptiveRule(**kwargs)
-
-
-@pytest.mark.parametrize("n_windows", [1, 5, 9, 10, 19, 20, 41, 65, 256])
-def test_null_ablations_are_a_tenth_of_the_first_pass(n_windows):
-    """One null ablation per ten of the first pass (at least one, at most ``null_ablations``), each
-    in the middle of an equal share of the windows: their count is ≤ max(1, W/10)."""
-    from ctxlite.influence.scorer import InfluenceScorer, InfluenceSettings
-
-    windows = list(range(0, 8 * n_windows, 8))
-    scorer = InfluenceScorer(None, "qa", InfluenceSettings(ngram=8))
-    points = scorer._null_points(windows, n_windows, prefix_len=3)
-    k = min(4, max(1, n_windows // 10))
-    assert len(points) == k and set(points) <= set(windows)
-    shares = [windows[(2 * i + 1) * n_windows // (2 * k)] for i in range(k)]
-    assert points == shares
-    exact = InfluenceScorer(None, "qa", InfluenceSettings(ngram=8, exact=True))
-    assert exact._null_points(windows, n_windows, 3) == []

@@ -70,6 +70,7 @@ REC = "tests/test_records.py"
 IDENT = "tests/test_identity.py"
 BAD = "tests/test_bad_inputs.py"
 REG = "tests/test_regurgitation.py"
+NOISE = "tests/test_noise.py"
 MULTI = "across_blocks or rescales or walks_past"
 
 MUTANTS: list[Mutant] = [
@@ -421,13 +422,31 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "G3",
         "ctxlite/runtime/engine.py",
-        "start = min(shared, self.kv.valid)",
-        "start = min(shared, self.kv.valid) + 1",
+        "reusable = min(shared, self.kv.valid)",
+        "reusable = min(shared, self.kv.valid) + 1",
         (ENG,),
         "out_of_order",
         "a variant keeps one stale base token in the cache",
     ),
     # ---- influence -------------------------------------------------------------------------------
+    Mutant(
+        "N1",
+        "ctxlite/runtime/kv.py",
+        "            self.valid = min(self.valid, canonical_upto)\n",
+        "            pass\n",
+        (NOISE,),
+        "leave_the_reuse_path_canonical",
+        "a probe's cells, decoded in another tiling, are reused as canonical base cells",
+    ),
+    Mutant(
+        "N2",
+        "ctxlite/influence/noise.py",
+        "return 2.0 * float(sum(self.per_token))",
+        "return 0.0 * float(sum(self.per_token))",
+        (NOISE,),
+        "covers_the_rounding",
+        "the noise floor reads 0 whatever the probes measured (issue 24)",
+    ),
     Mutant(
         "I2",
         "ctxlite/influence/scorer.py",

@@ -316,11 +316,11 @@ def _plan(log, examples, out: str, data: str | None):
     type=click.IntRange(0),
     default=_i("null_ablations"),
     show_default=f"at most {_i('null_ablations')}",
-    help="The most split points re-decoded unchanged to measure the noise floor: one per ten ablations "
-    "of the first pass, at least 1 and at most this many (the record's search.null_ablations says how "
-    "many a run made).",
+    help="The most noise-floor probe pairs per response (decodes repeated in another batch tiling; as many "
+    "as fit in a tenth of the run, at least 2; 0: no floor); the record's search.null_ablations says how "
+    "many a run made.",
 )
-@click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower, no reuse noise).")
+@click.option("--exact", is_flag=True, help="Decode every ablation from scratch (no KV reuse; slower).")
 @plan_option
 @click.option(
     "--top",

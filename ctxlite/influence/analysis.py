@@ -177,7 +177,7 @@ def score_table(keys: Sequence[str], records: Sequence[dict], width: int = 36, a
     """A readable table of example records: per example and λ (and ε, in a column of its own when
     some result has one), the document influence, the largest
     n-gram influence τ_i with its character span and text, the noise floor, and how many n-grams
-    stand above it (``-`` where a value was not measured, e.g. ``--doc`` or no null ablations);
+    stand above it (``-`` where a value was not measured, e.g. ``--doc`` or ``--null-ablations 0``);
     then the top spans marked in their context, in reverse video when ``ansi`` (default: when stdout
     is a terminal), else in brackets."""
 

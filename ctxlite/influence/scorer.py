@@ -13,10 +13,10 @@ prefix before the n-gram with the full prompt, so the engine decodes the full
 prompt once and each ablation only from the n-gram on (KV-cache reuse, in
 decreasing split order so every shared prefix stays cached).
 
-Re-decoding from a split point can round differently from the full decode
-(a copied prefix measured ~1 nat; in place on CPU the difference is at most
-batch-shape rounding, and no backend is trusted blindly: design notes in docs/design.md): every result carries that
-*noise floor*, measured by null ablations, and flags n-grams below it.
+The reuse path equals a from-scratch decode bit for bit, but another build of llama.cpp or
+another batch size rounds differently and moves τ_i by up to ~2 nats: every result carries a
+*noise floor* measured by re-decoding a few of its own decodes in another batch tiling
+(``ctxlite.influence.noise``), and flags the n-grams whose τ_i it does not exceed.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
+from ctxlite.influence.noise import NoiseFloor, floor_from_probes, probe_spans, tilings_for
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
@@ -50,8 +51,8 @@ class InfluenceSettings:
     the ``top_spans`` most influential ones (``ctxlite.influence.search``: ``refine_ratio`` ρ,
     ``branching``, ``top_blocks``); ``"auto"`` is adaptive from
     ``search.ADAPTIVE_FROM_TOKENS`` context tokens on (and exhaustive when ``top_spans`` is 0).
-    ``null_ablations`` is the most null ablations an example gets: one per ten ablations of the
-    first pass, at least one (their cost stays near a tenth of the run's).
+    ``null_ablations`` is the most noise-floor probe pairs a response gets (``influence.noise``:
+    as many as fit in a tenth of the run's decoded tokens, at least two; 0: no floor).
 
     ``epsilons``: ε-bounded CID (``ctxlite.influence.cid``). A generated response is made for
     every pair of a λ of ``lambdas`` and an ε of ``epsilons`` (each step's λ_t* = min(λ, ε /
@@ -158,22 +159,6 @@ class NgramInfluence:
     influence: float
     per_token: list[float]
     above_noise: bool | None = None
-
-
-@dataclass
-class NoiseFloor:
-    """Summed |Δ log p| of null ablations (unchanged suffix re-decoded from ``split_points``)."""
-
-    split_points: list[int]
-    sums: list[float]
-
-    @property
-    def max(self) -> float:
-        return max(self.sums) if self.sums else 0.0
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.sums)) if self.sums else 0.0
 
 
 @dataclass
@@ -320,8 +305,11 @@ class _ResponsePasses:
         """``run`` of each (tokens, targets_from), all at once (``batched`` only), in the order given."""
         return [{1.0: out} for out in logprobs_many(self.engine, requests, self.T, on_done)]
 
-    def run(self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False) -> dict:
-        """log p̄ per key of ``tokens[targets_from:]``; ``shared=None`` decodes ``tokens`` as the base."""
+    def run(
+        self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False, tiling=None
+    ) -> dict:
+        """log p̄ per key of ``tokens[targets_from:]``; ``shared=None`` decodes ``tokens`` as the base;
+        ``tiling``: in another batch tiling (a noise-floor probe)."""
         eng = self.engine
         if not self.rows:
             return {1.0: eng.logprobs(tokens, targets_from, self.T)}
@@ -334,7 +322,7 @@ class _ResponsePasses:
         elif shared is None:
             eng.load_base(tokens, targets_from, col)
         else:
-            eng.score_variant(tokens, shared, targets_from, col, exact=exact)
+            eng.score_variant(tokens, shared, targets_from, col, exact=exact, tiling=tiling)
         return col.out
 
 
@@ -456,7 +444,7 @@ class InfluenceScorer:
             key = "steps" if step_lambdas is not None else lam
             lp = base[key]
             doc_tau = np.abs(lp - passes.logp_without)
-            floor = NoiseFloor(split_points=nulls["points"], sums=nulls[key]) if nulls else None
+            floor = floor_from_probes(nulls["points"], nulls["kinds"], nulls[key]) if nulls else None
             grams = []
             for c in sorted(ablated.get(key, {})):
                 per_tok = np.abs(lp - ablated[key][c])
@@ -505,24 +493,22 @@ class InfluenceScorer:
 
     def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes, base: dict, drive: list):
         """log p̄ per key with n-grams removed (key -> {window start: array}) for the windows the
-        search measured, the null ablations that measure the reuse path's noise floor (empty when
-        there are none), and the search's record (None without n-grams)."""
+        search measured, the noise floor's probes (empty when there are none) and the search's
+        record (None without n-grams)."""
         if not windows:
             return {}, {}, None
         st, n = self.settings, self.settings.ngram
+        probes = self.settings.null_ablations if passes.reuse else 0  # without reuse no tiling to choose
         runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
         method = st.search_for(len(enc.context))
         if method == "exhaustive":
-            nulls = self._null_points(windows, len(windows), len(enc.prefix), passes.reuse)
-            outs = runner.run([(c, c + n) for c in windows], nulls)
+            outs = runner.run([(c, c + n) for c in windows], probes)
             ablated = {k: {c: out[k] for c, out in zip(windows, outs)} for k in base}
             return ablated, runner.nulls, runner.record("exhaustive", len(windows))
         rule, kept = st.adaptive_rule, {}
-        top_level = -(-len(windows) // rule.block_size(len(windows)))  # the first pass's ablations
-        nulls = self._null_points(windows, top_level, len(enc.prefix), passes.reuse)
 
-        def measure(nodes):  # the null ablations go with the first pass
-            outs = runner.run([(windows[i], windows[j - 1] + n) for i, j in nodes], [] if runner.done else nulls)
+        def measure(nodes):  # the probes go with the first pass
+            outs = runner.run([(windows[i], windows[j - 1] + n) for i, j in nodes], 0 if runner.done else probes)
             taus = []
             for (i, j), out in zip(nodes, outs):
                 if j == i + 1:
@@ -563,17 +549,6 @@ class InfluenceScorer:
 
         return dry_count(eng, job)
 
-    def _null_points(self, windows: list[int], first_pass: int, prefix_len: int, reuse: bool = True) -> list[int]:
-        """Split points (n-gram starts in D) for null ablations: one per ten ablations of the first
-        pass (``first_pass`` of them), at least one and at most ``null_ablations``, each at the middle
-        of an equal share of the windows (so they cost what an average ablation costs); none in exact
-        mode or without prefix ``reuse``, where a from-scratch decode of the base is the base."""
-        k = min(self.settings.null_ablations, max(1, first_pass // 10))
-        if k == 0 or self.settings.exact or not windows or not reuse:
-            return []
-        picks = sorted({(2 * i + 1) * len(windows) // (2 * k) for i in range(k)})
-        return [windows[j] for j in picks if prefix_len + windows[j] >= 1]
-
 
 def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | None:
     """One λ's copy of a response's search record: each measured block as a span of D with its
@@ -590,12 +565,14 @@ def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | Non
 
 
 class _Ablations:
-    """Removals of token spans [a, b) of D (and null ablations, which remove nothing), run through
-    the response passes in decreasing split order so every shared prefix stays cached, with the
-    ablations and decoded tokens they cost (where the backend counts them). On a backend of teacher
-    forcing only (a server) the sequences of one ``run`` are independent requests: they are sent
-    together (up to the server's ``--concurrency`` in flight) and their results taken in the same
-    order as one by one."""
+    """Removals of token spans [a, b) of D, run through the response passes in decreasing split
+    order so every shared prefix stays cached, with the noise floor's probes (``influence.noise``)
+    and the ablations and decoded tokens they cost (where the backend counts them). On a backend of
+    teacher forcing only (a server) the sequences of one ``run`` are independent requests: they are
+    sent together (up to the server's ``--concurrency`` in flight) and their results taken in the
+    same order as one by one."""
+
+    ABLATION, ABLATION_PROBE, NULL_PROBE = 0, 1, 2  # the order of a span's jobs
 
     def __init__(self, engine, enc: EncodedPrompt, y: list[int], passes, base: dict, exact: bool, progress):
         self.engine, self.enc, self.y, self.passes, self.base = engine, enc, y, passes, base
@@ -603,31 +580,42 @@ class _Ablations:
         self.count, self.done, self.tokens, self.null_tokens = 0, 0, 0, 0
         self.nulls: dict = {}
 
-    def run(self, spans: list[tuple[int, int]], null_points: Sequence[int] = ()) -> list[dict]:
-        """log p̄ per key with each span removed, in the order of ``spans``; the null ablations at
-        ``null_points`` are added to ``self.nulls``."""
+    def _probed(self, spans: list[tuple[int, int]], pairs: int) -> list[int]:
+        """Indices of the spans that get a probe pair (``noise.probe_spans``), by what each ablation
+        decodes: from its split point on (from position 0 in exact mode), the response included."""
+        p, tf, ny = len(self.enc.prefix), len(self.enc.with_context), len(self.y)
+        costs = [tf - (b - a) + ny - (0 if self.exact else p + a) for a, b in spans]
+        return probe_spans(costs, [a for a, _ in spans], pairs, extra=tf + ny)
+
+    def run(self, spans: list[tuple[int, int]], pairs: int = 0) -> list[dict]:
+        """log p̄ per key with each span removed, in the order of ``spans``; with ``pairs``, the
+        noise floor's probes of up to that many of them are added to ``self.nulls``."""
         p, full, y = len(self.enc.prefix), self.enc.with_context, self.y
-        jobs = [(a, False, i) for i, (a, _) in enumerate(spans)] + [(c, True, -1) for c in null_points]
+        jobs = [(a, self.ABLATION, i, None) for i, (a, _) in enumerate(spans)]
+        for pair, i in enumerate(self._probed(spans, pairs) if pairs else ()):
+            null_tiling, ablation_tiling = tilings_for(pair)
+            a = spans[i][0]
+            jobs += [(a, self.ABLATION_PROBE, i, ablation_tiling), (a, self.NULL_PROBE, i, null_tiling)]
         jobs.sort(key=lambda job: (-job[0], job[1], job[2]))
         outs: list = [None] * len(spans)
         total = self.done + len(jobs)
 
-        def sequence(a: int, is_null: bool, i: int) -> tuple[list[int], int]:
-            if is_null:
+        def sequence(a: int, kind: int, i: int) -> tuple[list[int], int]:
+            if kind == self.NULL_PROBE:
                 return full + y, len(full)
             b = spans[i][1]
             return full[: p + a] + full[p + b :] + y, len(full) - (b - a)
 
         sent = None
-        if self.passes.batched and jobs:
+        if self.passes.batched and jobs:  # no probes here: a server has no tiling to choose
             first, tick = self.done, self.progress
             on_done = None if tick is None else lambda k: tick("ablations", first + k, total)
             if tick is not None:
                 tick("ablations", first, total)
             before = getattr(self.engine, "tokens_decoded", 0)
-            sent = self.passes.run_many([sequence(*job) for job in jobs], on_done)
-            self.tokens += getattr(self.engine, "tokens_decoded", 0) - before  # the batch's, nulls included
-        for j, (a, is_null, i) in enumerate(jobs):
+            sent = self.passes.run_many([sequence(*job[:3]) for job in jobs], on_done)
+            self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+        for j, (a, kind, i, tiling) in enumerate(jobs):
             shared = p + a
             before = getattr(self.engine, "tokens_decoded", 0)
             if sent is not None:
@@ -635,17 +623,19 @@ class _Ablations:
             else:
                 if self.progress is not None:
                     self.progress("ablations", self.done, total)
-                exact = not is_null and (self.exact or shared < 1)
-                out = self.passes.run(*sequence(a, is_null, i), shared, exact=exact)
-            if is_null:
-                self.nulls.setdefault("points", []).append(a)
-                for k in self.base:
-                    self.nulls.setdefault(k, []).append(float(np.abs(out[k] - self.base[k]).sum()))
-                self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
-            else:
+                exact = self.exact or shared < 1
+                out = self.passes.run(*sequence(a, kind, i), shared, exact=exact, tiling=tiling)
+            if kind == self.ABLATION:
                 outs[i] = out
                 self.count += 1
                 self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+            else:
+                canonical = self.base if kind == self.NULL_PROBE else outs[i]
+                self.nulls.setdefault("points", []).append(a)
+                self.nulls.setdefault("kinds", []).append("null" if kind == self.NULL_PROBE else "ablation")
+                for k in self.base:
+                    self.nulls.setdefault(k, []).append(out[k] - canonical[k])
+                self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
             self.done += 1
         if self.progress is not None and sent is None:  # a batch ticked as its requests ended
             self.progress("ablations", self.done, self.done)

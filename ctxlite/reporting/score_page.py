@@ -304,7 +304,7 @@ def _example(key: str, result: dict, redact: Redactor, top: float, anchor: str) 
             f'<h3 data-lambda="{r["lam"]}"{eps_attr}>λ = {r["lam"]:g}{_eps_tag(eps, " · ")}</h3>'
             f"<p>Document influence {r['document_influence']:.4f} nats · largest τ_i "
             f"{r['max_ngram_influence']:.4f} nats · noise floor {floor.get('max', 0.0):.3g} nats "
-            f"(max of {len(floor.get('sums', []))} null ablations)</p>"
+            f"({len(floor.get('sums', []))} {floor.get('method', 'null ablations')})</p>"
         )
         realised = _realised(r) if eps is not None else None
         if realised:

@@ -15,7 +15,8 @@ samples its answers: ``SAMPLES``). The rest is optional:
   generation and the audit's exact label distribution need them.
 * ``PREFIX_REUSE`` -- variants that share a prefix with a base are decoded from their split point
   (``load_base`` / ``score_variant``). Without it every variant is decoded whole, the way the
-  scorer's exact mode does, and no noise floor is needed.
+  scorer's exact mode does; with it, ``score_variant(tiling=...)`` repeats a decode in another
+  batch tiling (``Tiling``), which the noise floor's probes measure rounding with.
 * ``STREAMS`` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
 * ``EMBEDDINGS`` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
 * ``SAMPLES`` -- continuations sampled by the backend itself (``sample_texts(requests, temperature,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -40,6 +42,23 @@ from ctxlite.errors import InvalidParameter
 RowsCallback = Callable[[np.ndarray, int], None]
 """``on_rows(view, first)``: ``view`` is an (n, V) float32 view of the logits of ``n`` consecutive
 requested rows, the first being row number ``first`` of the request. Valid only during the call."""
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Another batch tiling for a re-decode of ``score_variant`` (the noise floor's probes,
+    ``ctxlite.influence.noise``): restart at the position ≡ ``offset`` (mod the engine's row tile)
+    at or below the split point instead of a multiple of the tile, and decode in micro-batches of
+    ``batch`` tokens instead of ``n_batch`` (from position 0, the first holds ``offset`` tokens).
+    The same numbers up to exactly the rounding that moves with batch shape (``n_ubatch``) and the
+    kernels' row grouping, which another build of llama.cpp moves too (docs/noise-floor.md)."""
+
+    offset: int
+    batch: int
+
+    def __post_init__(self):
+        if self.offset < 1 or self.batch < 1:
+            raise InvalidParameter(f"a tiling needs offset >= 1 and batch >= 1, got {self}")
 
 
 class Capability(enum.Enum):
@@ -90,7 +109,14 @@ class Backend(Protocol):
     # PREFIX_REUSE (with LOGIT_ROWS: the rows are handed to ``on_rows``)
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None: ...
     def score_variant(
-        self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False
+        self,
+        tokens: Sequence[int],
+        shared: int,
+        targets_from: int,
+        on_rows: RowsCallback,
+        *,
+        exact: bool = False,
+        tiling: Tiling | None = None,
     ) -> None: ...
 
     # STREAMS

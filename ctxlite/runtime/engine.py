@@ -50,7 +50,7 @@ import llama_cpp as _llama
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
-from ctxlite.runtime.backend import Capability, RowsCallback
+from ctxlite.runtime.backend import Capability, RowsCallback, Tiling
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import resolve_model
 
@@ -176,7 +176,8 @@ an aligned position puts every token in the row (modulo the tile) a from-scratch
 in, and the reuse path then equals ``exact=True`` bit for bit (tests/test_engine.py checks every
 window at strides 1, 2, 3 and 8). Measured: 4 on AVX2 (every window of stride 1 matched with 4
 and 8, 9 of 24 missed with 1); 16 leaves room for wider tiles, for at most 15 extra tokens per
-variant. The null ablations still measure whatever rounding remains."""
+variant. Other builds (AVX2 vs AVX-512 kernels) and other batch sizes still round differently:
+the noise floor measures that (``Tiling``)."""
 
 
 def usable_cpus() -> int:
@@ -416,16 +417,17 @@ class Engine:
         want: np.ndarray,
         on_rows: RowsCallback | None,
         first_chunk: int | None = None,
+        chunk: int | None = None,
     ) -> None:
-        """Decode arbitrary (token, position, sequence) entries in chunks of ``n_batch``
-        (the first of ``first_chunk`` entries when given).
+        """Decode arbitrary (token, position, sequence) entries in chunks of ``chunk`` (default
+        ``n_batch``; at most it), the first of ``first_chunk`` entries when given.
 
         Entries with ``want`` set produce logits; after each chunk ``on_rows`` is
         called with a view of that chunk's requested rows and the index of the
         first of them among all requested rows.
         """
-        n_batch = self.config.n_batch
-        first_chunk = n_batch if first_chunk is None else first_chunk
+        n_batch = self.config.n_batch if chunk is None else min(chunk, self.config.n_batch)
+        first_chunk = n_batch if first_chunk is None else min(first_chunk, n_batch)
         cuts = [0, *range(first_chunk, len(tokens), n_batch)]
         done_rows = 0
         for lo in cuts:
@@ -464,13 +466,16 @@ class Engine:
         rows_from: int,
         on_rows: RowsCallback | None,
         rows_to: int | None = None,
+        tiling: Tiling | None = None,
     ) -> None:
         """Decode ``tokens`` into one sequence at positions ``pos0...``; request rows
         (token indices relative to ``tokens``) in ``[rows_from, rows_to)``.
 
         Batches are cut at absolute positions (multiples of ``n_batch``), where a decode of the
         whole sequence from position 0 cuts them, so a token lands in the same batch row modulo
-        the kernels' tile however much of the sequence was reused (see ``ROW_TILE``)."""
+        the kernels' tile however much of the sequence was reused (see ``ROW_TILE``).
+        ``tiling``: its micro-batches from ``pos0`` instead (from position 0 the first holds
+        ``tiling.offset`` tokens)."""
         n = len(tokens)
         rows_to = n if rows_to is None else rows_to
         want = np.zeros(n, dtype=np.int8)
@@ -481,7 +486,10 @@ class Engine:
             np.full(n, seq, dtype=np.int32),
             want,
             on_rows,
-            first_chunk=self.config.n_batch - pos0 % self.config.n_batch,
+            first_chunk=self.config.n_batch - pos0 % self.config.n_batch
+            if tiling is None
+            else (tiling.offset if pos0 == 0 else tiling.batch),
+            chunk=None if tiling is None else tiling.batch,
         )
 
     def clear(self) -> None:
@@ -535,7 +543,14 @@ class Engine:
         self.kv.hold_base(tokens)
 
     def score_variant(
-        self, tokens: Sequence[int], shared: int, targets_from: int, on_rows: RowsCallback, *, exact: bool = False
+        self,
+        tokens: Sequence[int],
+        shared: int,
+        targets_from: int,
+        on_rows: RowsCallback,
+        *,
+        exact: bool = False,
+        tiling: Tiling | None = None,
     ) -> None:
         """Score a variant of the base that equals it on ``[0, shared)``.
 
@@ -551,6 +566,12 @@ class Engine:
         second sequence instead put the suffix at another offset and moved
         summed log-probs by ~1 nat, and made attention span both sequences.
         ``exact=True``: decode the whole variant from position 0.
+
+        ``tiling``: the same decode in another batch tiling (a noise-floor probe, see ``Tiling``):
+        restarted from the position ≡ ``tiling.offset`` (mod ``ROW_TILE``) at or below the split
+        point (position 0 with ``exact``), in its micro-batches. Its cells from the restart on are
+        then not canonical, so the cache stops counting them as base: a later variant re-decodes
+        them from an aligned position (the same numbers, a few tokens slower).
         """
         self._check_targets(tokens, targets_from)
         if exact:
@@ -568,12 +589,16 @@ class Engine:
                     f"variant must share its first {shared} tokens with the base and "
                     f"1 <= shared < targets_from ({targets_from})"
                 )
-            start = min(shared, self.kv.valid) // ROW_TILE * ROW_TILE  # the canonical row alignment
+            reusable = min(shared, self.kv.valid)
+            if tiling is not None:  # the other alignment (position 0 when no such position is shared)
+                start = reusable - (reusable - tiling.offset) % ROW_TILE if reusable >= tiling.offset else 0
+            else:
+                start = reusable // ROW_TILE * ROW_TILE  # the canonical row alignment
         self.kv.cut_base(start)
         self.decode_sequence(
-            tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start
+            tokens[start:], BASE_SEQ, start, targets_from - 1 - start, on_rows, len(tokens) - 1 - start, tiling
         )
-        self.kv.after_variant(tokens)
+        self.kv.after_variant(tokens, canonical_upto=None if tiling is None else start)
 
     # ----- 3. streams -----------------------------------------------------
     def streams(self, prompts: Sequence[Sequence[int]]) -> Streams:

@@ -85,9 +85,13 @@ class KVCache:
         self.base, self.valid = list(tokens), len(tokens)
         self.base_row = None if row is None else row.copy()
 
-    def after_variant(self, tokens: Sequence[int]) -> None:
-        """Sequence 0 holds a variant of the base: only the prefix they share is still base."""
+    def after_variant(self, tokens: Sequence[int], canonical_upto: int | None = None) -> None:
+        """Sequence 0 holds a variant of the base: only the prefix they share is still base (and
+        only before ``canonical_upto`` when the cells from there on were decoded in another tiling,
+        whose rounding a canonical decode must not inherit)."""
         self.valid = common_prefix(tokens, self.base or ())
+        if canonical_upto is not None:
+            self.valid = min(self.valid, canonical_upto)
 
     def drop_others(self) -> None:
         """Empty every sequence but 0 (streams and keyed prompts)."""
