@@ -57,7 +57,7 @@ def test_hostile_characters_are_visible_in_every_place_a_person_reads(tmp_path):
         main, ["report", str(out), "--fail-above-influence", "0", "--html", str(html), "--junit", str(junit)]
     )
     assert res.exit_code == 8, res.output
-    assert "ctxlite: gate tripped: ctxlite score: 1 of 1 case(s)" in res.stderr
+    assert "ctxlite: gate tripped: ctxlite score: fail: 1 of 1 case(s)" in res.stderr
     page, xml = html.read_text(encoding="utf-8"), junit.read_text(encoding="utf-8")
     for where, text in (("table", res.stdout), ("stderr", res.stderr), ("HTML", page), ("JUnit", xml)):
         assert _raw(text) == [], (where, _raw(text))

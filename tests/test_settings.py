@@ -71,6 +71,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
     from ctxlite.audit.queries import QueryKind
     from ctxlite.audit.settings import Attack, BoundKind, DetectorKind
     from ctxlite.cli.audit import audit
+    from ctxlite.gates import EpsilonUnit
     from ctxlite.runtime.backend import BackendKind
 
     kinds = {
@@ -83,6 +84,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
         "detector": DetectorKind,
         "bound": BoundKind,
         "backend": BackendKind,
+        "epsilon_unit": EpsilonUnit,
     }
     params = _options(audit)
     for name, kind in kinds.items():
