@@ -148,10 +148,11 @@ class Verdict:
         return f"{self.suite}: {outcome.value}: {len(bad)} of {n} case(s) {what} ({self.gate}) ({shown})"
 
     def lines(self) -> list[str]:
-        """The verdict and each case's verdict and basis, for the top of a table (empty: no gate)."""
+        """The verdict and each case's verdict and basis, for the top of a table (empty: no gate), with
+        control and bidi characters of a case's name (an example id) shown as visible escapes."""
         if self.gate is None:
             return []
-        return [f"verdict: {self.summary()}"] + [f"  {c.name}: {c.message}" for c in self.cases]
+        return [visible(f"verdict: {self.summary()}")] + [visible(f"  {c.name}: {c.message}") for c in self.cases]
 
 
 def _num(x: float | None) -> str:

@@ -31,7 +31,7 @@ RUNS = {
 
 
 def run(name: str, out: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "ctxlite", "-q", *RUNS[name], "--out", str(out)]
+    cmd = [sys.executable, "-m", "ctxlite", "--quiet", *RUNS[name], "--out", str(out)]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
 
 
