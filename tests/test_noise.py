@@ -106,8 +106,9 @@ def test_the_floor_covers_the_rounding_of_another_batch_size(engine, with_respon
                 assert g.above_noise == (g.influence > mine.noise_floor.max)
     covered = np.mean(np.asarray(diffs) <= np.asarray(floors))
     assert covered >= 0.9, (covered, max(diffs), sorted(set(floors)))
-    for r in results:  # two pairs (a null probe and an ablation probe each) on these short contexts
-        assert len(r.noise_floor.sums) == 2 * noise.MIN_PAIRS and set(r.noise_floor.kinds) == {"null", "ablation"}
+    for r in results:  # pairs of a null probe and an ablation probe, at least MIN_PAIRS of them
+        kinds = r.noise_floor.kinds
+        assert len(kinds) >= 2 * noise.MIN_PAIRS and kinds.count("null") == kinds.count("ablation")
 
 
 @pytest.mark.model
