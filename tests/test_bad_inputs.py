@@ -210,7 +210,7 @@ def test_the_null_ablations_help_says_its_default_is_a_maximum():
     """A run made 1 null ablation where the help said "default: 4": the 4 is the most it makes."""
     r = ctxlite(["score", "--help"])
     text = " ".join(r.stdout.decode().split())
-    assert "at least 1 and at most this many" in text and "[default: (at most 4)" in text
+    assert "The most noise-floor probe pairs per response" in text and "[default: (at most 4)" in text
 
 
 @pytest.mark.parametrize("flag", ["-q", "-r"])

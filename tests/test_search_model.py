@@ -72,7 +72,10 @@ def test_adaptive_finds_the_planted_span_with_its_exact_influence(single):
     assert s["ablations"] < s["windows"] == len(ex.ngrams) and len(ad.ngrams) < len(ex.ngrams)
     assert s["tokens_decoded"] < s["exhaustive_tokens"]
     # the dry-run count of what exhaustive search would decode is what it decoded
-    assert s["exhaustive_tokens"] == ex.search["tokens_decoded"]
+    # the dry run counts the ablations on a canonical cache; the real exhaustive run also re-decodes the
+    # prefix cells its floor's probes decoded in another tiling, at most as many as the probes decoded
+    extra = ex.search["tokens_decoded"] - s["exhaustive_tokens"]
+    assert 0 <= extra <= ex.search["null_tokens"], (extra, ex.search)
     assert [b["text"] for b in s["blocks"]] and all(b["end"] > b["start"] for b in s["blocks"])
     # both searches measure a noise floor with their first pass: two probe pairs at the latest spans
     for r in (ex, ad):
