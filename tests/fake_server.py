@@ -16,7 +16,9 @@ import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers import LoopbackHTTP
 
 BOS = 1
 BYTE0 = 3
@@ -52,7 +54,7 @@ def logprob(before, token: int) -> float:
     return -(1.0 + ((token * 7 + before[-1] * 3 + sum(before)) % 11) / 4)
 
 
-class FakeServer:
+class FakeServer(LoopbackHTTP):
     """A threaded HTTP server on 127.0.0.1 with one ``fault`` (see :data:`FAULTS`) or none."""
 
     def __init__(self, fault: str | None = None, trigger: str | None = None):
@@ -85,20 +87,7 @@ class FakeServer:
             def _json(self, obj, status=200):
                 server.write(self, json.dumps(obj).encode(), status)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
     # ----- answers ---------------------------------------------------------
     @staticmethod

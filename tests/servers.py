@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -59,3 +61,24 @@ class LlamaServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+
+class LoopbackHTTP:
+    """A threaded HTTP server of the tests' own on a free 127.0.0.1 port (a fake server, a proxy):
+    ``serve(Handler)`` starts it, ``url`` is its ``/v1`` root, leaving the ``with`` block stops it."""
+
+    def serve(self, handler) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

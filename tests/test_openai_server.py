@@ -15,7 +15,7 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
-from tests.servers import MODEL_NAME, LlamaServer
+from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP
 
 pytestmark = pytest.mark.model
 
@@ -57,7 +57,7 @@ def remote(llama_server):
         yield backend
 
 
-class Proxy:
+class Proxy(LoopbackHTTP):
     """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
     can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
     seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
@@ -143,20 +143,7 @@ class Proxy:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 def _args(url: str, *more: str) -> list[str]:
@@ -630,14 +617,10 @@ def test_a_server_without_a_tokenizer_is_refused():
 
         do_GET = do_POST
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(InvalidParameter, match="no tokenize endpoint"):
-            OpenAIServer(ServerConfig(f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m"))
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    server = LoopbackHTTP()
+    server.serve(NotFound)
+    with server, pytest.raises(InvalidParameter, match="no tokenize endpoint"):
+        OpenAIServer(ServerConfig(server.url, "m"))
 
 
 @pytest.mark.parametrize(
