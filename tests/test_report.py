@@ -257,3 +257,16 @@ def test_a_terminal_sees_the_top_spans_marked_in_their_context(score_log):
     assert plain == piped[-1].removeprefix("example λ=1: ").replace("[", "").replace("]", "")
     for excerpt in plain.split("…"):
         assert excerpt.strip() in NOTE  # cut spans aside, the excerpts are the context itself
+
+
+def test_an_audit_with_an_infinite_epsilon_row_is_recomputed():
+    """An RNM audit at ε = inf logs its row's theoretical ε and the pair's ε bound as the strict-JSON
+    string "inf"; the recomputation read them raw and refused the log of ``make demo``'s own RNM audit
+    (exit 4, "must be real number, not str"). The log (tests/reference/, made by ``ctxlite audit --data
+    ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon inf --trials 20``)
+    needs no model to report."""
+    log = Path(__file__).resolve().parent / "reference" / "rnm_audit_epsilon_inf.jsonl"
+    r = CliRunner().invoke(main, ["report", str(log), "--json"])
+    assert r.exit_code == 0, r.output
+    [row] = json.loads(r.stdout)["rows"]
+    assert row["epsilon"] == "inf" and row["epsilon_upper_bound"] == "inf"

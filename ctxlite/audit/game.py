@@ -381,7 +381,8 @@ def recompute_rows(report: dict, runs: Mapping[str, dict], where=None) -> list[d
     if len(report["rows"]) != len(s.epsilons):
         raise DataError(f"{where}: the report has {len(report['rows'])} rows for {len(s.epsilons)} epsilon(s)")
     rows = []
-    for eps, stored in zip(s.epsilons, report["rows"]):
+    stored_rows = AuditReport.from_dict(report).rows  # the strict-JSON "inf" of a logged row back to floats
+    for eps, stored in zip(s.epsilons, stored_rows):
         mech, ek = make_mechanism(s, eps), _eps_key(eps)
         detector = _detector(s, labels, canary["label"])
         fit_detector(detector, runs, s, ek, where)
