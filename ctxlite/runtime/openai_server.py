@@ -21,7 +21,11 @@ declares one optional capability, ``SAMPLES`` (see :mod:`ctxlite.runtime.backend
 
 Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
-with none is refused. Only the llama-cpp-python dialect is exercised by the test suite.
+with none is refused. Given a local model's tokenizer (``OpenAIServer(config, tokenizer=...)``,
+the CLI's ``--model`` with ``--backend openai``), the server must tokenize :data:`PARITY_TEXTS` as
+it does, or the connection is refused (:func:`tokenizer_mismatch`). The test suite runs the
+llama-cpp-python dialect (tests/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on
+the CPU); the llama.cpp dialect follows llama.cpp's documentation and meets only a fake server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
 ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
@@ -59,6 +63,7 @@ promptly and a resumed run (``--resume``) continues from the log. The API key is
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import math
 import os
@@ -479,6 +484,35 @@ def _field(body: dict, path: Sequence, url: str, what: str):
     return node
 
 
+PARITY_TEXTS = (
+    "Dana takes 10 mg lisinopril daily.",
+    "Question: What was prescribed?\nAnswer:",
+    " a leading space,  two spaces,\ttabs and a newline\n\n",
+    "Über 10 µg, naïve café ☕ 東京 — 1234567.89 %",
+)
+"""Texts a server must tokenize as a local model does (:func:`tokenizer_mismatch`): words, digits,
+punctuation, runs of whitespace, newlines and characters of every UTF-8 length. No text spells a
+special token: vLLM's and llama-cpp-python's endpoints always parse those (docs/servers.md)."""
+
+
+def tokenizer_mismatch(server, local, texts: Sequence[str] = PARITY_TEXTS) -> str | None:
+    """Where ``server`` and ``local`` (both with ``tokenize`` and ``bos_id``) tokenize differently:
+    their BOS tokens, or the first text whose token ids differ (without BOS, then with it), in a
+    short line; None where they agree on every text."""
+    if server.bos_id != local.bos_id:
+        return f"the BOS token is {server.bos_id} there and {local.bos_id} locally"
+    for text in texts:
+        for add_bos in (False, True):
+            there, here = server.tokenize(text, add_bos=add_bos), local.tokenize(text, add_bos=add_bos)
+            if there != here:
+                return f"{text[:40]!r} is tokens {_head(there)} there and {_head(here)} locally"
+    return None
+
+
+def _head(tokens: Sequence[int], n: int = 8) -> str:
+    return "[" + ", ".join(map(str, tokens[:n])) + (", ...]" if len(tokens) > n else "]")
+
+
 class OpenAIServer:
     """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend`.
 
@@ -486,16 +520,21 @@ class OpenAIServer:
     >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
     """
 
-    def __init__(self, config: ServerConfig, *, sleep=time.sleep):
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
+        """Connect: probe the server (:meth:`_probe`); with a local ``tokenizer`` (a backend, named
+        ``tokenizer_name``), refuse a server that tokenizes otherwise (:meth:`check_tokenizer`)."""
         self.config = config
         self._http = _Http(config, sleep)
         self._pool = _Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
         self._texts: dict[tuple[int, ...], str] = {}
+        self.tokenizer_checked: str | None = None  # the local model whose tokens the server's were found to be
         # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
         self.on_request: Callable[[], None] | None = None
         try:
             self._probe()
+            if tokenizer is not None:
+                self.check_tokenizer(tokenizer, tokenizer_name or "the local model")
         except BaseException:
             self.close()
             raise
@@ -548,6 +587,19 @@ class OpenAIServer:
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             n_ctx = None  # a context size that is no count is no information
         return (None if version is None else str(version)), n_ctx
+
+    def check_tokenizer(self, local, name: str) -> None:
+        """Refuse (InvalidParameter) a server whose tokens are not those of ``local``, the local model
+        ``name`` (:func:`tokenizer_mismatch` on :data:`PARITY_TEXTS`): its numbers could not be set
+        beside that model's token for token, and a server that serves another model than the one
+        meant says so here rather than in the results."""
+        mismatch = tokenizer_mismatch(self, local)
+        if mismatch is not None:
+            raise InvalidParameter(
+                f"the server at {self.config.base_url} ({self.config.model_name}) does not tokenize as {name}: "
+                f"{mismatch}; serve that model (or leave out --model)"
+            )
+        self.tokenizer_checked = name
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -627,9 +679,11 @@ class OpenAIServer:
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
         """Character span ``[start, end)`` of each token in ``detokenize(tokens)``.
 
-        Each token's piece comes from the server alone; a token the server cannot decode alone
-        (part of a character) is grouped with the tokens that follow until the group decodes, and the
-        group's characters belong to its last token (the rule of the local engine)."""
+        Each character belongs to the token that completes it (the local engine's rule). Each token's
+        piece comes from the server alone; a token the server cannot decode alone (it ends in part of
+        a character) is grouped with the tokens that follow until the group decodes, and the group's
+        characters are shared out by :meth:`_complete_chars` of its prefixes (a token ``" \xe2"``
+        before the rest of ``"☕"`` holds the space; the token that ends the ``☕`` holds it)."""
         self._prefetch(tokens)
         spans, n_chars, group = [], 0, []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -639,11 +693,19 @@ class OpenAIServer:
             if piece is None and len(group) < 4:
                 continue
             text = decoder.decode(piece) if piece is not None else "\ufffd"
-            spans += [(n_chars, n_chars)] * (len(group) - 1) + [(n_chars, n_chars + len(text))]
+            done = [0] + [min(self._complete_chars(group[:j]), len(text)) for j in range(1, len(group))]
+            done = [*itertools.accumulate(done, max), len(text)]
+            spans += [(n_chars + done[j], n_chars + done[j + 1]) for j in range(len(group))]
             n_chars += len(text)
             group = []
         spans += [(n_chars, n_chars)] * len(group)
         return spans
+
+    def _complete_chars(self, tokens: Sequence[int]) -> int:
+        """How many characters the server's decoding of ``tokens`` has before the part of a character
+        they end in (which decodes to replacement characters, or to nothing)."""
+        text = (self._detokenize_bytes(tokens) or b"").decode("utf-8", "replace")
+        return len(text.rstrip("\ufffd"))
 
     @property
     def bos_id(self) -> int | None:
@@ -776,8 +838,8 @@ class OpenAIServer:
         if text is None or self.tokenize(text, add_bos=True, special=True) != tokens:
             raise InvalidParameter(
                 "llama-cpp-python's server takes text prompts only, and the text of this token sequence "
-                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM or llama.cpp's "
-                "server, which take token ids)"
+                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM, which takes "
+                "token ids)"
             )
         if len(self._texts) < 4096:  # an audit repeats its prompts: checked once each
             self._texts[key] = text
@@ -883,6 +945,7 @@ class OpenAIServer:
             "server_version": self.server_version or "not reported",
             "tokenizer": self.dialect,
             "prompt_logprobs": self.prompt_logprobs,
+            "tokenizer_checked_against": self.tokenizer_checked,
             "n_ctx": self.n_ctx,
             "concurrency": self.config.concurrency,
             "request_timeout_s": self.config.timeout,
