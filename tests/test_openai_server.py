@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -26,7 +23,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
-from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP
+from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP, Proxy
 
 pytestmark = pytest.mark.model
 
@@ -57,95 +54,6 @@ def remote(llama_server):
         yield backend
 
 
-class Proxy(LoopbackHTTP):
-    """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
-    can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
-    seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
-    ``"logprobs": null`` (``no_logprobs``: a server that offers none); it keeps the Authorization
-    headers it saw, the completion requests it passed on and the most it had in flight at once."""
-
-    def __init__(
-        self,
-        target: str,
-        *,
-        fail: int = 0,
-        delay: float = 0.0,
-        garbage: bool = False,
-        limit: int = 200,
-        no_logprobs: bool = False,
-        stagger: float = 0.0,
-    ):
-        self.target = target.rstrip("/").removesuffix("/v1")
-        self.fail, self.delay, self.garbage, self.limit = fail, delay, garbage, limit
-        self.no_logprobs, self.stagger = no_logprobs, stagger
-        self.seen, self.auth, self.completions = 0, set(), 0
-        self.in_flight = self.max_in_flight = 0
-        self.payloads: list[dict] = []  # the completion requests it passed on
-        lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._forward(None)
-
-            def do_POST(self):
-                self._forward(self.rfile.read(int(self.headers.get("content-length", 0))))
-
-            def _forward(self, body):
-                proxy.seen += 1
-                proxy.auth.add(self.headers.get("authorization"))
-                if proxy.seen > proxy.limit:
-                    return self._answer(503, b'{"error": "proxy request limit"}')
-                if self.path.endswith("/completions"):
-                    with lock:
-                        proxy.completions += 1
-                        number = proxy.completions
-                    if number <= proxy.fail:
-                        return self._answer(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
-                    if proxy.garbage:
-                        return self._answer(200, b'{"choices": [{"logprobs": ')
-                    with lock:
-                        proxy.in_flight += 1
-                        proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
-                        proxy.payloads.append(json.loads(body))
-                    try:
-                        time.sleep(proxy.delay + (proxy.stagger if number % 2 else 0.0))
-                        return self._pass_on(body)
-                    finally:
-                        with lock:
-                            proxy.in_flight -= 1
-                self._pass_on(body)
-
-            def _pass_on(self, body):
-                with httpx.Client(timeout=120) as client:
-                    headers = {"content-type": self.headers.get("content-type", "application/json")}
-                    r = client.request(self.command, proxy.target + self.path, content=body, headers=headers)
-                content = r.content
-                if proxy.no_logprobs and self.path.endswith("/completions") and r.status_code == 200:
-                    answer = json.loads(content)
-                    for choice in answer["choices"]:
-                        choice["logprobs"] = None
-                    content = json.dumps(answer).encode()
-                self._answer(r.status_code, content)
-
-            def _answer(self, status, content, headers=()):
-                try:
-                    self.send_response(status)
-                    for k, v in dict(headers).items():
-                        self.send_header(k, v)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(content)))
-                    self.end_headers()
-                    self.wfile.write(content)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.serve(Handler)
-
-
 def _args(url: str, *more: str) -> list[str]:
     return ["--backend", "openai", "--base-url", url, "--model-name", MODEL_NAME, *more]
 
@@ -172,6 +80,40 @@ def test_teacher_forced_logprobs_match_the_local_engine(remote, engine):
     local, served = engine.logprobs(toks, 2), remote.logprobs(toks, 2)
     assert served.shape == local.shape
     assert np.max(np.abs(served - local)) <= TOL_LOGPROB, np.max(np.abs(served - local))
+
+
+def test_llama_cpp_pythons_own_echo_is_shifted_by_one_and_the_dialect_is_not(remote, engine, instruct):
+    """llama-cpp-python's own ``create_completion(echo=True, logprobs=1)`` scores token j with the
+    logits row *after* token j: on a model that adds no BOS (SmolLM2) every prompt entry j ≥ 1 is
+    log softmax(row after token j)[token j], not log p(token j | tokens before it). With a BOS
+    (Gemma) it leaves the BOS out of its echo, which puts each entry back beside its token (and loses
+    the first token's value). The dialect sends BOS-led prompts only (refusing others) and reads entry
+    j as token j + 1: its values are the local engine's, far from the shifted pairing."""
+    import llama_cpp
+    from scipy.special import log_softmax
+
+    text = "Dana takes 10 mg lisinopril daily."
+    toks = instruct.tokenize(text)
+    assert instruct.bos_id is None and toks[0] != engine.bos_id
+    llm = llama_cpp.Llama(str(instruct.model_path), n_ctx=128, logits_all=True, verbose=False, n_threads=1)
+    try:
+        answer = llm.create_completion(text, max_tokens=1, echo=True, logprobs=1, temperature=0)
+    finally:
+        llm.close()
+    upstream = np.asarray(answer["choices"][0]["logprobs"]["token_logprobs"][1 : len(toks)], dtype=float)
+
+    def shifted(eng, tokens):  # entry j: the row after token j, read at token j
+        return np.array(
+            [log_softmax(eng.next_logits(tokens[: j + 1], exact=True))[tokens[j]] for j in range(1, len(tokens))]
+        )
+
+    assert np.max(np.abs(upstream - shifted(instruct, toks))) <= TOL_LOGPROB
+    assert np.max(np.abs(upstream - instruct.logprobs(toks, 1))) > 1.0
+
+    led = engine.tokenize(text, add_bos=True)
+    served = remote.logprobs(led, 2)  # the first token after BOS has no value there
+    assert np.max(np.abs(served - engine.logprobs(led, 2))) <= TOL_LOGPROB
+    assert np.max(np.abs(served - shifted(engine, led)[1:])) > 1.0
 
 
 def test_an_exact_label_distribution_matches_the_local_engine(remote, engine):
