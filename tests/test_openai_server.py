@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from tests.audit_data import tiny_audit
 from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP, Proxy
 
 pytestmark = pytest.mark.model
@@ -202,20 +203,6 @@ def test_a_lambda_1_score_on_the_server_matches_local_and_keeps_the_key_out_of_t
     assert res.exit_code == 4 and "server" in res.output, res.output
 
 
-def _tiny_audit(tmp: Path) -> tuple[Path, Path]:
-    """A two-label format with short records: prompts of a few dozen tokens."""
-    records = [("great fun", "good"), ("awful", "bad"), ("loved it", "good"), ("boring", "bad")] * 3
-    records += [("so good", "good"), ("dull", "bad"), ("superb", "good"), ("weak", "bad")]
-    data = tmp / "tiny.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in records), encoding="utf-8")
-    fmt = tmp / "tiny.toml"
-    fmt.write_text(
-        'task = "classify"\ninstruction = ""\nrecord = "{text}: {label}\\n"\ninput = "text"\noutput = "label"\n',
-        encoding="utf-8",
-    )
-    return data, fmt
-
-
 def _audit_args(url, data, fmt, out, *more) -> list[str]:
     base = ["audit", "--data", str(data), "--format", str(fmt), "--shots", "1", "--reference-runs", "2"]
     return [*base, "--canary", "semantic"] + _args(
@@ -227,7 +214,7 @@ def test_a_classification_audit_on_the_server_equals_the_local_one(llama_server,
     """The same audit (same seed) on the server and locally: the label distributions agree to ~1e-6,
     so every trial and reference run draws the same answers (equal signals, not just equal in
     distribution). A fixed private set has two prompts (Z = 0, 1): four teacher-forced requests."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"{name}.jsonl"
@@ -244,7 +231,7 @@ def test_a_report_noisy_max_audit_on_the_server_equals_the_local_one(llama_serve
     """Report-noisy-max over two ensembles at ε = 1 and ∞, on the server and locally with one seed:
     each ensemble's vote is drawn from its label distribution, which the server gives to ~1e-6, so
     every trial's signal is the local one (the mechanism's noise included)."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"rnm-{name}.jsonl"
@@ -481,7 +468,7 @@ def test_a_classification_audit_on_a_server_without_logprobs_samples_its_answers
     """The tiny audit through a proxy that strips log-probabilities: it runs on sampled answers, one
     completion per answer, says so on stderr and in the report's notes, computes no pair's ε (and says
     why), and its log is refused to the same audit on a server that reads distributions exactly."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     out = tmp_path / "a.jsonl"
     args = _audit_args("URL", data, fmt, out, "--trials", "4")
     with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:

@@ -18,26 +18,13 @@ from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.cli import main
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from tests.audit_data import tiny_audit
 from tests.servers import Proxy
 from tests.vllm.common import TOL_REFERENCE
 
 LABELS = [" billing", " account access", " account closure"]
 """Labels of one and two tokens, two sharing their first token."""
 QUEUE = "Ticket: I was charged twice\nQueue: billing\n\nTicket: I cannot log in\nQueue:"
-
-
-def _tiny_audit(tmp: Path) -> tuple[Path, Path]:
-    """A two-label format with short records: prompts of a few dozen tokens."""
-    records = [("great fun", "good"), ("awful", "bad"), ("loved it", "good"), ("boring", "bad")] * 3
-    records += [("so good", "good"), ("dull", "bad"), ("superb", "good"), ("weak", "bad")]
-    data = tmp / "tiny.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in records), encoding="utf-8")
-    fmt = tmp / "tiny.toml"
-    fmt.write_text(
-        'task = "classify"\ninstruction = ""\nrecord = "{text}: {label}\\n"\ninput = "text"\noutput = "label"\n',
-        encoding="utf-8",
-    )
-    return data, fmt
 
 
 def _audit_args(url: str, model: str, data: Path, fmt: Path, out: Path, *more: str) -> list[str]:
@@ -65,7 +52,7 @@ def test_a_classification_audit_on_vllm_is_the_audit_on_the_reference(served, re
     reference: the label distributions agree to the tolerance, so every trial's votes and the
     mechanism's noise draw the same answers: the same counts behind every bound (so the same
     lower bounds), and every number read from the distributions themselves within rounding."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     records = [json.loads(line) for line in data.read_text().splitlines()]
     settings = AuditSettings(trials=4, shots=1, reference_runs=2, canary="semantic", utility_queries=0)
     settings = replace(settings, queries_per_trial=8, mechanism="rnm", ensembles=2, epsilons=(1.0, math.inf))
@@ -99,7 +86,7 @@ def _same_to_rounding(a, b, path="rows") -> None:
 def test_a_classification_audit_runs_on_vllm_from_the_command_line(vllm_server, tmp_path):
     """``ctxlite audit --backend openai`` on vLLM: exact distributions (no sampled answers), an exact
     ε for the audited pair, the same log at ``--concurrency 1`` and 4 (each answer is its request's)."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     logs = {}
     for concurrency in ("1", "4"):
         out = tmp_path / f"c{concurrency}.jsonl"
@@ -142,7 +129,7 @@ def test_sampled_answers_follow_the_exact_distribution(served, vllm_server):
 def test_a_classification_audit_on_vllm_without_logprobs_samples_its_answers(vllm_server, tmp_path):
     """The tiny audit through the proxy that nulls log-probabilities: one sampled completion per
     answer, said on stderr and in the notes, no exact ε (and why)."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     out = tmp_path / "sampled.jsonl"
     with Proxy(vllm_server.url, no_logprobs=True, limit=2000) as proxy:
         res = CliRunner().invoke(main, _audit_args(proxy.url, vllm_server.served_name, data, fmt, out, "--trials", "4"))
