@@ -322,8 +322,8 @@ def server_options(f):
             default="local",
             show_default=True,
             help="local: llama.cpp in this process; openai: an OpenAI-compatible server at --base-url (vLLM or "
-            "llama-cpp-python's; llama.cpp's llama-server returns no prompt log-probabilities, so it can only "
-            "sample); its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
+            "llama-cpp-python's; llama.cpp's llama-server returns no prompt log-probabilities, so it cannot "
+            "score); its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
         ),
         click.option(
             "--base-url", type=TEXT, default=None, metavar="URL", help="openai: the API root, e.g. http://host:8000/v1."
