@@ -439,7 +439,7 @@ MUTANTS: list[Mutant] = [
         "            self.valid = min(self.valid, canonical_upto)\n",
         "            pass\n",
         (NOISE,),
-        "leave_the_reuse_path_canonical",
+        "leave_the_reuse_path_canonical or never_reused_as_canonical",
         "a probe's cells, decoded in another tiling, are reused as canonical base cells",
     ),
     Mutant(
