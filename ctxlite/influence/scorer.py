@@ -195,6 +195,8 @@ class LambdaResult:
 
 @dataclass
 class ExampleResult:
+    """One scored example: its id, context length in tokens, query, and one result per λ (× context size × ε)."""
+
     id: str
     context_tokens: int
     query: str

@@ -1,29 +1,21 @@
-"""docs/servers.md's commands run against the real vLLM, and its server command is the one the tests start."""
+"""docs/servers.md's vLLM section: its commands run against the real vLLM, and its server command is
+the one the tests start."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from ctxlite.cli import main
+from tests.docs_pages import vllm_lines
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "servers.md").read_text(encoding="utf-8")
 DOC_URL = "http://127.0.0.1:8000/v1"
 
 
-def _sh_lines() -> list[str]:
-    """The lines of the page's ``sh`` blocks, continuation lines joined, comments dropped."""
-    out = []
-    for block in re.findall(r"```sh\n(.*?)```", DOC, flags=re.S):
-        out += [line.split("  #", 1)[0].strip() for line in block.replace("\\\n", " ").splitlines()]
-    return [line for line in out if line]
-
-
 def test_the_commands_of_docs_servers_md_run_against_vllm(vllm_server, tmp_path, monkeypatch):
-    commands = [line for line in _sh_lines() if line.startswith("ctxlite ")]
+    commands = [line for line in vllm_lines() if line.startswith("ctxlite ")]
     assert len(commands) >= 2
     (tmp_path / "note.txt").write_text("Dana takes 10 mg lisinopril daily for her blood pressure.", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
@@ -39,7 +31,7 @@ def test_the_commands_of_docs_servers_md_run_against_vllm(vllm_server, tmp_path,
 def test_the_documented_server_command_is_the_tests_own(vllm_server):
     """Every flag of the page's ``python -m vllm.entrypoints.openai.api_server`` line, with its value
     (paths and port aside), is in the command the tests start, and the other way round."""
-    [line] = [line for line in _sh_lines() if "vllm.entrypoints.openai.api_server" in line]
+    [line] = [line for line in vllm_lines() if "vllm.entrypoints.openai.api_server" in line]
     documented = shlex.split(line)
     started = vllm_server.command()
     assert started[1:3] == documented[documented.index("-m") : documented.index("-m") + 2]
