@@ -98,16 +98,35 @@ class ServerProcess:
 
 
 class LlamaServer(ServerProcess):
-    """``python -m llama_cpp.server`` on 127.0.0.1 serving the default model (1 thread, small context)."""
+    """``python -m llama_cpp.server`` on 127.0.0.1 serving a registry model (the default model) under
+    its registry name, with ``threads`` threads (1) and a small context."""
 
     name = "llama-server"
+
+    def __init__(self, tmp: Path, port: int | None = None, *, model: str = MODEL_NAME, threads: int = 1):
+        super().__init__(tmp, port)
+        self.model, self.threads = model, threads
 
     def command(self) -> list[str]:
         from ctxlite.runtime.models import resolve_model
 
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_model(None))]
-        cmd += ["--model_alias", MODEL_NAME, "--host", "127.0.0.1", "--port", str(self.port)]
-        return cmd + ["--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1", "--logits_all", "true"]
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_model(self.model))]
+        cmd += ["--model_alias", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
+        threads = str(self.threads)
+        return cmd + ["--n_ctx", "512", "--n_threads", threads, "--n_threads_batch", threads, "--logits_all", "true"]
+
+
+def converted_model(models: Path, name: str) -> Path:
+    """The Hugging Face folder ``make vllm`` converted from registry model ``name``'s GGUF (under
+    ``models``, named by its sha256); RuntimeError if there is none or another GGUF's."""
+    from ctxlite.runtime.models import registry
+
+    sha = registry()[name].sha256
+    folder = models / sha
+    made = folder / "converted.json"
+    if not made.is_file() or json.loads(made.read_text())["sha256"] != sha:
+        raise RuntimeError(f"{folder} holds no converted {name}: run `make vllm`")
+    return folder
 
 
 class VllmServer(ServerProcess):

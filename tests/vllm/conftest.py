@@ -22,7 +22,7 @@ import pytest
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.runtime.backend import Capability
-from tests.servers import VllmServer
+from tests.servers import VllmServer, converted_model
 from tests.vllm.common import STATS
 
 HERE = Path(__file__).resolve().parent
@@ -56,14 +56,10 @@ def served_model() -> str:
 @pytest.fixture(scope="session")
 def model_dir(served_model) -> Path:
     """The converted folder of the registry model's GGUF (``make vllm``: named by its sha256)."""
-    from ctxlite.runtime.models import registry
-
-    sha = registry()[served_model].sha256
-    folder = Path(_setting("CTXLITE_VLLM_MODELS")) / sha
-    made = folder / "converted.json"
-    if not made.is_file() or json.loads(made.read_text())["sha256"] != sha:
-        pytest.fail(f"{folder} holds no converted {served_model}: run `make vllm`")
-    return folder
+    try:
+        return converted_model(Path(_setting("CTXLITE_VLLM_MODELS")), served_model)
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="session")
