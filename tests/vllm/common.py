@@ -12,3 +12,12 @@ on average here, up to 0.25)."""
 
 STATS: dict[str, float] = {}
 """The server's start times and memory, printed at the end of the run (tests/vllm/conftest.py)."""
+
+
+def reported_is_sent(proxy) -> list[tuple[int, int]]:
+    """The completions passed on by a tests/servers.py ``Proxy`` whose ``usage.prompt_tokens`` is not
+    the number of token ids sent, as (sent, reported): every one of them is the cost model's
+    count (docs/servers.md) only if this is empty."""
+    out = [(len(p["prompt"]), (u or {}).get("prompt_tokens")) for p, u in proxy.exchanges]
+    assert out, "no completion went through the proxy"
+    return [(sent, reported) for sent, reported in out if sent != reported]

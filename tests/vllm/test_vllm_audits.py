@@ -20,7 +20,7 @@ from ctxlite.cli import main
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
 from tests.audit_data import tiny_audit
 from tests.servers import Proxy
-from tests.vllm.common import TOL_REFERENCE
+from tests.vllm.common import TOL_REFERENCE, reported_is_sent
 
 LABELS = [" billing", " account access", " account closure"]
 """Labels of one and two tokens, two sharing their first token."""
@@ -83,20 +83,32 @@ def _same_to_rounding(a, b, path="rows") -> None:
         assert a == b, (path, a, b)
 
 
-def test_a_classification_audit_runs_on_vllm_from_the_command_line(vllm_server, tmp_path):
+def test_a_classification_audit_runs_on_vllm_from_the_command_line(vllm_server, local, tmp_path):
     """``ctxlite audit --backend openai`` on vLLM: exact distributions (no sampled answers), an exact
-    ε for the audited pair, the same log at ``--concurrency 1`` and 4 (each answer is its request's)."""
+    ε for the audited pair, the same log at ``--concurrency 1`` and 4 (each answer is its request's).
+    Its cost is the cost model's (docs/servers.md): one teacher-forcing request per label per
+    distinct prompt P, of P + |label| prompt tokens, each reported by the server as sent."""
     data, fmt = tiny_audit(tmp_path)
+    labels = {tuple(local.tokenize(f" {label}")) for label in ("good", "bad")}
     logs = {}
     for concurrency in ("1", "4"):
         out = tmp_path / f"c{concurrency}.jsonl"
         args = _audit_args(vllm_server.url, vllm_server.served_name, data, fmt, out, "--trials", "8")
-        res = CliRunner().invoke(main, args + ["--concurrency", concurrency])
-        assert res.exit_code == 0, res.output
+        with Proxy(vllm_server.url, limit=5000) as proxy:
+            args[args.index("--base-url") + 1] = proxy.url
+            res = CliRunner().invoke(main, args + ["--concurrency", concurrency])
+            assert res.exit_code == 0, res.output
         report = json.loads(res.stdout)
         assert not any(n.startswith("answers: sampled") for n in report["notes"]), report["notes"]
         assert report["rows"][0]["epsilon_upper_bound"] is not None, report["rows"][0]
         logs[concurrency] = [{k: v for k, v in l.items() if k != "chain"} for l in _logged(out) if "key" in l]
+        forced = [p["prompt"] for p, _ in proxy.exchanges[1:] if p.get("echo")]  # after the connection's probe
+        asked: dict[tuple, list] = {}
+        for prompt in forced:
+            [label] = [l for l in labels if tuple(prompt[-len(l) :]) == l]
+            asked.setdefault(tuple(prompt[: -len(label)]), []).append(label)
+        assert len(asked) >= 2 and all(sorted(got) == sorted(labels) for got in asked.values()), asked.values()
+        assert len(forced) == len(labels) * len(asked) and reported_is_sent(proxy) == []
     assert logs["1"] == logs["4"] and sum(l.get("type") == "trial" for l in logs["1"]) == 8
 
 
@@ -116,6 +128,7 @@ def test_sampled_answers_follow_the_exact_distribution(served, vllm_server):
             counts = oracle.sample_answers(prompt, 150, np.random.default_rng(5))
             again = oracle.sample_answers(prompt, 150, np.random.default_rng(5))
     assert counts.sum() == 150 and np.array_equal(counts, again)  # vLLM's seeded sampling repeats
+    assert reported_is_sent(proxy) == []
     observed, expected = counts.astype(float), exact * 150
     small, top = expected < 5, int(np.argmax(expected))  # unlikely outcomes join the likeliest
     observed[top] += observed[small].sum()
@@ -140,6 +153,7 @@ def test_a_classification_audit_on_vllm_without_logprobs_samples_its_answers(vll
     trials = [t for t in _logged(out) if t.get("type") == "trial"]
     assert len(trials) == 4 and all(float(8 * v).is_integer() for t in trials for v in t["signal"])
     assert len([p for p in proxy.payloads if not p.get("echo")]) >= 4 * 8
+    assert reported_is_sent(proxy) == []
 
 
 # ----- generation audits: texts sampled by the server ---------------------------------------------
@@ -167,6 +181,7 @@ def test_a_generation_audit_runs_on_vllm_with_its_sampled_texts(vllm_server, tmp
         assert res.exit_code == 0, res.output
     sampled = [p for p in proxy.payloads if not p.get("echo")]
     assert len(sampled) >= 4 * 2 and len({(json.dumps(p["prompt"]), p["seed"]) for p in sampled}) == len(sampled)
+    assert reported_is_sent(proxy) == []
     for p in sampled:
         assert p["temperature"] == AuditSettings().temperature and p["max_tokens"] == 6 and p["top_p"] == 1.0
         assert p["top_k"] == -1 and p["min_p"] == 0.0 and p["repetition_penalty"] == 1.0 and p["n"] == 1

@@ -21,7 +21,7 @@ from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
 from ctxlite.runtime.sampling import SamplingSettings
 from tests.servers import Proxy
-from tests.vllm.common import STATS, TOL_REFERENCE
+from tests.vllm.common import STATS, TOL_REFERENCE, reported_is_sent
 
 NOTE = "Dana takes 10 mg lisinopril daily for her blood pressure."
 QUERY = "What was prescribed?"
@@ -115,6 +115,7 @@ def test_a_template_with_text_before_the_context_scores_through_token_ids(refere
         assert res.exit_code == 0, res.output
     prompts = [p["prompt"] for p in proxy.payloads]
     assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompts)
+    assert reported_is_sent(proxy) == []
     served_result = json.loads(res.stdout)["result"]["results"][0]
     expected = InfluenceScorer(reference_backend, "qa", LAMBDA_1).score(Example(NOTE, QUERY, RESPONSE))
     expected = expected.to_dict()["results"][0]
