@@ -125,7 +125,7 @@ def converted_model(models: Path, name: str) -> Path:
     folder = models / sha
     made = folder / "converted.json"
     if not made.is_file() or json.loads(made.read_text())["sha256"] != sha:
-        raise RuntimeError(f"{folder} holds no converted {name}: run `make vllm`")
+        raise RuntimeError(f"{folder} holds no converted {name}: run `make vllm VLLM_MODEL={name}`")
     return folder
 
 
