@@ -28,6 +28,9 @@ LLAMA_BUILD   ?= $(if $(filter x86_64 amd64,$(ARCH)),portable,native)
 LLAMA_CMAKE_portable := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 LLAMA_CMAKE_native   := -DGGML_NATIVE=ON
+# a second fixed set, for comparing builds (bench/bench_floor.py): the portable one plus AVX-512, no AMX
+LLAMA_CMAKE_avx512   := $(subst -DGGML_AVX512=OFF,-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
+	-DGGML_AVX512_BF16=ON,$(LLAMA_CMAKE_portable))
 PYTAG         := $(shell $(PYTHON) -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
 WHEELS        ?= $(HOME)/.cache/ctxlite/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)-$(ARCH)-$(PYTAG)
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)
