@@ -170,8 +170,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A7",
         "ctxlite/audit/report.py",
-        "BoundKind.SPLIT: Split(s.split_fraction, s.seed)",
-        "BoundKind.SPLIT: Split(s.split_fraction, 0)",
+        "BoundKind.SPLIT: Split(e.split_fraction, s.seed)",
+        "BoundKind.SPLIT: Split(e.split_fraction, 0)",
         (GAME,),
         "report_figures",
         "the Clopper-Pearson split ignores the audit seed",
@@ -179,7 +179,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A8",
         "ctxlite/audit/report.py",
-        '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
+        '"epsilon_gdp": auditor.epsilon_gdp(s.delta, e.fpr)',
         '"epsilon_gdp": auditor.epsilon_gdp(s.delta)',
         (GAME,),
         "report_figures",
@@ -504,9 +504,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "R2",
-        "ctxlite/cli/score.py",
-        "    if len(log) and not reused:",
-        "    if False:",
+        "ctxlite/runs/score.py",
+        "        if len(log) and not self.reused:",
+        "        if False:",
         (IDENT,),
         "another_data_file or single_example",
         "a log of another input is not refused",

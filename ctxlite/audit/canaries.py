@@ -71,6 +71,14 @@ class Canary:
         field from ``base`` (the record it replaces)."""
         return {**(base or {}), fmt.input: self.text, fmt.output: self.label}
 
+    def to_dict(self) -> dict:
+        """What an audit report keeps of the canary."""
+        return {"id": self.id, "kind": self.kind.value, "text": self.text, "label": self.label}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Canary:
+        return cls(CanaryKind.parse(d["kind"]), d["text"], d["label"], d["id"])
+
 
 def canary_id(kind: CanaryKind, text: str) -> str:
     return f"{kind.value}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.queries import build_query, injection_query
 from ctxlite.audit.report import (
     AuditReport,
+    AuditRow,
     PairReference,
     bound_choice,
     contradictions,
@@ -370,31 +371,28 @@ RECORDED_FIELDS = (
 distributions): a report without the model takes them from the end line, which the chain protects."""
 
 
-def recompute_rows(report: dict, runs: Mapping[str, dict], where=None) -> list[dict]:
-    """The rows of a finished audit's report (``AuditReport.to_dict()``) recomputed from its logged
-    trial and reference records (``runs``, by log key) by the code that formed them: the detector is
-    refitted on the reference runs, the trials re-scored and :func:`report_row` re-run. The
-    :data:`RECORDED_FIELDS` come from ``report``'s rows (the audit tightness is re-derived from them).
-    ``InvalidParameter`` or ``DataError`` if the report's settings or canary cannot be read."""
-    s = AuditSettings(**report["settings"])
-    labels, canary = (report.get("format") or {}).get("labels") or [], report["canary"]
-    if len(report["rows"]) != len(s.epsilons):
-        raise DataError(f"{where}: the report has {len(report['rows'])} rows for {len(s.epsilons)} epsilon(s)")
+def recompute_rows(report: AuditReport, runs: Mapping[str, dict], where=None) -> list[AuditRow]:
+    """The rows of a finished audit's report recomputed from its logged trial and reference records
+    (``runs``, by log key) by the code that formed them: the detector is refitted on the reference
+    runs, the trials re-scored and :func:`report_row` re-run. The :data:`RECORDED_FIELDS` come from
+    ``report``'s rows (the audit tightness is re-derived from them). ``InvalidParameter`` or
+    ``DataError`` if the report's settings or canary cannot be read."""
+    s = report.settings
+    labels, canary = (report.format or {}).get("labels") or [], report.canary
+    if len(report.rows) != len(s.epsilons):
+        raise DataError(f"{where}: the report has {len(report.rows)} rows for {len(s.epsilons)} epsilon(s)")
     rows = []
-    stored_rows = AuditReport.from_dict(report).rows  # the strict-JSON "inf" of a logged row back to floats
-    for eps, stored in zip(s.epsilons, stored_rows):
+    for eps, stored in zip(s.epsilons, report.rows):
         mech, ek = make_mechanism(s, eps), _eps_key(eps)
-        detector = _detector(s, labels, canary["label"])
+        detector = _detector(s, labels, canary.label)
         fit_detector(detector, runs, s, ek, where)
-        ins, outs, withheld = trial_scores(detector, runs, s, ek, canary["id"], where)
-        row = report_row(
-            s, mech, eps, ins, outs, stored.get("utility"), withheld, gaussian_mu=stored.get("gaussian_mu")
-        )
-        recorded = {k: stored.get(k) for k in RECORDED_FIELDS}
-        reasons = {k: v for k, v in (stored.get("reasons") or {}).items() if k not in row["reasons"]}
-        row.update(recorded, **tightness_fields(row["epsilon_lower_bound"], recorded, reasons))
-        row["reasons"] = {**row["reasons"], **reasons}
-        row["contradictions"] = contradictions(row, recorded["utility_chance"])  # against the recorded pair
+        ins, outs, withheld = trial_scores(detector, runs, s, ek, canary.id, where)
+        row = report_row(s, mech, eps, ins, outs, stored.utility, withheld, gaussian_mu=stored.gaussian_mu)
+        recorded = {k: getattr(stored, k) for k in RECORDED_FIELDS}
+        reasons = {k: v for k, v in stored.reasons.items() if k not in row.reasons}
+        row = replace(row, **recorded, **tightness_fields(row.epsilon_lower_bound, recorded, reasons))
+        row.reasons = {**row.reasons, **reasons}
+        row.contradictions = contradictions(row, recorded["utility_chance"])  # against the recorded pair
         rows.append(row)
     return rows
 
@@ -408,6 +406,7 @@ def run_audit(
     progress: Callable[[str, int, int], None] | None = None,
     fmt: AuditFormat | str | None = None,
     judge: Backend | None = None,
+    tell: Callable[[str], None] | None = None,
 ) -> AuditReport:
     """Run the ContextLeak game for every ε in ``settings`` and estimate the leakage.
 
@@ -416,7 +415,9 @@ def run_audit(
     ``settings.task``); ``log``: an open :class:`RecordLog` whose finished keys are reused
     (resume); ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits; ``judge``:
     the engine of ``settings.judge_model`` for the judge defence; ``progress(label, done, total)``
-    is called after each reference run and trial.
+    is called after each reference run and trial; ``tell(note)`` is handed each note a person must
+    read with the numbers (how the backend sampled what the audit scored: the table shows no notes).
+    (:func:`ctxlite.runs.run_audit` runs this with a log, a verdict and an end line.)
     """
     s = settings
     game = audit_game(engine, records, s, log=log, embedder=embedder, fmt=fmt, judge=judge)
@@ -433,20 +434,24 @@ def run_audit(
         )
     choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
     warning = rereport_warning(first, choice)
+    transport = (_served_note(s) if served_texts(engine) and _texts_out(s) else []) + (
+        _sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else []
+    )
+    for note in transport:
+        (tell or (lambda _: None))(note)
     return AuditReport(
-        settings=s.params(),
-        canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
-        query=asdict(game.query),
+        settings=s,
+        canary=canary,
+        query=game.query,
         rows=rows,
         epsilon_kind=_epsilon_kind(s),
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
         notes=_notes(s, len(game.pool), bool(game.held_out))
-        + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
-        + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
-        + _above_exact(rows, s.alpha)
-        + [c for r in rows for c in r.get("contradictions", [])]
+        + transport
+        + _above_exact(rows, s.estimates.alpha)
+        + [c for r in rows for c in r.contradictions]
         + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
@@ -560,10 +565,10 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
             "epsilon is per query with the canary always present (analytic Gaussian, replacement "
             "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)"
         )
-    if s.accounting_queries is not None:
+    if s.estimates.accounting_queries is not None:
         notes.append(
-            f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
-            f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
+            f"epsilon_subsampled: the same sigma over T = {s.estimates.accounting_queries} queries, each "
+            f"Poisson-subsampling records at q = {s.estimates.sampling_rate:g} (dp_accounting PLD, add/remove "
             "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
             "not what the audit measures, which is one release per query"
         )
@@ -621,15 +626,15 @@ def _epsilon_kind(s: AuditSettings) -> str:
     return "none (heuristic defense)"
 
 
-def _above_exact(rows: list[dict], alpha: float) -> list[str]:
+def _above_exact(rows: list[AuditRow], alpha: float) -> list[str]:
     """A warning for each row whose lower bound exceeds the pair's ε (exact, or an upper bound): a
     valid bound does so with probability at most alpha; more often than that is a bug."""
     return [
-        f"eps_lb = {r['epsilon_lower_bound']:.4g} exceeds the pair's {r['privacy_profile_kind']} eps = "
-        f"{r['epsilon_upper_bound']:.4g} at eps = {r['epsilon']}: a valid bound does so with probability "
+        f"eps_lb = {r.epsilon_lower_bound:.4g} exceeds the pair's {r.privacy_profile_kind} eps = "
+        f"{r.epsilon_upper_bound:.4g} at eps = {r.epsilon}: a valid bound does so with probability "
         f"<= {alpha:g}; if it recurs, report it"
         for r in rows
-        if r.get("epsilon_upper_bound") is not None and r["epsilon_lower_bound"] > r["epsilon_upper_bound"] + 1e-9
+        if r.epsilon_upper_bound is not None and r.epsilon_lower_bound > r.epsilon_upper_bound + 1e-9
     ]
 
 

@@ -22,7 +22,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CtxliteError as exc:
-            from ctxlite.reporting.visible import visible
+            from ctxlite.visible import visible
 
             click.echo(f"ctxlite: error: {visible(str(exc))}", err=True)
             ctx.exit(exc.exit_code)

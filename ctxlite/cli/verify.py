@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ctxlite.cli.options import progress
+from ctxlite.cli.progress import say
 from ctxlite.errors import DataError
 
 
@@ -52,7 +52,7 @@ def verify(log_path, head):
             f"{log_path}: its head is {run.head}, not the kept {head}: the log is not the one whose head was "
             "kept (rewritten, truncated, or another log)"
         )
-    progress(
+    say(
         f"{log_path}: hash chain intact over {run.lines} line(s), {len(run.records)} record(s), {state}; "
         f"head {run.head}" + (" (the kept head)" if head is not None else "")
     )

@@ -77,6 +77,23 @@ class NoiseFloor:
         """The mean Σ_t |δ_t| of one probe."""
         return float(np.mean(self.sums)) if self.sums else 0.0
 
+    def to_dict(self) -> dict:
+        """The log form: the probes, and the floor's ``mean`` and ``max`` for readers of the JSON."""
+        return {
+            "split_points": list(self.split_points),
+            "sums": list(self.sums),
+            "per_token": list(self.per_token),
+            "kinds": list(self.kinds),
+            "method": self.method,
+            "mean": self.mean,
+            "max": self.max,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NoiseFloor:
+        """The inverse of :meth:`to_dict` (``mean`` and ``max`` are computed again, not read)."""
+        return cls(list(d["split_points"]), list(d["sums"]), list(d["per_token"]), list(d["kinds"]), d["method"])
+
 
 def floor_from_probes(split_points: Sequence[int], kinds: Sequence[str], deltas: Sequence[np.ndarray]) -> NoiseFloor:
     """The floor of one result from its probes' per-token differences δ (probe − canonical)."""

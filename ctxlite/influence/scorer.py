@@ -29,8 +29,17 @@ import numpy as np
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
-from ctxlite.influence.noise import NoiseFloor, floor_from_probes, probe_spans, tilings_for
+from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
+from ctxlite.influence.results import (
+    Block,
+    ExampleResult,
+    Generation,
+    LambdaResult,
+    NgramInfluence,
+    SearchRecord,
+    Utility,
+)
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import Capability, logprobs_many, require, require_teacher_forcing
@@ -145,69 +154,6 @@ class Example:
         if self.answer is not None:
             fields["answer"] = self.answer
         return content_hash(fields)
-
-
-@dataclass
-class NgramInfluence:
-    """τ_i for one removed n-gram: tokens [start, start+n) of D, chars [char_start, char_end)."""
-
-    start: int
-    n: int
-    char_start: int
-    char_end: int
-    text: str
-    influence: float
-    per_token: list[float]
-    above_noise: bool | None = None
-
-
-@dataclass
-class LambdaResult:
-    """Everything measured for one λ (and, for ε-bounded CID, one ε) on one example."""
-
-    lam: float
-    response: str
-    response_ids: list[int]
-    generated: bool
-    token_logprob: list[float]  # log p̄_λ(y_t | D)
-    token_logprob_without: list[float]  # log p_T(y_t | ∅)
-    token_pmi: list[float]  # log q_D(y_t) − log q_∅(y_t)
-    token_influence: list[float]  # document-level τ_t (response-position profile)
-    response_token_chars: list[tuple[int, int]]  # [start, end) of each response token in ``response``
-    document_influence: float  # Σ_t τ_t
-    ngrams: list[NgramInfluence]
-    noise_floor: NoiseFloor | None
-    regurgitation: dict
-    generation: dict | None = None
-    utility: dict | None = None  # ROUGE-L {precision, recall, f} of the response against the reference answer
-    context_tokens: int = 0  # tokens of D actually used
-    context_size: int | None = None  # the requested truncation (None = whole context)
-    search: dict | None = None  # which n-grams were ablated and what that cost (``_Ablations.record``)
-    epsilon: float | None = None  # ε of the ε-bounded CID that generated the response (None: unbounded or given)
-
-    @property
-    def max_ngram_influence(self) -> float:
-        return max((g.influence for g in self.ngrams), default=0.0)
-
-    def top_spans(self, k: int = 5) -> list[NgramInfluence]:
-        return sorted(self.ngrams, key=lambda g: -g.influence)[:k]
-
-
-@dataclass
-class ExampleResult:
-    id: str
-    context_tokens: int
-    query: str
-    results: list[LambdaResult]
-
-    def to_dict(self, top_spans: int = 5) -> dict:
-        d = asdict(self)
-        for r, out in zip(self.results, d["results"]):
-            out["top_spans"] = [asdict(g) for g in r.top_spans(top_spans)]
-            out["max_ngram_influence"] = r.max_ngram_influence
-            if r.noise_floor is not None:
-                out["noise_floor"].update(mean=r.noise_floor.mean, max=r.noise_floor.max)
-        return d
 
 
 def ngram_starts(n_tokens: int, n: int, stride: int) -> list[int]:
@@ -419,9 +365,9 @@ class InfluenceScorer:
                     results += scored
         source = example.source or example.context
         for r in results:
-            r.regurgitation = regurgitation(r.response, source).to_dict()
+            r.regurgitation = regurgitation(r.response, source)
             if example.answer is not None:
-                r.utility = {"metric": "rouge_l", **rouge_l(example.answer, r.response)}
+                r.utility = Utility(**rouge_l(example.answer, r.response))
         return results
 
     def _score_response(
@@ -477,18 +423,18 @@ class InfluenceScorer:
                     ngrams=grams,
                     noise_floor=floor,
                     search=_search_record(search, key, spans, ctx_text),
-                    regurgitation={},
                     generation=None
                     if generation is None
-                    else {
-                        "stop_reason": generation.stop_reason,
-                        "epsilon": generation.epsilon,
-                        "step_lambdas": generation.step_lambdas,
-                        "realised_epsilon": generation.realised_epsilon,
-                        "seed": st.sampling.seed,
-                    },
+                    else Generation(
+                        generation.stop_reason,
+                        generation.epsilon,
+                        generation.step_lambdas,
+                        generation.realised_epsilon,
+                        st.sampling.seed,
+                    ),
                 )
             )
+            results[-1].top = results[-1].top_spans(st.top_spans)
         return results
 
     def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes, base: dict, drive: list):
@@ -550,18 +496,18 @@ class InfluenceScorer:
         return dry_count(eng, job)
 
 
-def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | None:
+def _search_record(search: dict | None, key, spans, ctx_text: str) -> SearchRecord | None:
     """One λ's copy of a response's search record: each measured block as a span of D with its
     τ_B for this λ (``key``)."""
-    if search is None or "blocks" not in search:
-        return search
+    if search is None:
+        return None
+    if "blocks" not in search:
+        return SearchRecord(**search)
     blocks = []
     for a, b, tau in search["blocks"]:
         cs, ce = spans[a][0], spans[b - 1][1]
-        blocks.append(
-            {"start": a, "end": b, "char_start": cs, "char_end": ce, "text": ctx_text[cs:ce], "influence": tau[key]}
-        )
-    return {**search, "blocks": blocks}
+        blocks.append(Block(a, b, cs, ce, ctx_text[cs:ce], tau[key]))
+    return SearchRecord(**{**search, "blocks": blocks})
 
 
 class _Ablations:
