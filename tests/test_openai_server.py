@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from tests.backends import Restricted
 from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP
 
 pytestmark = pytest.mark.model
@@ -192,18 +193,10 @@ def test_the_teacher_forced_label_distribution_is_the_row_one(engine):
     distribution as the full-row path, with labels of several tokens that share prefixes."""
     from ctxlite.audit.oracle import ModelOracle
 
-    class TeacherForcingOnly:
-        capabilities = frozenset()
-
-        def __getattr__(self, name):
-            if name in ("next_logits", "logits_rows", "held_logits", "streams"):
-                raise AssertionError(f"{name} used without logit rows")
-            return getattr(engine, name)
-
     labels = [" account", " account access", " account closure", " billing", " technical issue"]
     for prompt in ("Queue: account access\nQueue:", "Ticket: refund me\nQueue: billing\n\nTicket: crash\nQueue:"):
         rows = ModelOracle(engine, labels).label_distribution(prompt)
-        forced = ModelOracle(TeacherForcingOnly(), labels).label_distribution(prompt)
+        forced = ModelOracle(Restricted(engine), labels).label_distribution(prompt)  # no rows to use
         assert np.max(np.abs(forced - rows)) <= 1e-5, (forced, rows)
         assert rows[1] > 0 and rows[0] > 0
 

@@ -437,6 +437,11 @@ class FakeOracle:
         p[self._key(prompt) % self.n_outcomes] = 1.0
         return p
 
+    def sample_answer(self, prompt, rng):
+        """One answer drawn from the distribution, as ``ModelOracle.sample_answer`` draws it."""
+        p = self.label_distribution(prompt)
+        return int(rng.choice(len(p), p=p))
+
     def sample_texts(self, prompts, rng):
         return list(prompts)
 

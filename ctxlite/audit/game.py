@@ -56,7 +56,7 @@ from ctxlite.audit.mechanisms import (
     ReportNoisyMax,
     leak_fraction,
 )
-from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.oracle import ModelOracle, served_texts
 from ctxlite.audit.queries import build_query, injection_query
 from ctxlite.audit.report import (
     AuditReport,
@@ -74,7 +74,8 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
 from ctxlite.privacy.privacy_profile import VotePair, pair_profile
 from ctxlite.records import RecordLog
-from ctxlite.runtime.backend import Backend, Capability, require
+from ctxlite.runtime.backend import Backend, Embeddings, LogitRows, Streams, require
+from ctxlite.runtime.chat import chat_template, render_chat
 
 
 def seeded_rng(*words: int) -> np.random.Generator:
@@ -149,7 +150,7 @@ class AuditGame:
         if self.s.mechanism.is_dp:  # one ensemble: the canary and shots - 1 other records, in order
             others = [i for i in range(len(recs)) if i != self.slot][: self.s.shots - 1]
             recs = [recs[i] for i in sorted([self.slot, *others])]
-        return self.fmt.prompt(recs, self.query.text, getattr(mech, "defense_text", ""))
+        return self.fmt.prompt(recs, self.query.text, mech.defense_text)
 
     def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> tuple[np.ndarray, int]:
         """The auditor's signal of one run and how many outputs the defence withheld."""
@@ -490,8 +491,6 @@ def audit_format(engine, fmt, settings: AuditSettings, records: Sequence[dict]) 
         )
     if not fmt.chat:
         return fmt
-    from ctxlite.runtime.chat import render_chat
-
     render_chat(engine, [{"role": "user", "content": "x"}])  # refuses a model without a chat template, now
     return fmt.with_chat(True, lambda messages: render_chat(engine, messages))
 
@@ -500,17 +499,9 @@ def judge_from_engine(judge) -> JudgeModel | None:
     """The judge engine as a :class:`JudgeModel`: asked through its chat template when it has one."""
     if judge is None:
         return None
-    from ctxlite.runtime.chat import chat_template, render_chat
-
     chat = chat_template(judge) is not None
     oracle = ModelOracle(judge, special=chat)
     return JudgeModel(oracle, (lambda messages: render_chat(judge, messages)) if chat else None)
-
-
-def served_texts(engine) -> bool:
-    """Whether the audit's texts are sampled by the backend itself (a server), not by ctxlite's walks."""
-    caps = engine.capabilities
-    return not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps
 
 
 def _check_inputs(
@@ -528,13 +519,13 @@ def _check_inputs(
     # a classification's label distribution is exact by teacher forcing too: only texts need rows and
     # streams, or a backend that samples them itself (a server)
     if text_out and not served_texts(engine):
-        require(engine, [Capability.LOGIT_ROWS, Capability.STREAMS], f"a {s.task.value} audit")
+        require(engine, [LogitRows, Streams], f"a {s.task.value} audit")
     if s.mechanism is MechanismKind.JUDGE and judge is None:
-        require(engine, [Capability.LOGIT_ROWS], "the judge mechanism (the audited model judging its own outputs)")
+        require(engine, [LogitRows], "the judge mechanism (the audited model judging its own outputs)")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY:
         if embedder is None:
             raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
-        require(embedder, [Capability.EMBEDDINGS], "the generation audit's embedding model")
+        require(embedder, [Embeddings], "the generation audit's embedding model")
     if (s.judge_model is None) != (judge is None):
         raise InvalidParameter(
             f"settings.judge_model is {s.judge_model!r} but run_audit got judge={'an engine' if judge else None}: "
@@ -543,7 +534,7 @@ def _check_inputs(
             else "a judge engine needs the judge mechanism and settings.judge_model naming it"
         )
     if judge is not None:
-        require(judge, [Capability.LOGIT_ROWS], "the judge model")
+        require(judge, [LogitRows], "the judge model")
     if log is not None:
         embed_id = embedder.identity()["model"] if embedder else None
         judge_id = judge.identity()["model"] if judge else None

@@ -106,6 +106,7 @@ class Mechanism(abc.ABC):
     """A private-ICL method: answers ``query`` from ``records`` and says what leaks to the auditor."""
 
     name: str = "mechanism"
+    defense_text: str = ""  # the instruction a defence adds to the prompt (none: plain ICL, the DP aggregations)
     epsilon: float | None = None
     sigma: float = 0.0
     sensitivity: float | None = None  # L2, replacement (the canary game)
@@ -288,11 +289,7 @@ class ReportNoisyMax(Mechanism):
         votes = np.empty(self.ensembles, dtype=np.int32)
         for e, group in enumerate(groups):
             prompt = fmt.prompt([records[i] for i in group], query)
-            if getattr(oracle, "sampled_answers", False):  # a server without log-probabilities
-                votes[e] = oracle.sample_answer(prompt, rng)
-                continue
-            p = oracle.label_distribution(prompt)
-            votes[e] = int(rng.choice(len(p), p=p))
+            votes[e] = oracle.sample_answer(prompt, rng)
         return votes
 
     def vote_pairs(

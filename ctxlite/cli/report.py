@@ -15,14 +15,12 @@ from ctxlite.cli.options import (
     junit_option,
 )
 from ctxlite.cli.progress import progress_line, say
-from ctxlite.errors import DataError
 from ctxlite.gates import EpsilonGate, InfluenceGate
 from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.html import write_html
 from ctxlite.reporting.json_output import report_json
 from ctxlite.reporting.terminal import audit_headline, audit_table, score_headline, score_table
 from ctxlite.runs import ScoreRun, report_log
-from ctxlite.runs.report import PARTIAL_AUDIT, PARTIAL_GATE
 
 
 @click.command()
@@ -74,8 +72,8 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
         raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     gate = _gate(fail_above_influence, fail_above_epsilon, epsilon_unit)
     run = report_log(log_path, gate=gate, progress=progress_line())  # the chain and every number checked
-    if run.verdict is None and junit:  # a partial audit: no report formed yet
-        raise DataError(PARTIAL_AUDIT.format(path=run.log.path))
+    if junit and not isinstance(run, ScoreRun):
+        run.require_report()  # a partial audit has no verdict to write yet
     if run.complete:
         say(score_headline(run) if isinstance(run, ScoreRun) else audit_headline(run))
     if html_path is not None:
@@ -87,8 +85,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
         click.echo("\n".join([*run.verdict.lines(), _table(run)]))
     if run.verdict is None:  # a partial audit: no report formed yet
         return
-    if not run.complete and run.verdict.gate is not None and not run.verdict.failures:
-        raise DataError(PARTIAL_GATE.format(path=run.log.path))
+    run.check_gate_finished()  # a gate on a partial run refuses rather than passes
     conclude(run.verdict, junit)
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
+from ctxlite.chain import FIELD
 from ctxlite.cli.progress import say
 from ctxlite.errors import DataError
+from ctxlite.records import read_run_log, read_text
 
 
 @click.command()
@@ -31,16 +35,11 @@ def verify(log_path, head):
       ctxlite verify runs/scores.jsonl
       ctxlite verify runs/audit.jsonl --head sha256:5f0c…
     """
-    from ctxlite.chain import FIELD
-    from ctxlite.records import read_run_log, read_text
-
     run = read_run_log(log_path)
     if not run.chained:
         raise DataError(f"{log_path} has no hash chain (written before ctxlite chained its logs): nothing to verify")
     state = "finished" if run.complete else "partial (it did not finish)"
     if head is not None and head != run.head:
-        import json
-
         heads = [json.loads(line).get(FIELD) for line in read_text(log_path, "result log").split("\n")[: run.lines]]
         if head in heads:
             at = heads.index(head) + 1

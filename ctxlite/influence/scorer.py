@@ -42,7 +42,9 @@ from ctxlite.influence.results import (
 )
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
-from ctxlite.runtime.backend import Capability, logprobs_many, require, require_teacher_forcing
+from ctxlite.runtime.backend import CountsDecodes, LogitRows, PrefixReuse, Streams, TeacherForcing, require
+from ctxlite.runtime.chat import render_chat
+from ctxlite.runtime.planning import dry_count
 from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.runtime.templates import PromptTemplate, get_template
 
@@ -218,9 +220,8 @@ class _ResponsePasses:
     """
 
     def __init__(self, engine, empty: list[int], y: list[int], keys, T: float, ban_rows, step_lambdas):
-        caps = engine.capabilities
         self.engine, self.keys, self.T, self.ban_rows, self.step_lambdas = engine, keys, T, ban_rows, step_lambdas
-        self.rows, self.reuse = Capability.LOGIT_ROWS in caps, Capability.PREFIX_REUSE in caps
+        self.rows, self.reuse = isinstance(engine, LogitRows), isinstance(engine, PrefixReuse)
         self.targets = np.asarray(y, dtype=np.int32)
         self.banned = engine.eog_ids if ban_rows is not None else None
         self.without_request = (empty + y, len(empty))
@@ -243,13 +244,13 @@ class _ResponsePasses:
         pass is sent with it (its request first, as when they were sent one by one)."""
         if not self.batched:
             return self.run(tokens, targets_from)
-        without, base = logprobs_many(self.engine, [self.without_request, (tokens, targets_from)], self.T)
+        without, base = self.engine.logprobs_many([self.without_request, (tokens, targets_from)], self.T)
         self.logp_without = without
         return {1.0: base}
 
     def run_many(self, requests: Sequence[tuple[list[int], int]], on_done=None) -> list[dict]:
         """``run`` of each (tokens, targets_from), all at once (``batched`` only), in the order given."""
-        return [{1.0: out} for out in logprobs_many(self.engine, requests, self.T, on_done)]
+        return [{1.0: out} for out in self.engine.logprobs_many(requests, self.T, on_done)]
 
     def run(
         self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False, tiling=None
@@ -291,13 +292,11 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
-        require_teacher_forcing(engine, "scoring")
+        require(engine, [TeacherForcing], "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
-            require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
+            require(engine, [LogitRows], "mixing with lambda != 1 (or an epsilon bound)")
         self._render = None
         if self.template.chat:  # the model's own chat template; refused now when it has none
-            from ctxlite.runtime.chat import render_chat
-
             self._render = lambda messages: render_chat(engine, messages)
             self.template.parts("", self._render)
 
@@ -348,7 +347,7 @@ class InfluenceScorer:
             self.engine.check_fits(len(enc.with_context) + len(y))
             results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None)
         else:
-            require(self.engine, [Capability.LOGIT_ROWS, Capability.STREAMS], "generating a response")
+            require(self.engine, [LogitRows, Streams], "generating a response")
             for lam in st.lambdas:
                 for eps in st.epsilons or (None,):
                     gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, eps)
@@ -479,10 +478,8 @@ class InfluenceScorer:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the
         engine in dry-run mode (nothing decoded; the cache is cleared after); None where the
         backend has no prefix reuse or cannot run dry."""
-        from ctxlite.runtime.planning import dry_count
-
         eng, n, p, full = self.engine, self.settings.ngram, len(enc.prefix), enc.with_context
-        if Capability.PREFIX_REUSE not in eng.capabilities:
+        if not isinstance(eng, PrefixReuse):
             return None
 
         def job():
@@ -558,12 +555,12 @@ class _Ablations:
             on_done = None if tick is None else lambda k: tick("ablations", first + k, total)
             if tick is not None:
                 tick("ablations", first, total)
-            before = getattr(self.engine, "tokens_decoded", 0)
+            before = self._decoded()
             sent = self.passes.run_many([sequence(*job[:3]) for job in jobs], on_done)
-            self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+            self.tokens += self._decoded() - before
         for j, (a, kind, i, tiling) in enumerate(jobs):
             shared = p + a
-            before = getattr(self.engine, "tokens_decoded", 0)
+            before = self._decoded()
             if sent is not None:
                 out = sent[j]
             else:
@@ -574,21 +571,25 @@ class _Ablations:
             if kind == self.ABLATION:
                 outs[i] = out
                 self.count += 1
-                self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+                self.tokens += self._decoded() - before
             else:
                 canonical = self.base if kind == self.NULL_PROBE else outs[i]
                 self.nulls.setdefault("points", []).append(a)
                 self.nulls.setdefault("kinds", []).append("null" if kind == self.NULL_PROBE else "ablation")
                 for k in self.base:
                     self.nulls.setdefault(k, []).append(out[k] - canonical[k])
-                self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
+                self.null_tokens += self._decoded() - before
             self.done += 1
         if self.progress is not None and sent is None:  # a batch ticked as its requests ended
             self.progress("ablations", self.done, self.done)
         return outs
 
+    def _decoded(self) -> int:
+        """The tokens the backend decoded so far (0 where it counts none: a server)."""
+        return self.engine.tokens_decoded if isinstance(self.engine, CountsDecodes) else 0
+
     def record(self, method: str, n_windows: int) -> dict:
-        counted = hasattr(self.engine, "tokens_decoded")
+        counted = isinstance(self.engine, CountsDecodes)
         return {
             "method": method,
             "windows": n_windows,

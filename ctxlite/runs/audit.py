@@ -24,7 +24,7 @@ from ctxlite.audit.game import run_audit as play
 from ctxlite.audit.report import AuditReport
 from ctxlite.audit.settings import Attack, AuditSettings, Task, audit_identity
 from ctxlite.audit.template_search import search_template
-from ctxlite.errors import InvalidParameter
+from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, Verdict, audit_verdict, check_epsilon_unit
 from ctxlite.lock import LogLock
 from ctxlite.records import RecordLog
@@ -63,6 +63,19 @@ class AuditRun:
     trials: int = 0
     scores: dict[str, TrialScores] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def require_report(self) -> None:
+        """Refuse (``DataError``) what needs the report of a partial audit (a gate, a JUnit file): it is
+        formed when the run finishes."""
+        if self.report is None:
+            raise DataError(
+                f"{self.log.path} is a partial audit: its report is formed when the run finishes, so there is no "
+                "ε to gate or write as JUnit yet (re-run the same command with --resume to finish it)"
+            )
+
+    def check_gate_finished(self) -> None:
+        """An audit's verdict exists only for a finished run (:meth:`require_report`)."""
+        self.require_report()
 
 
 class _Job:

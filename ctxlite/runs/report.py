@@ -156,28 +156,16 @@ def _as_logged(obj):
     return json.loads(json.dumps(obj, allow_nan=False))
 
 
-PARTIAL_AUDIT = (
-    "{path} is a partial audit: its report is formed when the run finishes, so there is no ε to gate or "
-    "write as JUnit yet (re-run the same command with --resume to finish it)"
-)
-"""Why a partial audit has no verdict (a gate or a JUnit file asked of it is refused)."""
-
-PARTIAL_GATE = (
-    "{path} is a partial run: nothing finished so far trips the gate, but a gate needs a finished run "
-    "(re-run the same command to finish it)"
-)
-"""Why a gate on a partial score run that trips nowhere yet is refused, not passed."""
-
-
 def _audit(run: RunLog, gate: EpsilonGate | None, note) -> AuditRun:
     scores = _trial_scores(run)
     trials = sum("/trial=" in k for k in run.records)
     state = log_state(run, run.path)
     if not run.complete:
         partial(run, f"{trials} trial(s) logged, no report formed yet", note)
+        audit = AuditRun(None, None, run.identity, False, state, trials, scores, note.kept)
         if gate is not None:
-            raise DataError(PARTIAL_AUDIT.format(path=run.path))
-        return AuditRun(None, None, run.identity, False, state, trials, scores, note.kept)
+            audit.require_report()
+        return audit
     report = _recomputed_report(run, end_part(run, "report"))
     if report.rereport_warning:  # the stored report was a re-report of the trials under another bound choice
         note(f"ctxlite: warning: {report.rereport_warning}")

@@ -26,7 +26,7 @@ from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS
 from ctxlite.records import RecordLog
 from ctxlite.runs.log import LogState, finish
 from ctxlite.runs.progress import Notes, Progress, Silent
-from ctxlite.runtime.backend import require_teacher_forcing
+from ctxlite.runtime.backend import TeacherForcing, require
 from ctxlite.runtime.engine import LocalModel
 from ctxlite.runtime.planning import Plan, plan_run
 from ctxlite.runtime.templates import PromptTemplate, get_template
@@ -71,6 +71,15 @@ class ScoreRun:
         """The examples this run scored (the rest it read from its log)."""
         return [k for k in self.keys if k not in self.reused]
 
+    def check_gate_finished(self) -> None:
+        """Refuse (``DataError``) a gate on a partial run (read from its log) that nothing finished so
+        far trips: it may neither pass nor stay inconclusive on an unfinished run."""
+        if not self.complete and self.verdict.gate is not None and not self.verdict.failures:
+            raise DataError(
+                f"{self.log.path} is a partial run: nothing finished so far trips the gate, but a gate needs a "
+                "finished run (re-run the same command to finish it)"
+            )
+
 
 def score_identity(backend, template: PromptTemplate, settings: InfluenceSettings) -> dict:
     """What a score log is bound to: the backend's identity (model, software, engine settings, or
@@ -105,7 +114,7 @@ class _Job:
         self.progress = progress or Silent()
         self.notes = Notes(self.progress)
         if not isinstance(backend, LocalModel):  # a server without log-probabilities: before a log is opened
-            require_teacher_forcing(backend, "scoring")
+            require(backend, [TeacherForcing], "scoring")
         self.identity = score_identity(backend, self.template, self.settings)
         self.log: RecordLog | None = None
         self.reused: list[str] = []

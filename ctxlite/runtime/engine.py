@@ -43,7 +43,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -54,7 +54,7 @@ import numpy as np
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
 from ctxlite.identity import software
 from ctxlite.runtime import kernels, models
-from ctxlite.runtime.backend import Capability, RowsCallback, Tiling
+from ctxlite.runtime.backend import RowsCallback, Tiling, sequential_logprobs
 from ctxlite.runtime.build import llama_build
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import model_identity, resolve_model
@@ -229,12 +229,19 @@ class EngineConfig:
 
 
 class Engine:
-    """One loaded GGUF model and a llama.cpp context over it.
+    """One loaded GGUF model and a llama.cpp context over it: a backend with every capability of
+    :mod:`ctxlite.runtime.backend` but embeddings, which ``Engine(..., embeddings=True)`` has (it
+    makes an :class:`EmbeddingEngine`, whose context pools its hidden states).
 
     >>> eng = Engine("gemma-3-270m")                       # doctest: +SKIP
     >>> toks = eng.tokenize("Paris is the capital of France")  # doctest: +SKIP
     >>> eng.logprobs(toks, targets_from=3)                 # doctest: +SKIP
     """
+
+    def __new__(cls, model=None, config=None, *, embeddings: bool = False):
+        if embeddings and cls is Engine:
+            cls = EmbeddingEngine
+        return super().__new__(cls)
 
     def __init__(
         self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, *, embeddings: bool = False
@@ -261,12 +268,6 @@ class Engine:
         self.decode_calls = 0  # llama_decode calls (the other cost counter)
         self.dry_run = False  # count the decodes a run needs without running them (planning): flat logits
         self._eog_ids: np.ndarray | None = None
-
-    # ----- what this backend can do ---------------------------------------
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        caps = {Capability.LOGIT_ROWS, Capability.PREFIX_REUSE, Capability.STREAMS}
-        return frozenset(caps | {Capability.EMBEDDINGS} if self.embeddings else caps)
 
     @property
     def max_streams(self) -> int:
@@ -523,6 +524,15 @@ class Engine:
         self.score_tokens(tokens, targets_from, take)
         return out
 
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[np.ndarray]:
+        """:meth:`logprobs` of each (tokens, targets_from), one after the other, in the order given."""
+        return sequential_logprobs(self, requests, temperature, on_done)
+
     def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray:
         """Copy of the (n_targets, V) float32 logits predicting ``tokens[targets_from:]``."""
         out = np.empty((len(tokens) - targets_from, self.n_vocab), dtype=np.float32)
@@ -692,22 +702,6 @@ class Engine:
         entry.tokens, entry.row = tokens, row
         return row.copy()
 
-    # ----- embeddings -----------------------------------------------------
-    def embed(self, text: str) -> np.ndarray:
-        """Mean-pooled final hidden state of ``text`` (engine built with ``embeddings=True``)."""
-        if not self.embeddings:
-            raise InvalidParameter("this engine was not created with embeddings=True")
-        tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
-        self.check_fits(len(tokens), "text to embed")
-        self.clear()
-        self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
-        if self.dry_run:
-            return np.full(self.n_embd, 1.0 / math.sqrt(self.n_embd))
-        ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
-        if not ptr:
-            raise DecodeError("llama.cpp returned no pooled embedding")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
-
     # ----- metadata -------------------------------------------------------
     def metadata(self, key: str) -> str | None:
         """The model's GGUF metadata value under ``key`` (e.g. ``tokenizer.chat_template``), or None.
@@ -734,6 +728,27 @@ class Engine:
             flash_attn=self.config.flash_attn,
         )
         return info
+
+
+class EmbeddingEngine(Engine):
+    """An :class:`Engine` whose context pools the final hidden states: it has embeddings too
+    (``Engine(model, config, embeddings=True)`` makes one)."""
+
+    def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, **_):
+        super().__init__(model, config, embeddings=True)
+
+    def embed(self, text: str) -> np.ndarray:
+        """Mean-pooled final hidden state of ``text``."""
+        tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
+        self.check_fits(len(tokens), "text to embed")
+        self.clear()
+        self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
+        if self.dry_run:
+            return np.full(self.n_embd, 1.0 / math.sqrt(self.n_embd))
+        ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
+        if not ptr:
+            raise DecodeError("llama.cpp returned no pooled embedding")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
 
 
 def local_identity(model_path, config: EngineConfig) -> dict:

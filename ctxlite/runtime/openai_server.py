@@ -1,20 +1,20 @@
 """A model behind an OpenAI-compatible HTTP server (llama-cpp-python's, llama.cpp's, vLLM) as a Backend.
 
 ctxlite sends requests; the server batches, caches prefixes and spreads over its GPUs. What such a
-server offers is *teacher forcing* and its own *sampled completions*, so :class:`OpenAIServer`
-declares one optional capability, ``SAMPLES`` (see :mod:`ctxlite.runtime.backend`):
+server offers is *teacher forcing* and its own *sampled completions*: :class:`OpenAIServer` has those
+two capabilities of :mod:`ctxlite.runtime.backend` (``TeacherForcing``, ``SampledCompletions``):
 
 * log p(y_t | y_<t) of given tokens: one ``/v1/completions`` request with the token ids as the
   prompt, ``echo`` and ``logprobs``, ``max_tokens = 1`` (the one generated token is ignored). The
   server reports log softmax of the raw logits, i.e. temperature 1: log p_T for T ≠ 1 needs the
   normaliser Σ_v exp(l_v / T) over the whole vocabulary, which no endpoint returns, so T ≠ 1 is
   refused rather than approximated.
-* no ``LOGIT_ROWS``: λ ≠ 1, CID generation and a self-judging judge are refused through
+* no ``LogitRows``: λ ≠ 1, CID generation and a self-judging judge are refused through
   :func:`~ctxlite.runtime.backend.require`. A classification audit's label distribution is exact
   anyway: P(label) is a product of teacher-forced token probabilities (``ctxlite.audit.oracle``).
-* no ``PREFIX_REUSE``: every ablation is sent whole; the server's own prefix cache (vLLM
+* no ``PrefixReuse``: every ablation is sent whole; the server's own prefix cache (vLLM
   ``--enable-prefix-caching``, llama.cpp's slot cache) is what saves the shared prefix.
-* ``SAMPLES``: a generation audit's texts are the server's own sampled completions
+* ``SampledCompletions``: a generation audit's texts are the server's own sampled completions
   (:meth:`OpenAIServer.sample_texts`), one request per text, with the temperature, ``max_tokens`` and
   a seed per text, and every other filter of the server turned off (top-p 1, top-k and min-p off,
   no repetition penalty), so the text is a sample of softmax(logits / T), as locally.
@@ -28,9 +28,10 @@ ablations, a prompt's labels), at most ``concurrency`` in flight, each result re
 request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
 flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
 
-A server whose completions carry no ``logprobs`` is found at connection (``prompt_logprobs`` is
-then False): teacher forcing, hence scoring, is refused naming the missing capability, and a
-classification audit takes its answers from sampled completions instead (``ctxlite.audit.oracle``).
+A server whose completions carry no ``logprobs`` is found at connection: it is a :class:`ServedModel`
+(``prompt_logprobs`` False), without teacher forcing, so scoring is refused naming the missing
+capability, and a classification audit takes its answers from sampled completions instead
+(``ctxlite.audit.oracle``).
 
 Every answer is checked before it is used (:func:`check_logprobs` and the checks of each
 endpoint): it is a JSON object without an ``error`` member (some servers answer HTTP 200 with
@@ -75,7 +76,7 @@ import httpx
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, InvalidParameter, ServerError
-from ctxlite.runtime.backend import Capability
+from ctxlite.identity import software
 
 API_KEY_VARIABLES = ("CTXLITE_API_KEY", "OPENAI_API_KEY")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -479,12 +480,10 @@ def _field(body: dict, path: Sequence, url: str, what: str):
     return node
 
 
-class OpenAIServer:
-    """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend`.
-
-    >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
-    >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
-    """
+class ServedModel:
+    """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend` with
+    :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
+    no log-probabilities is (:class:`OpenAIServer` connects to either kind)."""
 
     def __init__(self, config: ServerConfig, *, sleep=time.sleep):
         self.config = config
@@ -525,7 +524,7 @@ class OpenAIServer:
             raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
         self.prompt_logprobs = True
         try:
-            self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+            self._teacher_forced(sample, 1 if self.dialect != "llama-cpp-python" else 2)
         except NoPromptLogprobs:
             self.prompt_logprobs = False
 
@@ -548,17 +547,6 @@ class OpenAIServer:
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             n_ctx = None  # a context size that is no count is no information
         return (None if version is None else str(version)), n_ctx
-
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SAMPLES})
-
-    @property
-    def n_vocab(self) -> int:
-        raise InvalidParameter(
-            "the vocabulary size is not reported by OpenAI-compatible servers: the unigram canary (rare tokens "
-            "of the vocabulary) is not available with --backend openai; use --canary hex or semantic"
-        )
 
     # ----- tokenizer ----------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
@@ -649,20 +637,13 @@ class OpenAIServer:
     def bos_id(self) -> int | None:
         return self._bos
 
-    @property
-    def eog_ids(self) -> np.ndarray:
-        raise InvalidParameter("banning end-of-generation tokens needs full logit rows, which a server does not give")
-
-    def is_eog(self, token: int) -> bool:
-        raise InvalidParameter("generation needs full logit rows, which a server does not give")
-
     def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
         """Refuse a sequence longer than the server's context window, where it is known."""
         if self.n_ctx is not None and n_tokens > self.n_ctx:
             raise ContextOverflow(f"{what} is {n_tokens} tokens but the server's context window is {self.n_ctx} tokens")
 
     # ----- teacher forcing ----------------------------------------------
-    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+    def _teacher_forced(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
         log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
         if temperature != 1.0:
@@ -783,16 +764,6 @@ class OpenAIServer:
             self._texts[key] = text
         return text
 
-    def logprobs_many(
-        self,
-        requests: Sequence[tuple[Sequence[int], int]],
-        temperature: float = 1.0,
-        on_done: Callable[[int], None] | None = None,
-    ) -> list:
-        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
-        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
-        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
-
     def request_stats(self) -> RequestStats:
         """The requests sent so far (what the CLI's progress line shows: in flight, rates)."""
         return self._http.stats()
@@ -825,35 +796,6 @@ class OpenAIServer:
         if self.on_request is not None:
             self.on_request()
 
-    # ----- what the Backend protocol names but a server cannot do --------
-    def _no(self, what: str):
-        raise InvalidParameter(f"{what} needs {Capability.LOGIT_ROWS.value}, which the openai backend does not provide")
-
-    def logits_rows(self, tokens, targets_from):
-        self._no("full logit rows")
-
-    def next_logits(self, prompt, *, exact=False):
-        self._no("a next-token distribution")
-
-    def load_base(self, tokens, targets_from, on_rows=None):
-        self._no("prefix reuse")
-
-    def score_variant(self, tokens, shared, targets_from, on_rows, *, exact=False):
-        self._no("prefix reuse")
-
-    def streams(self, prompts):
-        self._no("lock-step streams")
-
-    def held_logits(self, tokens, key):
-        self._no("keyed prompts")
-
-    @property
-    def max_streams(self) -> int:
-        return 0
-
-    def embed(self, text: str):
-        self._no("embeddings")
-
     # ----- the run record -------------------------------------------------
     @property
     def requests(self) -> int:
@@ -862,8 +804,6 @@ class OpenAIServer:
     def identity(self) -> dict:
         """What identifies this backend's numbers: the ctxlite version and which server answered (base URL,
         model name, its reported version and tokenizer dialect). Never the API key."""
-        from ctxlite.identity import software
-
         return {
             "software": {"ctxlite": software()["ctxlite"]},
             "server": {
@@ -902,3 +842,41 @@ class OpenAIServer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class OpenAIServer(ServedModel):
+    """An OpenAI-compatible completions server as a backend with teacher forcing too: log p(y_t | y_<t)
+    from the completions' echoed prompt log-probabilities (:class:`~ctxlite.runtime.backend.TeacherForcing`).
+
+    Connecting probes the server; one whose completions carry no log-probabilities is returned as a
+    :class:`ServedModel` (``prompt_logprobs`` False): scoring refuses it by name, and an audit samples
+    its answers from it.
+
+    >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
+    >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
+    """
+
+    def __new__(cls, config: ServerConfig, *, sleep=time.sleep):
+        server = super().__new__(cls)
+        ServedModel.__init__(server, config, sleep=sleep)  # connects and probes
+        if not server.prompt_logprobs:
+            server.__class__ = ServedModel  # what it offers: no teacher forcing
+        return server
+
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep):
+        pass  # connected by __new__
+
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+        """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
+        log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
+        return self._teacher_forced(tokens, targets_from, temperature)
+
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list:
+        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
+        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
+        return self._map(lambda r: self._teacher_forced(r[0], r[1], temperature), requests, on_done)
