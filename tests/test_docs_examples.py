@@ -1,5 +1,7 @@
 """Every documented example runs: each example in a command's ``--help`` and every
-``ctxlite`` line and Python block of the README, on the real default model.
+``ctxlite`` line and Python block of the README and of every docs/*.md page, on the real default
+model. (Shell lines that are not ``ctxlite`` commands are each listed, with the reason they do not
+run, in tests/docs_pages.py; tests/test_docs.py checks that list.)
 
 Examples are run as written except for two mechanical changes: placeholder
 files (``note.txt``, ``private.jsonl``, ...) become real files, and sizes are
@@ -18,11 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
+from tests.docs_pages import REPO, blocks, commands
 
 pytestmark = pytest.mark.model
 
-REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text(encoding="utf-8")
 DATA = REPO / "ctxlite" / "data"
 NOTE = (
     "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily for "
@@ -52,18 +53,7 @@ def help_examples(command: str) -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip().startswith("ctxlite ")]
 
 
-def readme_commands() -> list[str]:
-    out = []
-    for block in re.findall(r"```sh\n(.*?)```", README, flags=re.S):
-        for line in block.splitlines():
-            line = line.split("  #", 1)[0].strip()
-            if line.startswith("ctxlite "):
-                out.append(line)
-    return out
-
-
-def readme_python() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+PYTHON = blocks("python")  # (page, code) of every Python block of the README and docs/
 
 
 def _set(args: list[str], flag: str, value: str) -> None:
@@ -118,14 +108,12 @@ def _distinct(lines):
     return sorted(seen.values())
 
 
-EXAMPLES = _distinct(
-    set().union(*(help_examples(c) for c in ("score", "audit", "report", "verify")), readme_commands())
-)
+EXAMPLES = _distinct(set().union(*(help_examples(c) for c in ("score", "audit", "report", "verify")), commands()))
 
 
 def test_the_documentation_has_examples():
     assert len(help_examples("score")) >= 3 and len(help_examples("audit")) >= 4 and len(help_examples("report")) >= 3
-    assert len(readme_commands()) >= 6 and len(readme_python()) >= 2
+    assert len(commands()) >= 6 and len(PYTHON) >= 3
 
 
 @pytest.fixture(scope="module")
@@ -189,15 +177,14 @@ def test_documented_command_runs(line, tmp_path, request):
     )
 
 
-@pytest.mark.parametrize("index", range(len(readme_python())))
-def test_readme_python_block_runs(index, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("page,code", PYTHON, ids=[f"{page}#{i}" for i, (page, _) in enumerate(PYTHON)])
+def test_documented_python_block_runs(page, code, tmp_path, monkeypatch, capsys):
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    code = readme_python()[index]
     scope: dict = {}
     if "in_scores" in code:  # the estimator example: give it scores
         scope.update(in_scores=[0.9, 0.8, 0.7, 0.95, 0.6] * 20, out_scores=[0.1, 0.5, 0.3, 0.2, 0.65] * 20)
-    exec(compile(code, f"README python block {index}", "exec"), scope)
+    exec(compile(code, f"python block of {page}", "exec"), scope)
     for line in code.splitlines():  # a value a comment promises is the value the code returns
         m = re.match(r"(.+?)\s+#\s*(-?\d+\.\d+)\s*$", line)
         if m:

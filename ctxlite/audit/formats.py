@@ -42,6 +42,8 @@ OUTPUT_SLOT_STRIP = " \t"
 
 
 class Task(Choice):
+    """What the audited prompt asks for (``--task``): a label (``classify``) or a text (``generate``)."""
+
     CLASSIFY = "classify"
     GENERATE = "generate"
 

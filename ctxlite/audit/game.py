@@ -87,6 +87,10 @@ def _eps_key(eps: float) -> str:
 
 
 def make_mechanism(settings: AuditSettings, epsilon: float, judge: JudgeModel | None = None) -> Mechanism:
+    """The mechanism ``settings.mechanism`` names, at theoretical ``epsilon`` (used by rnm/esa only).
+
+    ``judge`` is the judge model of ``MechanismKind.JUDGE``.
+    """
     kind = settings.mechanism
     if kind is MechanismKind.NONE:
         return NoDefense()

@@ -21,6 +21,9 @@ from ctxlite.identity import bundled_data_hash, content_hash
 
 
 class MechanismKind(Choice):
+    """The private ICL method under audit (``--mechanism``): no defence, a prompt defence (level 1 or 2),
+    an LLM judge, or a DP aggregation: report-noisy-max (``rnm``) or embedding-space aggregation (``esa``)."""
+
     NONE = "none"
     PROMPT_L1 = "prompt-l1"
     PROMPT_L2 = "prompt-l2"
@@ -34,11 +37,16 @@ class MechanismKind(Choice):
 
 
 class Attack(Choice):
+    """What the auditor asks (``--attack``): the ContextLeak canary query, or the injection baseline."""
+
     CANARY = "canary"  # ContextLeak: canary + targeted query
     INJECTION = "injection"  # baseline: ask the model to print the examples
 
 
 class DetectorKind(Choice):
+    """How a release is scored for the canary (``--detector``): its projection onto the IN-minus-OUT
+    direction of the reference runs, or the frequency of the canary's label (classify)."""
+
     DIRECTION = "direction"
     COUNT = "count"
 

@@ -1,8 +1,8 @@
 """The ``ctxlite`` command line: a thin layer over the library.
 
 The library raises ``CtxliteError`` subclasses; only here are they turned into
-one-line messages and the exit codes documented in ``ctxlite.errors`` and the
-README. Ctrl-C exits with 130 after the commands have kept what finished.
+one-line messages and the exit codes documented in ``ctxlite.errors`` and
+docs/errors.md. Ctrl-C exits with 130 after the commands have kept what finished.
 """
 
 from __future__ import annotations

@@ -469,6 +469,8 @@ def flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
 
 
 def identity_table(identity: dict, redact: Redactor) -> str:
+    """The run identity as an HTML table, one row per dotted field; the template, format and chat text go
+    through ``redact`` (shown only by position, length and hash under ``--no-text``)."""
     rows = []
     for k, v in flatten(identity):
         text = "" if v is None else str(v)

