@@ -96,7 +96,7 @@ class _Job:
 
     def identity(self) -> dict:
         """The trial log's identity, computed without loading a model (model files are hashed)."""
-        model = (lambda b: None if b is None else b.identity()["model"])  # noqa: E731
+        model = lambda b: None if b is None else b.identity()["model"]  # noqa: E731
         return audit_identity(
             self.backend.identity(), self.settings, self.records, model(self.embedder), self.fmt, model(self.judge)
         )

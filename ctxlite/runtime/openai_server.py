@@ -485,14 +485,15 @@ class ServedModel:
     :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
     no log-probabilities is (:class:`OpenAIServer` connects to either kind)."""
 
+    on_request: Callable[[], None] | None = None
+    """Called in the calling thread after each request of a batch ends (the CLI redraws its progress line)."""
+
     def __init__(self, config: ServerConfig, *, sleep=time.sleep):
         self.config = config
         self._http = _Http(config, sleep)
         self._pool = _Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
         self._texts: dict[tuple[int, ...], str] = {}
-        # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
-        self.on_request: Callable[[], None] | None = None
         try:
             self._probe()
         except BaseException:
