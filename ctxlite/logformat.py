@@ -106,14 +106,14 @@ def _upgrade_lambda(r: dict, context_tokens: int) -> dict:
     if search is not None:
         search = {"tokens_decoded": None, "null_ablations": 0, "null_tokens": None, **search}
         if search.get("method") == "adaptive":
-            search = {key: None for key in _ADAPTIVE} | {"blocks": []} | search
+            search = {key: None for key in ADAPTIVE_SEARCH_FIELDS} | {"blocks": []} | search
             if search.get("measured_every_window") is None:
                 search["measured_every_window"] = len(ngrams) >= int(search.get("windows") or 0)
         r["search"] = search
     return r
 
 
-_ADAPTIVE = (
+ADAPTIVE_SEARCH_FIELDS = (
     "top",
     "refine_ratio",
     "branching",
@@ -123,6 +123,7 @@ _ADAPTIVE = (
     "measured_every_window",
     "exhaustive_tokens",
 )
+"""The fields an adaptive search's record holds beside an exhaustive one's (this format)."""
 
 
 # --------------------------------------------------------------------------

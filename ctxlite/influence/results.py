@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ctxlite.influence.noise import NoiseFloor
 from ctxlite.influence.regurgitation import Regurgitation
+from ctxlite.logformat import ADAPTIVE_SEARCH_FIELDS
 
 
 @dataclass
@@ -118,16 +119,7 @@ class SearchRecord:
     exhaustive_tokens: int | None = None
     blocks: list[Block] | None = None
 
-    ADAPTIVE = (
-        "top",
-        "refine_ratio",
-        "branching",
-        "top_blocks",
-        "rounds",
-        "converged",
-        "measured_every_window",
-        "exhaustive_tokens",
-    )
+    ADAPTIVE = ADAPTIVE_SEARCH_FIELDS
 
     @property
     def adaptive(self) -> bool:
