@@ -86,8 +86,7 @@ class AuditRow:
     confidence, same selection) with ``epsilon_from_mu_lb``, its ε at δ, and
     ``epsilon_from_mu_lb_kind``: a lower bound only where the audited release
     is provably the Gaussian mechanism (``gaussian_mu``, its exact μ), and
-    only then also ``epsilon_gdp_bound`` (null elsewhere, with the reason; logs
-    before this change wrote it for every row), ``auroc`` (threshold-free),
+    only then also ``epsilon_gdp_bound`` (null elsewhere, with the reason), ``auroc`` (threshold-free),
     ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
     test), ``accuracy_upper_bound`` (a confidence limit on any threshold
     test's balanced accuracy), ``epsilon_upper_bound`` (classification: the

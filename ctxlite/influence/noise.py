@@ -70,7 +70,7 @@ class NoiseFloor:
     def max(self) -> float:
         if self.per_token:
             return 2.0 * float(sum(self.per_token))
-        return max(self.sums) if self.sums else 0.0  # an older floor (null ablations only)
+        return max(self.sums) if self.sums else 0.0  # a floor of null ablations only (ctxlite.logformat)
 
     @property
     def mean(self) -> float:
