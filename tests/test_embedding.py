@@ -73,7 +73,8 @@ def test_the_embedders_score_job_is_the_command_lines(tmp_path):
     lib, cli = tmp_path / "lib", tmp_path / "cli"
     lib.mkdir(), cli.mkdir()
     run = score_job(data, lib / "scores.jsonl", lib / "junit.xml", lib / "report.html")
-    assert run.keys == ["clin-001", "clin-002"] and run.scored == run.keys and run.summary is not None
+    ids = [json.loads(line)["id"] for line in data.read_text().splitlines()]
+    assert run.keys == ids and len(ids) == 2 and run.scored == run.keys and run.summary is not None
     assert (
         run.verdict.gate is not None
         and run.log.head == json.loads((lib / "scores.jsonl").read_text().splitlines()[-1])["chain"]
