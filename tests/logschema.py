@@ -59,10 +59,10 @@ def is_intact_run_log(path: Path) -> bool:
             header = json.loads(f.readline())
         if not isinstance(header, dict) or "schema_version" not in header or header.get("type") not in LINES:
             return False
-        read_run_log(path)
+        run = read_run_log(path)
     except (OSError, ValueError, DataError):
         return False
-    return True
+    return run.chained  # a log of this format is chained: one without is an older one a test made
 
 
 def sweep(folder: Path, skip=()) -> list[str]:
