@@ -601,7 +601,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
     assert clean_sig == l2_sig and clean_z == zs and clean.rows == l2.rows  # ... and withheld nothing
     monkeypatch.setattr(Judge, "_judge_leaks", lambda self, oracle, fmt, records, output: True)
     blocked, blocked_sig, _ = play("judge", "blocked")
-    withheld = leak_fraction(OTHER, blocked.canary["text"])
+    withheld = leak_fraction(OTHER, blocked.canary.text)
     assert blocked_sig == [pytest.approx(withheld, abs=1e-12)] * 8  # every output withheld
     assert blocked_sig != l2_sig  # which changes what the injection recovers
 

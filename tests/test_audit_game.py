@@ -155,7 +155,7 @@ def trials(log: SpyLog):
 
 
 def canary_record(report) -> dict:
-    return {"text": report.canary["text"], "label": report.canary["label"]}
+    return {"text": report.canary.text, "label": report.canary.label}
 
 
 # ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
     datasets = {0: [], 1: []}
     for key, rec, calls in trials(log):
         assert [k for k, _, _ in calls] == ["label"]  # one prompt per release (its answers are counted)
-        recs = parse(calls[0][1], report.query["text"])
+        recs = parse(calls[0][1], report.query.text)
         z = rec["z"]
         if "/ref=" in key:
             assert z == int("/ref=in/" in key)
@@ -229,7 +229,7 @@ def test_canary_sits_in_exactly_one_ensemble(play):
     private = {0: set(), 1: set()}
     for key, rec, calls in trials(log):
         assert [k for k, _, _ in calls] == ["label"] * 4  # one vote per ensemble
-        groups = [parse(p, report.query["text"]) for _, p, _ in calls]
+        groups = [parse(p, report.query.text) for _, p, _ in calls]
         assert all(len(g) == 1 for g in groups)
         members = [json_key(r) for g in groups for r in g]
         assert len(set(members)) == 4  # disjoint ensembles covering the private set
@@ -298,7 +298,7 @@ def test_defence_text_is_in_every_prompt(play, mechanism, text):
     for key, rec, calls in trials(log):
         label_calls = [p for k, p, _ in calls if k == "label"]
         assert len(label_calls) == 1
-        recs = parse(label_calls[0], text + report.query["text"])  # examples, then the defence, then the query
+        recs = parse(label_calls[0], text + report.query.text)  # examples, then the defence, then the query
         assert (c in recs) == bool(rec["z"])
 
 
@@ -420,7 +420,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
         judge_answers = {p: yes_no for k, p, yes_no in calls if k == "judge"}
         released, replaced_before = [], replaced
         for prompt, raw in texts:
-            recs = parse(prompt, ("" if mechanism == "none" else L2_TEXT) + report.query["text"])
+            recs = parse(prompt, ("" if mechanism == "none" else L2_TEXT) + report.query.text)
             assert (canary_record(report) in recs) == bool(rec["z"])
             out = raw
             if mechanism != "none" and _keyword(raw):
@@ -436,7 +436,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
             replaced += out != raw
             released.append(out)
         assert rec["withheld"] == replaced - replaced_before  # the trial logs what the defence withheld
-        want = float(np.mean([leak_fraction(o, report.canary["text"]) for o in released]))
+        want = float(np.mean([leak_fraction(o, report.canary.text) for o in released]))
         assert rec["signal"] == [pytest.approx(want, abs=1e-12)]
         assert rec["score"] == pytest.approx(want, abs=1e-12)  # the leak detector reads the fraction
         if mechanism != "judge":
@@ -486,7 +486,7 @@ def test_count_detector_reads_the_canary_label(play, mechanism):
         **kw,
     )
     report, log, _ = play(s)
-    j = FMT.labels.index(report.canary["label"])
+    j = FMT.labels.index(report.canary.label)
     differ = 0
     for key, rec, _ in trials(log):
         assert "/ref=" not in key  # the count detector needs no reference runs
@@ -653,9 +653,9 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
     report, log, oracle = play(s)
     calls = oracle.take()  # what ran after the last trial: the utility queries, then the exact profile's pair
     assert len(calls) == 9 and all(k == "label" for k, _, _ in calls)
-    d0 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 0)
-    d1 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 1)
-    assert [prompt for _, prompt, _ in calls[7:]] == [FMT.prompt(d, report.query["text"]) for d in (d1, d0)]
+    d0 = next(parse(c[0][1], report.query.text) for _, r, c in trials(log) if r["z"] == 0)
+    d1 = next(parse(c[0][1], report.query.text) for _, r, c in trials(log) if r["z"] == 1)
+    assert [prompt for _, prompt, _ in calls[7:]] == [FMT.prompt(d, report.query.text) for d in (d1, d0)]
     calls = calls[:7]
     answers = list(FMT.labels) + [OTHER]
     hits, items = [], []
