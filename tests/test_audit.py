@@ -494,8 +494,8 @@ def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_runs):
         assert (r1.epsilon_point or 0.0) < r8.epsilon_point, seed
         ins = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if recs[f"eps=8/trial={i}"]["z"]]
         outs = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if not recs[f"eps=8/trial={i}"]["z"]]
-        assert r8["audit_accuracy"] > _null_accuracy_quantile(ins, outs, 0.999, seed=seed), seed
-        gains.append(r8["audit_accuracy"] - r1["audit_accuracy"])
+        assert r8.audit_accuracy > _null_accuracy_quantile(ins, outs, 0.999, seed=seed), seed
+        gains.append(r8.audit_accuracy - r1.audit_accuracy)
     gains = np.asarray(gains)
     assert np.all(gains > 0)
     assert gains.mean() > 4 * gains.std(ddof=1) / math.sqrt(len(gains)), gains
