@@ -372,7 +372,7 @@ def test_rnm_noise_is_the_calibrated_gaussian(rnm_runs):
         sigma = analytic_gaussian_sigma(eps, 1e-5, math.sqrt(2))
         z = []
         for seed, (report, recs) in rnm_runs.items():
-            assert report.rows[[1.0, 8.0, math.inf].index(eps)]["sigma"] == pytest.approx(sigma)
+            assert report.rows[[1.0, 8.0, math.inf].index(eps)].sigma == pytest.approx(sigma)
             for i in range(RNM_TRIALS):
                 noisy = np.asarray(recs[f"eps={eps:g}/trial={i}"]["signal"])
                 clean = np.asarray(recs[f"eps=inf/trial={i}"]["signal"])

@@ -343,8 +343,8 @@ def test_a_kv_cache_larger_than_free_memory_is_refused(monkeypatch):
         E.Engine(config=E.EngineConfig(n_ctx=8192))
     monkeypatch.setattr(E, "_available_memory", lambda: 64 * 2**30)
     with E.Engine(config=E.EngineConfig(n_ctx=8192)) as eng:
-        # Gemma-3-270M: 18 layers, 1 KV head of 256 (K) + 256 (V), f16, 2 windows of 8192 cells
-        assert eng.kv_cache_bytes() == 2 * 8192 * 18 * 1 * 512 * 2
+        # Gemma-3-270M: 18 layers, 1 KV head of 256 (K) + 256 (V), f16, kv_slots (4) windows of 8192 cells
+        assert eng.config.kv_slots == 4 and eng.kv_cache_bytes() == 4 * 8192 * 18 * 1 * 512 * 2
 
 
 # ---------------------------------------------------------------------------
