@@ -461,4 +461,4 @@ class OpenAIServer(ServedModel):
     ) -> list:
         """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
         in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
-        return self._map(lambda r: self._teacher_forced(r[0], r[1], temperature), requests, on_done)
+        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
