@@ -92,9 +92,10 @@ def test_the_embedders_score_job_is_the_command_lines(tmp_path):
         and again.scored == []
         and _outputs(lib, "scores.jsonl") == _outputs(cli, "scores.jsonl")
     )
-    # a log of other inputs is refused, and left as it was
+    # a log of other inputs (no example's input unchanged) is refused, and left as it was
     changed = tmp_path / "changed.jsonl"
-    changed.write_text(data.read_text().replace("patient", "client"), encoding="utf-8")
+    edited = [{**d, "context": d["context"] + " Edited."} for d in map(json.loads, data.read_text().splitlines())]
+    changed.write_text("".join(json.dumps(d) + "\n" for d in edited), encoding="utf-8")  # same ids, other inputs
     with pytest.raises(DataError, match="holds results for other inputs"):
         score_job(changed, lib / "scores.jsonl", lib / "junit.xml", lib / "report.html")
     assert _outputs(lib, "scores.jsonl") == _outputs(cli, "scores.jsonl")
