@@ -77,7 +77,7 @@ def worker(args) -> None:
                 "probe_sums": floor.sums,
                 "floor_per_token": floor.per_token,
                 "per_token": {str(g.start): g.per_token for g in r.ngrams},
-                "null_tokens": r.search["null_tokens"],
+                "null_tokens": r.search.null_tokens,
                 "tokens_without_probes": without,
                 "tokens": tokens,
                 "seconds": seconds,

@@ -174,8 +174,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A7",
         "ctxlite/audit/report.py",
-        "BoundKind.SPLIT: Split(s.split_fraction, s.seed)",
-        "BoundKind.SPLIT: Split(s.split_fraction, 0)",
+        "BoundKind.SPLIT: Split(e.split_fraction, s.seed)",
+        "BoundKind.SPLIT: Split(e.split_fraction, 0)",
         (GAME,),
         "report_figures",
         "the Clopper-Pearson split ignores the audit seed",
@@ -183,7 +183,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A8",
         "ctxlite/audit/report.py",
-        '"epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr)',
+        '"epsilon_gdp": auditor.epsilon_gdp(s.delta, e.fpr)',
         '"epsilon_gdp": auditor.epsilon_gdp(s.delta)',
         (GAME,),
         "report_figures",
@@ -463,8 +463,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "V2",
         "ctxlite/gates.py",
-        '    if floor.get("method") != RETILED or not floor.get("per_token"):\n',
-        '    if not floor.get("per_token"):\n        return None  # an older floor: its max\n    if False:\n',
+        "    if floor.method != RETILED or not floor.per_token:\n",
+        "    if not floor.per_token:\n        return None  # an older floor: its max\n    if False:\n",
         (GATES, VERDICTS),
         FLOOR_GATE,
         "an older null-ablation floor (0 by construction) counts as a measured one",
@@ -472,7 +472,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "V3",
         "ctxlite/gates.py",
-        '    if not any(floor["per_token"]):\n',
+        "    if not any(floor.per_token):\n",
         "    if False:\n",
         (GATES,),
         FLOOR_GATE,
@@ -545,9 +545,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "R2",
-        "ctxlite/cli/score.py",
-        "    if len(log) and not reused:",
-        "    if False:",
+        "ctxlite/runs/score.py",
+        "        if len(log) and not self.reused:",
+        "        if False:",
         (IDENT,),
         "another_data_file or single_example",
         "a log of another input is not refused",
