@@ -1,0 +1,117 @@
+"""The audit game and its mechanisms on the FakeBackend: what each trial's prompts hold, that the game
+is reproducible, and that every mechanism and backend shape plays -- without a model."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+
+import ctxlite.audit.game as game_mod
+from ctxlite.audit.dataset import load_records
+from ctxlite.audit.formats import AuditFormat
+from ctxlite.audit.game import run_audit
+from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.settings import AuditSettings
+from ctxlite.errors import InvalidParameter
+from ctxlite.runtime.backend import Embeddings, SampledCompletions, TeacherForcing
+from ctxlite.runtime.fake import FakeBackend
+
+DATA = resources.files("ctxlite").joinpath("data")
+FMT = AuditFormat.builtin("classify")
+RECORD = re.compile(r"Text: (.*)\nLabel: (.*)\n")
+
+
+def classify_records():
+    return load_records(str(DATA.joinpath("classify_sample.jsonl")), "classify")
+
+
+class RecordingOracle(ModelOracle):
+    """The real oracle, keeping every prompt whose label distribution it is asked."""
+
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prompts: list[str] = []
+        RecordingOracle.made.append(self)
+
+    def label_distribution(self, prompt):
+        self.prompts.append(prompt)
+        return super().label_distribution(prompt)
+
+
+@pytest.mark.parametrize("seed, canary", [(0, "hex"), (1, "semantic"), (2, "unigram")])
+def test_the_canary_is_in_the_prompt_exactly_when_z_is_1(monkeypatch, seed, canary):
+    monkeypatch.setattr(game_mod, "ModelOracle", RecordingOracle)
+    RecordingOracle.made.clear()
+    s = AuditSettings(
+        task="classify", canary=canary, trials=12, shots=4, queries_per_trial=2, reference_runs=2, seed=seed
+    )
+    report = run_audit(FakeBackend(seed), classify_records(), s)
+    oracle = RecordingOracle.made[-1]
+    canary_record = {"text": report.canary.text, "label": report.canary.label}
+    with_canary = [canary_record in [{"text": t, "label": l} for t, l in RECORD.findall(p)] for p in oracle.prompts]
+    assert any(with_canary) and not all(with_canary)
+    assert all(p.startswith(FMT.instruction) for p in oracle.prompts)
+
+
+def test_the_game_is_reproducible():
+    s = AuditSettings(task="classify", trials=16, queries_per_trial=4, reference_runs=2, utility_queries=2, seed=3)
+    first = run_audit(FakeBackend(1), classify_records(), s).to_dict()
+    again = run_audit(FakeBackend(1), classify_records(), s).to_dict()
+    assert first == again
+    other = run_audit(FakeBackend(2), classify_records(), s).to_dict()
+    assert other["rows"] != first["rows"]
+
+
+@pytest.mark.parametrize(
+    "mechanism, extra",
+    [
+        ("none", {}),
+        ("prompt-l1", {}),
+        ("prompt-l2", {}),
+        ("judge", {"judge_model": None}),
+        ("rnm", {"epsilons": (1.0, float("inf")), "temperature": 0}),
+    ],
+)
+def test_every_classification_mechanism_plays(mechanism, extra):
+    s = AuditSettings(task="classify", mechanism=mechanism, trials=10, reference_runs=2, utility_queries=2, **extra)
+    report = run_audit(FakeBackend(5), classify_records(), s)
+    assert len(report.rows) == len(s.epsilons)
+    for row in report.rows:
+        assert 0.0 <= row.epsilon_lower_bound and np.isfinite(row.epsilon_lower_bound)
+
+
+def test_a_generation_audit_plays_with_an_embedding_model():
+    records = load_records(str(DATA.joinpath("dialogue_sample.jsonl")), "generate")
+    s = AuditSettings(
+        task="generate",
+        mechanism="esa",
+        epsilons=(1.0,),
+        trials=6,
+        reference_runs=2,
+        utility_queries=0,
+        max_new_tokens=6,
+    )
+    report = run_audit(FakeBackend(5), records, s, embedder=FakeBackend(6, capabilities=(Embeddings,)))
+    assert [r.epsilon for r in report.rows] == [1.0]
+
+
+def test_answers_are_sampled_where_the_backend_has_no_teacher_forcing():
+    """A server without log-probabilities: the answers are completions it samples; the report says so."""
+    s = AuditSettings(task="classify", trials=8, queries_per_trial=2, reference_runs=2, utility_queries=0)
+    report = run_audit(FakeBackend(5, capabilities=(SampledCompletions,)), classify_records(), s)
+    assert any("sampled by the server" in note for note in report.notes)
+    assert report.rows[0].epsilon_upper_bound is None  # no distribution: no exact ε of the pair
+
+
+def test_a_text_audit_is_refused_without_rows_or_completions():
+    s = AuditSettings(task="generate", trials=4, reference_runs=2, utility_queries=0)
+    records = load_records(str(DATA.joinpath("dialogue_sample.jsonl")), "generate")
+    with pytest.raises(InvalidParameter, match="full next-token logit rows"):
+        run_audit(
+            FakeBackend(capabilities=(TeacherForcing,)), records, s, embedder=FakeBackend(capabilities=(Embeddings,))
+        )
