@@ -32,6 +32,7 @@ capability and what needed it.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -205,6 +206,18 @@ def require(backend, needed: Iterable[type], for_what: str) -> None:
     if missing:
         name = backend.describe().get("backend", type(backend).__name__)
         raise InvalidParameter(f"{for_what} needs {' and '.join(missing)}, which the {name} backend does not provide")
+
+
+def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
+    from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    spans, n_chars = [], 0
+    for t in tokens:
+        start = n_chars
+        n_chars += len(decoder.decode(token_bytes(t)))
+        spans.append((start, n_chars))
+    return spans
 
 
 def sequential_logprobs(

@@ -37,7 +37,6 @@ cannot be rolled back to an earlier split point).
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import math
 import os
@@ -54,7 +53,7 @@ import numpy as np
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
 from ctxlite.identity import software
 from ctxlite.runtime import kernels, models
-from ctxlite.runtime.backend import RowsCallback, Tiling, sequential_logprobs
+from ctxlite.runtime.backend import RowsCallback, Tiling, char_spans_of, sequential_logprobs
 from ctxlite.runtime.build import llama_build
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import model_identity, resolve_model
@@ -382,13 +381,7 @@ class Engine:
 
         A character split over several tokens belongs to the token that completes it.
         """
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        spans, n_chars = [], 0
-        for t in tokens:
-            start = n_chars
-            n_chars += len(decoder.decode(self.token_bytes(t)))
-            spans.append((start, n_chars))
-        return spans
+        return char_spans_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:

@@ -40,7 +40,6 @@ run dry (planning needs llama.cpp).
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import re
@@ -62,6 +61,7 @@ from ctxlite.runtime.backend import (
     TeacherForcing,
     Tiling,
     Vocabulary,
+    char_spans_of,
     sequential_logprobs,
 )
 
@@ -140,13 +140,7 @@ class _Core:
 
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
         """Character span of each token in ``detokenize(tokens)`` (a character is the token's that completes it)."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        spans, n_chars = [], 0
-        for t in tokens:
-            start = n_chars
-            n_chars += len(decoder.decode(self.token_bytes(t)))
-            spans.append((start, n_chars))
-        return spans
+        return char_spans_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:
