@@ -208,6 +208,26 @@ def require(backend, needed: Iterable[type], for_what: str) -> None:
         raise InvalidParameter(f"{for_what} needs {' and '.join(missing)}, which the {name} backend does not provide")
 
 
+def check_targets(backend: Backend, tokens: Sequence[int], targets_from: int) -> None:
+    """Refuse a teacher-forced request whose first target is not in ``[1, len(tokens))`` or that does
+    not fit the backend's window."""
+    if not 1 <= targets_from < len(tokens):
+        raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+    backend.check_fits(len(tokens))
+
+
+def check_variant(base: Sequence[int] | None, tokens: Sequence[int], shared: int, targets_from: int) -> None:
+    """Refuse a :class:`PrefixReuse` variant that does not share its first ``shared`` tokens with the
+    ``base`` (None: no base loaded) or whose split is not before its first target."""
+    if base is None:
+        raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
+    if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != list(base[:shared]):
+        raise InvalidParameter(
+            f"variant must share its first {shared} tokens with the base and "
+            f"1 <= shared < targets_from ({targets_from})"
+        )
+
+
 def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
     """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
     from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""

@@ -53,7 +53,14 @@ import numpy as np
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
 from ctxlite.identity import software
 from ctxlite.runtime import kernels, models
-from ctxlite.runtime.backend import RowsCallback, Tiling, char_spans_of, sequential_logprobs
+from ctxlite.runtime.backend import (
+    RowsCallback,
+    Tiling,
+    char_spans_of,
+    check_targets,
+    check_variant,
+    sequential_logprobs,
+)
 from ctxlite.runtime.build import llama_build
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import model_identity, resolve_model
@@ -537,9 +544,7 @@ class Engine:
         return out
 
     def _check_targets(self, tokens: Sequence[int], targets_from: int) -> None:
-        if not 1 <= targets_from < len(tokens):
-            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
-        self.check_fits(len(tokens))
+        check_targets(self, tokens, targets_from)
 
     # ----- 2. prefix-shared variants --------------------------------------
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None:
@@ -587,15 +592,8 @@ class Engine:
             self.kv.clear(keep_base=True)
             start = 0
         else:
-            base = self.kv.base
-            if base is None:
-                raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
             # the row predicting the first target sits at targets_from - 1: it must be re-decoded
-            if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
-                raise InvalidParameter(
-                    f"variant must share its first {shared} tokens with the base and "
-                    f"1 <= shared < targets_from ({targets_from})"
-                )
+            check_variant(self.kv.base, tokens, shared, targets_from)
             reusable = min(shared, self.kv.valid)
             if tiling is not None:  # the other alignment (position 0 when no such position is shared)
                 start = reusable - (reusable - tiling.offset) % ROW_TILE if reusable >= tiling.offset else 0

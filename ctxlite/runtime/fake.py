@@ -62,6 +62,8 @@ from ctxlite.runtime.backend import (
     Tiling,
     Vocabulary,
     char_spans_of,
+    check_targets,
+    check_variant,
     sequential_logprobs,
 )
 
@@ -205,11 +207,6 @@ class _Core:
         for first in range(0, len(rows), self.rows_per_call):
             on_rows(rows[first : first + self.rows_per_call], first)
 
-    def _check_targets(self, tokens: Sequence[int], targets_from: int) -> None:
-        if not 1 <= targets_from < len(tokens):
-            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
-        self.check_fits(len(tokens))
-
     def _row_after(self, tokens: Sequence[int]) -> np.ndarray:
         """The (V,) float32 row after ``tokens``, whatever the cache holds (a pure function of them)."""
         tokens = list(tokens)
@@ -234,7 +231,7 @@ class _Core:
 class _TeacherForcing:
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p_T(tokens[t] | tokens[:t]) for t >= targets_from (from an empty cache)."""
-        self._check_targets(tokens, targets_from)
+        check_targets(self, tokens, targets_from)
         targets = np.asarray(tokens[targets_from:], dtype=np.int32)
         out = np.empty(len(targets))
 
@@ -265,7 +262,7 @@ class _Vocabulary:
 class _LogitRows:
     def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray:
         """The (n_targets, V) float32 logits predicting ``tokens[targets_from:]`` (from an empty cache)."""
-        self._check_targets(tokens, targets_from)
+        check_targets(self, tokens, targets_from)
         out = np.empty((len(tokens) - targets_from, N_VOCAB), dtype=np.float32)
 
         def take(view, first):
@@ -289,7 +286,7 @@ class _LogitRows:
 class _PrefixReuse:
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None:
         """Decode the base into the cells and keep it."""
-        self._check_targets(tokens, targets_from)
+        check_targets(self, tokens, targets_from)
         self._clear()
         self._decode(tokens, 0, targets_from - 1, on_rows)
         self._base = list(tokens)
@@ -307,18 +304,11 @@ class _PrefixReuse:
         """A variant of the base that equals it on ``[0, shared)``: the cells it shares with the base
         are kept and the rest decoded (``exact``: all of it). The contract of the engine's
         ``score_variant``, refused the same way."""
-        self._check_targets(tokens, targets_from)
+        check_targets(self, tokens, targets_from)
         if exact:
             start = 0
         else:
-            base = self._base
-            if base is None:
-                raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
-            if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
-                raise InvalidParameter(
-                    f"variant must share its first {shared} tokens with the base and "
-                    f"1 <= shared < targets_from ({targets_from})"
-                )
+            check_variant(self._base, tokens, shared, targets_from)
             start = self._reuse_from(shared)
         self._decode(tokens, start, targets_from - 1, on_rows, tiling)
 
