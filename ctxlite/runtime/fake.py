@@ -7,12 +7,12 @@ program that embeds ctxlite can test its own plumbing on it. Its numbers mean no
 language model; what it guarantees is their *shape*.
 
 Tokens are the 256 byte values, then BOS and EOS (the one end-of-generation token), then a few
-whole words (``WORDS``). The logits that
-follow a prefix t_0 … t_i are a pure function of that prefix:
+whole words (``WORDS``). The logits that follow a prefix t_0 … t_i are a pure function of it:
 
     l(t_0..t_i) = B[t_i] + β · log1p(c_i) + γ · H[h_i mod K]
 
-with B (V × V) and H (K × V) standard normal tables drawn from ``seed``; c_i[v] counts the earlier
+with B (V × V) and H (K × V) standard normal tables drawn from ``seed`` (B lowered for control
+bytes, so texts are mostly printable); c_i[v] counts the earlier
 positions j < i where the k tokens ending at j equal the k ending at i and t_{j+1} = v, summed
 over k = 1 … 3 (an induction head: text of the context is copied, so a context *influences* a
 response); h_i = Σ_{j ≤ i} (t_j + 1) · W[j] (mod 2³¹) with W a table of random position weights,
