@@ -8,15 +8,15 @@ with the first's: **coverage** is the fraction of n-grams with |τ_i(second) −
 floor the first build reported for that result (target ≥ 0.95). ``--ubatch N`` adds a third run:
 the first build with ``n_batch = n_ubatch = N`` (another batch size on the same machine).
 
-Data: the first --samples bundled score samples (ctxlite/data/score_sample.jsonl) and long
-contexts of --lengths tokens (bench_search.long_examples). Each example's response is fixed once,
-by the first build (its bundled response, else CID at λ = 1 with --seed), and both builds score
-that text. Settings: λ = 1, T = 0.8, disjoint --ngram windows, exhaustive search (every n-gram
+Data: the first --samples bundled score samples (ctxlite/data/score_sample.jsonl) and
+--per-length long contexts of each of --lengths tokens (bench_search.long_examples). Each
+example's response is fixed once, by the first build (its bundled response, else CID at λ = 1
+with --seed), and both builds score that text. Settings: λ = 1, T = 0.8, disjoint --ngram windows, exhaustive search (every n-gram
 measured), default probes. The floor's cost is its probes' decoded tokens over the rest of the
 run's (the base, the without-context pass and the ablations), ctxlite's own counts.
 
-    python bench/bench_floor.py [--samples 30] [--lengths 512] [--second /work/venv-native/bin/python]
-                                [--ubatch 37] [--threads 1]
+    python bench/bench_floor.py [--samples 30] [--lengths 512] [--per-length 2]
+                                [--second /work/venv-native/bin/python] [--ubatch 37] [--threads 1]
 
 Its last line: ``coverage=C floor_share=S`` over every n-gram and every example.
 """
@@ -101,7 +101,7 @@ def fixed_examples(engine, spec) -> list[dict]:
         Example(context=s["context"], query=s["query"], response=s.get("response"), id=s["id"])
         for s in samples[: spec["samples"]]
     ]
-    exs += long_examples(engine, samples, spec["lengths"], 1)
+    exs += long_examples(engine, samples, spec["lengths"], spec.get("per_length", 1))
     plain = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(1.0,), ngram=spec["ngram"]))
     exs = [fixed_response(engine, plain, ex, spec["seed"]) for ex in exs]
     return [{"id": e.id, "context": e.context, "query": e.query, "response": e.response} for e in exs]
@@ -144,6 +144,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=30, help="bundled samples (0 = none)")
     p.add_argument("--lengths", default="512", help="long-context lengths in tokens ('' = none)")
+    p.add_argument("--per-length", type=int, default=1, help="long contexts per length (each from another offset)")
     p.add_argument(
         "--second", default="/work/venv-native/bin/python", help="the second build's interpreter ('' = not run)"
     )
@@ -163,6 +164,7 @@ def main() -> None:
 
     lengths = [int(x) for x in args.lengths.split(",") if x]
     spec = {"make": True, "samples": args.samples, "lengths": lengths, "ngram": args.ngram, "seed": args.seed}
+    spec["per_length"] = args.per_length
     spec["n_ctx"] = max(lengths + [512]) + 256
     print(
         f"noise floor vs a second build: {args.samples} bundled samples + contexts of {lengths} tokens, "

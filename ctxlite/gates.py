@@ -20,10 +20,15 @@ never 0). The README's verdict table is this module's.
     exceed X, or that no number of trials can prove a pass.
 
 * score, ``--fail-above-influence Y`` (:func:`influence_case`), τ_i = Σ_t |log p(y_t | D) −
-  log p(y_t | D ∖ n-gram)| (Context influence, Sec. 3) with its measured uncertainty u_i
-  (:func:`ngram_uncertainty`): fail when some n-gram has τ_i − u_i > Y; pass when every n-gram of
-  every result was measured and has τ_i + u_i ≤ Y; inconclusive otherwise (an n-gram within its
-  uncertainty of Y, an adaptive search that did not measure every window, no n-gram measured).
+  log p(y_t | D ∖ n-gram)| (Context influence, Sec. 3) as this build computes it, with its
+  uncertainty u_i (:func:`ngram_uncertainty`): the result's noise floor, *estimated* from probe
+  pairs re-decoded in other batch tilings (:mod:`ctxlite.influence.noise`; an estimate of how far
+  another build's rounding moves τ_i, checked against a second build in docs/noise-floor.md, not a
+  bound). fail when some n-gram has τ_i − u_i > Y (τ_i > Y where no floor was measured: what
+  this build computed); pass when every n-gram of every result was measured, every result's floor
+  was measured, and every τ_i + u_i ≤ Y; inconclusive otherwise (an n-gram within its uncertainty
+  of Y, a result without a measured floor, an adaptive search that did not measure every window,
+  no n-gram measured).
 
 Messages carry numbers and positions, never the private text: JUnit files end up in CI
 dashboards that the data's owners do not control.
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from ctxlite.audit.report import AuditReport, AuditRow
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.errors import InvalidParameter
+from ctxlite.influence.noise import RETILED
 from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence
 from ctxlite.privacy.estimators import point_epsilon
 from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
@@ -61,7 +67,8 @@ class Basis(str, enum.Enum):
     UPPER_BOUND = "upper bound on the audited pair's epsilon"
     GUARANTEE = "the mechanism's DP guarantee"
     NO_PROOF = "no proof either way"
-    MEASURED = "measured influence and its uncertainty"
+    MEASURED = "τ_i computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
+    THIS_BUILD = "τ_i computed on this build; its rounding between builds not measured"
     NO_GATE = "no gate set"
 
 
@@ -75,7 +82,7 @@ class EpsilonUnit(str, enum.Enum):
 @dataclass(frozen=True)
 class InfluenceGate:
     """A score run's gate (``--fail-above-influence``): no n-gram may move the response by more than
-    ``nats`` (τ_i with its measured uncertainty, :func:`influence_case`)."""
+    ``nats`` (τ_i with its estimated noise floor, :func:`influence_case`)."""
 
     nats: float
 
@@ -189,13 +196,47 @@ def _num(x: float | None) -> str:
 # score: the influence gate
 
 
-def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float:
-    """How far an n-gram's measured τ_i may be from its value on another machine or batch tiling: the
-    n-gram's own ``uncertainty`` where it carries one, else its result's noise floor (its ``max``),
-    else 0 (exact scoring: every ablation decoded from scratch, no reuse noise)."""
-    if ngram.uncertainty is not None:
-        return float(ngram.uncertainty)
-    return 0.0 if result.noise_floor is None else float(result.noise_floor.max)
+CONCLUSIVE = (
+    "re-score on the local engine with --null-ablations 1 or more: probes re-decoded in other batch tilings "
+    "measure it (a server backend has no tiling to choose)"
+)
+"""What makes an influence case without a measured floor conclusive."""
+
+
+def floor_measured(result: LambdaResult) -> str | None:
+    """Why a λ result's noise floor measured no rounding (None: it did, by probes in other batch tilings).
+
+    Three cases read as unmeasured: no floor (a server backend, ``--null-ablations 0``); an older
+    floor (null ablations re-decoded in the canonical tiling: they read 0 by construction, issue
+    24 §2); and probes that each reproduced the canonical decode bit for bit (they saw no rounding
+    to scale)."""
+    floor = result.noise_floor
+    if floor is None:
+        return "no noise floor was measured (a server backend, or --null-ablations 0)"
+    if floor.method != RETILED or not floor.per_token:
+        return (
+            "its noise floor is an older one (null ablations re-decoded in the canonical tiling, which "
+            "read 0 by construction)"
+        )
+    if not any(floor.per_token):
+        return "its probes each reproduced the canonical decode bit for bit, so they measured no rounding"
+    return None
+
+
+def probe_pairs(result: LambdaResult) -> int:
+    """How many probe pairs (a null probe and an ablation probe) a result's floor was estimated from."""
+    return 0 if result.noise_floor is None else result.noise_floor.kinds.count("null")
+
+
+def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float | None:
+    """How far an n-gram's τ_i may be from its value on another build or batch tiling, as its
+    result's probes estimate it: the n-gram's own ``uncertainty`` where it carries one (a floor that
+    differs per n-gram), else its result's noise floor (its ``max``); None where the result
+    measured no rounding (:func:`floor_measured`). Never 0 for want of a measurement: ``--exact``
+    is exact on this build only, and another build rounds it differently."""
+    if floor_measured(result) is not None:
+        return None
+    return float(result.noise_floor.max if ngram.uncertainty is None else ngram.uncertainty)
 
 
 def worst_ngram(result: LambdaResult) -> NgramInfluence | None:
@@ -228,23 +269,22 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
         says = f"no n-gram measured (document level only), {unit}"
         return Case(key, Outcome.INCONCLUSIVE, f"inconclusive ({Basis.NO_PROOF.value}): {says}", Basis.NO_PROOF)
 
-    def u(rg):
+    def u(rg) -> float | None:
         return ngram_uncertainty(*rg)
 
-    low = max(grams, key=lambda rg: rg[1].influence - u(rg))
-    high = max(grams, key=lambda rg: rg[1].influence + u(rg))
-    if low[1].influence - u(low) > threshold:
-        res, g = low
-        return Case(
-            key,
-            Outcome.FAIL,
-            f"fail ({Basis.MEASURED.value}): τ_i {_num(g.influence)} − uncertainty {_num(u(low))} nats "
-            f"> {unit} {_where(res, g)}",
-            Basis.MEASURED,
-        )
+    def low(rg) -> float:  # what the n-gram's τ_i is at least, on a build whose rounding the floor covers
+        return rg[1].influence - (u(rg) or 0.0)  # unmeasured: what this build computed
+
+    res, g = worst = max(grams, key=low)
+    if low(worst) > threshold:
+        if u(worst) is None:
+            basis = Basis.THIS_BUILD
+            says = f"τ_i {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
+        else:
+            basis = Basis.MEASURED
+            says = f"τ_i {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
+        return Case(key, Outcome.FAIL, f"fail ({basis.value}): {says}", basis)
     unmeasured = [r for r in rec.results if not r.every_window]
-    res, g = high
-    top = f"largest τ_i + uncertainty {_num(g.influence + u(high))} nats {_where(res, g)}"
     if unmeasured:
         r = unmeasured[0]
         return Case(
@@ -252,21 +292,40 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
             Outcome.INCONCLUSIVE,
             f"inconclusive ({Basis.NO_PROOF.value}): adaptive search measured {len(r.ngrams)} of "
             f"{r.search.windows} n-gram windows at λ={r.lam:g}, so an unmeasured n-gram may exceed "
-            f"the {unit} ({top}; score with --search exhaustive to decide)",
+            f"the {unit} (score with --search exhaustive to decide)",
             Basis.NO_PROOF,
         )
+    blind = [(r, gr) for r, gr in grams if u((r, gr)) is None]
+    if blind:
+        res, g = max(blind, key=lambda rg: rg[1].influence)
+        return Case(
+            key,
+            Outcome.INCONCLUSIVE,
+            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
+            f"how far rounding on another build moves τ_i was not measured: {floor_measured(res)}; to decide, "
+            f"{CONCLUSIVE}",
+            Basis.NO_PROOF,
+        )
+    res, g = high = max(grams, key=lambda rg: rg[1].influence + u(rg))
     if g.influence + u(high) > threshold:
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} is within its uncertainty "
-            f"{_num(u(high))} nats of the {unit} {_where(res, g)}",
+            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} is within its estimated noise "
+            f"floor {_num(u(high))} nats of the {unit} {_where(res, g)}",
             Basis.NO_PROOF,
         )
+    pairs = sorted({probe_pairs(r) for r in rec.results if r.ngrams})
+    counted = (
+        f"{pairs[0]}–{pairs[-1]} probe pairs" if len(pairs) > 1 else f"{pairs[0]} probe pair" + "s" * (pairs[0] != 1)
+    )
     return Case(
         key,
         Outcome.PASS,
-        f"pass ({Basis.MEASURED.value}): every n-gram's τ_i + uncertainty ≤ {unit}; {top}",
+        f"pass ({Basis.MEASURED.value}): every n-gram's τ_i + floor ≤ {unit}; largest τ_i + floor "
+        f"{_num(g.influence + u(high))} nats {_where(res, g)}; each floor estimated from {counted} "
+        "re-decoded in other batch tilings, an estimate of the rounding between builds, not a bound on "
+        "another build's rounding",
         Basis.MEASURED,
     )
 
@@ -426,7 +485,7 @@ def score_verdict(
     keys, records: Iterable[ExampleResult], threshold: float | None, identity: dict, complete: bool = True
 ) -> Verdict:
     """The influence gate over a score run's example results (in ``keys`` order)."""
-    gate = None if threshold is None else f"every n-gram's τ_i + its uncertainty ≤ {threshold:g} nats"
+    gate = None if threshold is None else f"every n-gram's τ_i + its noise floor ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))
 

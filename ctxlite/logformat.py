@@ -11,7 +11,8 @@ The policy for a log of another format (docs/log-schema.md says the same for use
 * a log of **this** format is read, resumed and reported;
 * a log written **before** formats were versioned (no ``schema_version``: ctxlite before the run
   layer) is read for ``ctxlite report`` and ``ctxlite verify`` but never resumed or appended to
-  (:data:`NOT_RESUMABLE`): its results are upgraded to this format as they are read
+  (:data:`NOT_RESUMABLE`; one older still, without a hash chain, is reported, never verified nor
+  resumed, :data:`UNCHAINED`): its results are upgraded to this format as they are read
   (:func:`upgrade_example`, :func:`upgrade_report`), filling only what the older format did not
   write, by the rule the older readers applied, and its end line is compared with what is
   recomputed on the fields it holds;
@@ -39,6 +40,12 @@ NOT_RESUMABLE = (
     "(ctxlite report) and verified, never resumed"
 )
 """Why a log of an older format is refused for writing."""
+
+UNCHAINED = (
+    "was written before ctxlite chained its logs (it has no hash chain): it can be reported "
+    "(ctxlite report), never resumed into a chained log"
+)
+"""Why a log without a hash chain (older still) is refused for writing."""
 
 
 def schema() -> dict:

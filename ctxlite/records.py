@@ -37,7 +37,7 @@ from ctxlite.chain import link, seal, unseal
 from ctxlite.errors import DataError, InvalidParameter, OutputError, output_error
 from ctxlite.identity import differences, normalise
 from ctxlite.lock import LogLock
-from ctxlite.logformat import NOT_RESUMABLE, SCHEMA_VERSION, version_of
+from ctxlite.logformat import NOT_RESUMABLE, SCHEMA_VERSION, UNCHAINED, version_of
 
 
 @dataclass(frozen=True)
@@ -147,13 +147,6 @@ def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> N
             f"{path} was written by a different run ({shown} differ): re-run with the same input, "
             "model and settings to resume, or choose another --out"
         )
-
-
-UNCHAINED = (
-    "was written before ctxlite chained its logs (it has no hash chain): it can be reported "
-    "(ctxlite report), never resumed into a chained log"
-)
-"""Why a log without a chain is refused for writing."""
 
 
 def _refuse_older_format(path: Path, run: RunLog) -> None:

@@ -20,9 +20,10 @@ def gram(start: int, influence: float, above: bool | None = None, n: int = 4, **
     return NgramInfluence(start, n, **{**values, **fields}, influence=influence)
 
 
-def floor(most: float) -> NoiseFloor:
-    """A noise floor whose maximum (the floor) is ``most``."""
-    return NoiseFloor([0], [most], [], [], "null ablations")
+def floor(most: float, pairs: int = 1) -> NoiseFloor:
+    """A floor measured as the scorer logs it: ``pairs`` probe pairs re-decoded in other batch
+    tilings, each of Σ_t |δ_t| = most / 2.5, whose floor 2 Σ_t r_t is ``most`` (one response token)."""
+    return NoiseFloor([8] * (2 * pairs), [most / 2.5] * (2 * pairs), [most / 2], ["ablation", "null"] * pairs)
 
 
 def result(lam: float = 1.0, ngrams=(), noise: NoiseFloor | None = None, token_influence=(1.0,), **fields):

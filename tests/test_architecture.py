@@ -216,7 +216,7 @@ def test_the_methods_reach_a_model_only_through_the_backend_protocols():
     parts, never the llama.cpp engine or the server client themselves."""
     graph = _graph()
     engines = ("ctxlite.runtime.engine", "ctxlite.runtime.openai_server", "ctxlite.runtime.server_transport")
-    engines += ("ctxlite.runtime.kv",)
+    engines += ("ctxlite.runtime.kv", "ctxlite.runtime.server_dialects")
     bad = [
         (m, d)
         for m, deps in graph.items()

@@ -134,16 +134,22 @@ def test_reuse_path_matches_exact_path(with_response):
 
 
 def test_out_of_order_variants_are_still_correct(engine, with_response):
-    """An increasing split order re-decodes the missing base tokens: slower, same numbers."""
+    """An increasing split order re-decodes the missing base tokens: slower, same numbers. The last
+    split is the last cell of a row tile: its variant restarts at that tile's start, and a reuse
+    one cell too long would restart after it, keeping the base's token where the variant has another."""
+    from ctxlite.runtime.engine import ROW_TILE
+
     enc, y = _workload(engine, with_response[0])
     full, tf, p = enc.with_context, len(enc.with_context), len(enc.prefix)
     engine.load_base(full + y, tf)
+    splits = (40, 0, 80, 3 * ROW_TILE - 1 - p)  # 0 then 80 forces re-decoding base tokens [p, p + 80)
+    assert (p + splits[-1]) % ROW_TILE == ROW_TILE - 1 and full[p + splits[-1]] != full[p + splits[-1] + 4]
     got = []
-    for c in (40, 0, 80):  # 0 then 80 forces re-decoding base tokens [p, p + 80)
+    for c in splits:
         g = _Gather(y)
         engine.score_variant(full[: p + c] + full[p + c + 4 :] + y, p + c, tf - 4, g)
         got.append(g.out)
-    for c, out in zip((40, 0, 80), got):
+    for c, out in zip(splits, got):
         g = _Gather(y)
         engine.score_variant(full[: p + c] + full[p + c + 4 :] + y, p + c, tf - 4, g, exact=True)
         assert np.array_equal(out, g.out)

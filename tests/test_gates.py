@@ -7,6 +7,7 @@ import math
 import os
 import stat
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,11 @@ from ctxlite.gates import (
     ngram_uncertainty,
     score_verdict,
 )
+from ctxlite.influence.noise import NoiseFloor
 from ctxlite.privacy.power import trials_to_certify
 from ctxlite.records import RecordLog, read_run_log
 from ctxlite.reporting.junit import write_junit
+from ctxlite.reporting.page import verdict_html
 from tests.results import adaptive, example, floor, gram, report, result, row
 
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
@@ -45,6 +48,7 @@ def _record(*results):
 
 
 FLOOR = floor(0.5)
+"""A floor measured as the scorer logs it: one probe pair re-decoded in other batch tilings, 2 Σ_t r_t = 0.5."""
 
 
 def test_an_ngram_fails_only_beyond_its_uncertainty_and_passes_only_within_it():
@@ -55,13 +59,13 @@ def test_an_ngram_fails_only_beyond_its_uncertainty_and_passes_only_within_it():
     )
     [case] = influence_cases([("ex-1", rec)], threshold=8.0)
     assert case.outcome is Outcome.FAIL and case.basis is Basis.MEASURED
-    assert "τ_i 9.000 − uncertainty 0.500" in case.message and "tokens 4–8" in case.message
-    assert case.message.startswith("fail (measured influence and its uncertainty)")
+    assert "τ_i 9.000 − floor 0.500 nats" in case.message and "tokens 4–8" in case.message
+    assert case.message.startswith(f"fail ({Basis.MEASURED.value}): ")
     assert "λ=1" in case.message and "private" not in case.message  # positions, never the text
     assert influence_cases([("ex-1", rec)], threshold=8.5)[0].outcome is Outcome.INCONCLUSIVE  # 8.5 ≤ 9 − 0.5
     assert influence_cases([("ex-1", rec)], threshold=9.4)[0].outcome is Outcome.INCONCLUSIVE  # 9 + 0.5 > 9.4
     passed = influence_cases([("ex-1", rec)], threshold=9.5)[0]
-    assert passed.outcome is Outcome.PASS and "τ_i + uncertainty 9.500" in passed.message
+    assert passed.outcome is Outcome.PASS and "τ_i + floor 9.500" in passed.message
     assert not influence_cases([("ex-1", rec)], threshold=None)[0].failed  # no gate, nothing fails
 
 
@@ -76,11 +80,64 @@ def test_a_per_ngram_uncertainty_overrides_the_results_floor():
     assert influence_cases([("a", rec)], 7.0)[0].outcome is Outcome.PASS
 
 
-def test_without_a_floor_the_uncertainty_is_zero_and_no_ngrams_prove_nothing():
-    exact = _record((1.0, [_gram(0, 6.0, None)], None))
-    assert ngram_uncertainty(exact.results[0], exact.results[0].ngrams[0]) == 0.0
-    assert influence_cases([("a", exact)], 5.0)[0].failed
-    assert influence_cases([("a", exact)], 6.0)[0].outcome is Outcome.PASS  # 6 + 0 ≤ 6
+UNMEASURED = {
+    "no floor (a server backend, or --null-ablations 0)": None,
+    # what a log of 2b1529b holds: null ablations in the canonical tiling, which read 0 by construction
+    "an older floor": NoiseFloor([8, 4], [0.0, 0.0], [], [], "null ablations"),  # as ctxlite.logformat reads it
+    "probes that saw no rounding": replace(FLOOR, sums=[0.0, 0.0], per_token=[0.0]),
+}
+
+
+@pytest.mark.parametrize("floor", UNMEASURED.values(), ids=UNMEASURED.keys())
+def test_without_a_measured_floor_an_influence_case_never_passes(floor):
+    """Issue 24 §1: where no rounding was measured the uncertainty was taken as 0, so τ_i ≤ Y passed
+    though another build moves τ_i by up to ~2 nats. It is inconclusive, says why and what would
+    decide it; what this build computed above the budget still fails, and says on what basis."""
+    rec = _record((1.0, [_gram(0, 1.0, None), _gram(4, 2.0, None)], floor))
+    [case] = influence_cases([("a", rec)], 5.0)
+    assert case.outcome is Outcome.INCONCLUSIVE and case.basis is Basis.NO_PROOF, case.message
+    assert case.message.startswith("inconclusive (no proof either way): ")
+    assert "not measured" in case.message and "--null-ablations" in case.message  # what would make it conclusive
+    assert "τ_i 2.000" in case.message and "at λ=1" in case.message
+    mixed = _record((1.5, [_gram(0, 1.0, True)], FLOOR), (1.0, [_gram(0, 1.0, None)], floor))
+    [one] = influence_cases([("a", mixed)], 5.0)  # one result without a floor is enough
+    assert one.outcome is Outcome.INCONCLUSIVE and "at λ=1:" in one.message
+    [tripped] = influence_cases([("a", _record((1.0, [_gram(0, 6.0, None)], floor)))], 5.0)
+    assert tripped.outcome is Outcome.FAIL and tripped.basis is Basis.THIS_BUILD
+    assert tripped.message.startswith("fail (τ_i computed on this build; its rounding between builds not measured)")
+    assert "τ_i 6.000 > budget 5 nats" in tripped.message
+    assert ngram_uncertainty(rec.results[0], rec.results[0].ngrams[0]) is None
+    v = score_verdict(["a"], [rec], 5.0, {})
+    assert v.outcome is Outcome.INCONCLUSIVE and v.summary().startswith("ctxlite score: inconclusive: 1 of 1")
+
+
+def test_a_pass_says_its_floor_is_an_estimate_from_probes_not_a_bound(tmp_path):
+    """Where the floor was measured, a pass rests on τ_i computed on this build plus a floor estimated
+    from probe pairs in other batch tilings: the message, the JSON, JUnit and HTML say so."""
+    two = floor(0.5, pairs=2)
+    v = score_verdict(["a"], [_record((1.0, [_gram(0, 1.0, True)], two))], 5.0, {})
+    [case] = v.cases
+    assert case.outcome is Outcome.PASS and case.basis is Basis.MEASURED
+    basis = "τ_i computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
+    assert case.basis.value == basis and case.message.startswith(f"pass ({basis}): ")
+    assert "τ_i + floor 1.500 nats" in case.message
+    assert "floor estimated from 2 probe pairs re-decoded in other batch tilings" in case.message
+    assert "not a bound on another build's rounding" in case.message
+    assert basis in v.summary()
+    one = influence_cases([("a", _record((1.0, [_gram(0, 1.0, True)], FLOOR), (1.5, [_gram(0, 1.0, True)], two)))], 5)
+    assert "each floor estimated from 1–2 probe pairs" in one[0].message
+    assert (
+        "from 1 probe pair re-decoded"
+        in influence_cases([("a", _record((1.0, [_gram(0, 1.0, True)], FLOOR)))], 5)[0].message
+    )
+    assert v.to_dict()["results"][0] == {"name": "a", "verdict": "pass", "basis": basis, "message": case.message}
+    write_junit(tmp_path / "j.xml", v)
+    assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase/system-out").text == case.message
+    page = verdict_html(v)
+    assert "an estimate, not a bound" in page and "2 probe pairs" in page
+
+
+def test_no_ngrams_prove_nothing():
     doc_only = _record((1.0, [], None))
     [case] = influence_cases([("b", doc_only)], 0.0)
     assert case.outcome is Outcome.INCONCLUSIVE and "no n-gram measured" in case.message
@@ -241,9 +298,9 @@ def test_junit_file_is_valid_owner_only_and_counts_failures(tmp_path):
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     cases = suite.findall("testcase")
     assert cases[0].get("name") == 'leaky <&> "one"' and cases[0].find("failure") is not None
-    assert cases[1].find("failure") is None and "τ_i + uncertainty 1.500" in cases[1].find("system-out").text
+    assert cases[1].find("failure") is None and "τ_i + floor 1.500" in cases[1].find("system-out").text
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert props["gate"] == "every n-gram's τ_i + its uncertainty ≤ 5 nats" and props["complete"] == "true"
+    assert props["gate"] == "every n-gram's τ_i + its noise floor ≤ 5 nats" and props["complete"] == "true"
     assert props["verdict"] == "fail"
 
 

@@ -172,6 +172,14 @@ def test_the_sweep_sees_a_log_of_another_shape(tmp_path):
     assert sweep(tmp_path) == []  # the chain breaks: not a run's log any more, refused when read
 
 
+def test_a_floor_of_this_format_is_one_measured_by_probes():
+    """Only the retiled probes write a floor in this format: an older null-ablation floor (0 by
+    construction, issue 24) can only be in an older log, read through ``upgrade_example``."""
+    measured = NoiseFloor([8, 8], [0.2, 0.2], [0.25], ["ablation", "null"]).to_dict()
+    assert not list(_defs("noise_floor").iter_errors(measured))
+    assert list(_defs("noise_floor").iter_errors({**measured, "method": "null ablations"}))
+
+
 # --------------------------------------------------------------------------
 # logs of an older format: the policy
 

@@ -125,3 +125,46 @@ def test_probes_leave_the_reuse_path_canonical(engine, with_response):
     assert reuse.noise_floor is not None and exact.noise_floor is not None  # --exact is measured too
     assert [(g.start, g.per_token) for g in reuse.ngrams] == [(g.start, g.per_token) for g in exact.ngrams]
     assert reuse.token_logprob == exact.token_logprob
+
+
+@pytest.mark.model
+def test_a_probes_cells_are_never_reused_as_canonical(engine, with_response):
+    """A null probe re-decodes the base from its split on in another tiling, so those cells round
+    differently. Adaptive search's later passes ablate spans after the first pass's probes: a
+    variant that splits after a probe must re-decode the probe's cells, not reuse them as the
+    base's, and equals ``--exact`` bit for bit (a probe can reproduce the canonical bits by chance:
+    the first split where it does not is used)."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime import kernels
+    from ctxlite.runtime.backend import Tiling
+
+    d = with_response[0]
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=4))
+    enc = scorer.encode(Example(d["context"], d["query"]))
+    y = scorer.encode_response(enc, d["response"])
+    full, tf = enc.with_context, len(enc.with_context)
+    targets = np.asarray(y, dtype=np.int32)
+
+    def logprobs(tokens, shared, targets_from, **how) -> np.ndarray:
+        out = np.full(len(y), np.nan)
+
+        def gather(view, first):
+            out[first : first + len(view)] = kernels.logprob_gather(view, targets[first : first + len(view)], 1.0)
+
+        engine.score_variant(tokens, shared, targets_from, gather, **how)
+        return out
+
+    later = tf - 10  # the variant's split, after every probe's
+    engine.load_base(full + y, tf)
+    base = logprobs(full + y, tf - 1, tf)  # a null variant in the canonical tiling: the base's own numbers
+    for s in (82, 50, 114, 146):
+        assert len(enc.prefix) <= s < later - 16
+        engine.load_base(full + y, tf)
+        if not np.array_equal(logprobs(full + y, s, tf, tiling=Tiling(7, 37)), base):
+            break
+    else:
+        pytest.skip("this build rounds the same in the probe's tiling at every split tried: nothing to tell apart")
+    variant = full[:later] + full[later + 4 :] + y
+    reused = logprobs(variant, later, tf - 4)
+    exact = logprobs(variant, later, tf - 4, exact=True)
+    assert np.array_equal(reused, exact)

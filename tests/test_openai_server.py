@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.server_dialects import LlamaCppPython
 from tests.backends import Restricted
 from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP
 
@@ -637,7 +638,7 @@ def test_a_bos_less_prompt_is_refused_without_recommending_a_server_that_cannot_
     teacher-force, so no message may send a user there to score."""
 
     def probe(self):
-        self.dialect, self._bos, self.prompt_logprobs, self.n_ctx = "llama-cpp-python", 2, True, None
+        self.dialect, self.prompt_logprobs, self.n_ctx = LlamaCppPython(self.config, self._http, 2), True, None
 
     monkeypatch.setattr(OpenAIServer, "_probe", probe)
     server = OpenAIServer(ServerConfig("http://127.0.0.1:9/v1", "m"))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+KERNELS = "ctxlite/runtime"  # where ``setup.py build_ext --inplace`` puts the cffi extension
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ IDENT = "tests/test_identity.py"
 BAD = "tests/test_bad_inputs.py"
 REG = "tests/test_regurgitation.py"
 NOISE = "tests/test_noise.py"
+GATES = "tests/test_gates.py"
+VERDICTS = "tests/test_influence_verdicts.py"
+FLOOR_GATE = "measured_floor or estimate_from_probes or stored_log or server_backend"
 MULTI = "across_blocks or rescales or walks_past"
 
 MUTANTS: list[Mutant] = [
@@ -435,7 +439,7 @@ MUTANTS: list[Mutant] = [
         "            self.valid = min(self.valid, canonical_upto)\n",
         "            pass\n",
         (NOISE,),
-        "leave_the_reuse_path_canonical",
+        "leave_the_reuse_path_canonical or never_reused_as_canonical",
         "a probe's cells, decoded in another tiling, are reused as canonical base cells",
     ),
     Mutant(
@@ -446,6 +450,43 @@ MUTANTS: list[Mutant] = [
         (NOISE,),
         "covers_the_rounding",
         "the noise floor reads 0 whatever the probes measured (issue 24)",
+    ),
+    Mutant(
+        "V1",
+        "ctxlite/gates.py",
+        "    if floor_measured(result) is not None:\n        return None\n",
+        "    if floor_measured(result) is not None:\n        return 0.0\n",
+        (GATES, VERDICTS),
+        FLOOR_GATE,
+        "an unmeasured floor reads as an uncertainty of 0, so a pass ignores rounding between builds (issue 24)",
+    ),
+    Mutant(
+        "V2",
+        "ctxlite/gates.py",
+        "    if floor.method != RETILED or not floor.per_token:\n",
+        "    if not floor.per_token:\n        return None  # an older floor: its max\n    if False:\n",
+        (GATES, VERDICTS),
+        FLOOR_GATE,
+        "an older null-ablation floor (0 by construction) counts as a measured one",
+    ),
+    Mutant(
+        "V3",
+        "ctxlite/gates.py",
+        "    if not any(floor.per_token):\n",
+        "    if False:\n",
+        (GATES,),
+        FLOOR_GATE,
+        "probes that reproduced the canonical decode bit for bit count as a measured floor of 0",
+    ),
+    Mutant(
+        "V4",
+        "ctxlite/gates.py",
+        '"re-decoded in other batch tilings, an estimate of the rounding between builds, not a bound on "\n'
+        '        "another build\'s rounding",',
+        '"re-decoded in other batch tilings",',
+        (GATES, VERDICTS),
+        FLOOR_GATE,
+        "a pass no longer says its floor is an estimate, not a bound",
     ),
     Mutant(
         "I2",
@@ -747,11 +788,11 @@ def copy_tree(dest: Path) -> None:
         if src.is_file():  # (a file deleted in the working tree is still in the index)
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
-    built = sorted((ROOT / "ctxlite").glob("_kernels*.so"))
+    built = sorted((ROOT / KERNELS).glob("_kernels*.so"))
     if not built:
         sys.exit("ctxlite/runtime/_kernels*.so is not built: run `make install` first")
     for so in built:
-        shutil.copy2(so, dest / "ctxlite" / so.name)
+        shutil.copy2(so, dest / KERNELS / so.name)
 
 
 def env_for(copy: Path) -> dict:
@@ -781,7 +822,7 @@ def run_selection(copy: Path, m: Mutant, timeout: float) -> tuple[str, float, st
 
 
 def build_kernels(copy: Path) -> tuple[bool, str]:
-    for so in (copy / "ctxlite").glob("_kernels*.so"):
+    for so in (copy / KERNELS).glob("_kernels*.so"):
         so.unlink()
     res = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
@@ -790,7 +831,7 @@ def build_kernels(copy: Path) -> tuple[bool, str]:
         capture_output=True,
         text=True,
     )
-    ok = res.returncode == 0 and any((copy / "ctxlite").glob("_kernels*.so"))
+    ok = res.returncode == 0 and any((copy / KERNELS).glob("_kernels*.so"))
     return ok, (res.stdout + res.stderr)[-2000:]
 
 
@@ -835,14 +876,14 @@ def main(argv=None) -> int:
         check_import(copy)
         so_backup = tmp / "so"
         so_backup.mkdir()
-        for so in (copy / "ctxlite").glob("_kernels*.so"):
+        for so in (copy / KERNELS).glob("_kernels*.so"):
             shutil.copy2(so, so_backup / so.name)
 
         def restore_so():
-            for so in (copy / "ctxlite").glob("_kernels*.so"):
+            for so in (copy / KERNELS).glob("_kernels*.so"):
                 so.unlink()
             for so in so_backup.iterdir():
-                shutil.copy2(so, copy / "ctxlite" / so.name)
+                shutil.copy2(so, copy / KERNELS / so.name)
 
         def apply(m: Mutant) -> str | None:
             """Apply ``m`` in the copy; returns the original text, or None if the snippet is not there once."""

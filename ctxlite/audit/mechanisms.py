@@ -191,7 +191,9 @@ class NoDefense(Mechanism):
         return out, withheld
 
     def _judge_leaks(self, oracle, fmt, records, output: str) -> bool:
-        raise NotImplementedError  # pragma: no cover - only Judge judges
+        """Whether a judge finds that ``output`` reveals the records: without a judge (every defence
+        but :class:`Judge`, whose ``use_judge`` alone asks), no output is judged a leak."""
+        return False
 
 
 class PromptDefense(NoDefense):

@@ -296,11 +296,6 @@ def audit(**options):
       ctxlite audit --data private.jsonl --mechanism none --trials 200 --plan
     """
     o = SimpleNamespace(**options)
-    refuse_same_files(
-        [("--data", o.data_path), ("--format", o.format_spec), ("--model", o.model)]
-        + [("--embed-model", o.embed_model), ("--judge-model", o.judge_model)],
-        [("--out", o.out_path), ("--junit", o.junit)],
-    )
     fmt = _format(o)
     settings = _settings(o)
     gate = None if o.fail_above_epsilon is None else EpsilonGate(o.fail_above_epsilon, o.epsilon_unit)
@@ -318,17 +313,28 @@ def audit(**options):
         run = run_audit(backend, records, settings, out=o.out_path, resume=o.resume, progress=line, gate=gate, **models)
     finally:
         line.close()
-    table = "\n".join([*run.verdict.lines(), audit_table(run.report)])  # the verdict and its basis first
-    if wants_json(o.as_json):
+    _show(run, o.as_json)
+    conclude(run.verdict, o.junit)
+
+
+def _show(run, as_json: bool) -> None:
+    """The verdict and its basis, then the table: on stdout, or on stderr with the JSON on stdout."""
+    table = "\n".join([*run.verdict.lines(), audit_table(run.report)])
+    if wants_json(as_json):
         click.echo(table, err=True)
         emit_json(audit_json(run))  # the verdict first
     else:
         click.echo(table)
-    conclude(run.verdict, o.junit)
 
 
 def _format(o):
-    """The deployment's prompt format (--format, else the --task built-in), with --chat."""
+    """The deployment's prompt format (--format, else the --task built-in), with --chat; the files
+    named first checked to be distinct (an output never overwrites an input)."""
+    refuse_same_files(
+        [("--data", o.data_path), ("--format", o.format_spec), ("--model", o.model)]
+        + [("--embed-model", o.embed_model), ("--judge-model", o.judge_model)],
+        [("--out", o.out_path), ("--junit", o.junit)],
+    )
     fmt = load_format(o.format_spec if o.format_spec is not None else Task(o.task))
     if o.format_spec is not None and given_explicitly("task") and Task(o.task) is not fmt.task:
         raise click.UsageError(f"--task {o.task} contradicts --format {o.format_spec}, a {fmt.task.value} format")

@@ -76,13 +76,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
         run.require_report()  # a partial audit has no verdict to write yet
     if run.complete:
         say(score_headline(run) if isinstance(run, ScoreRun) else audit_headline(run))
-    if html_path is not None:
-        write_html(html_path, run, no_text)
-        say(f"HTML report: {html_path}")
-    if as_json:
-        emit_json(report_json(run))  # the verdict first
-    elif run.verdict is not None:  # the verdict and its basis first
-        click.echo("\n".join([*run.verdict.lines(), _table(run)]))
+    _show(run, as_json, html_path, no_text)
     if run.verdict is None:  # a partial audit: no report formed yet
         return
     run.check_gate_finished()  # a gate on a partial run refuses rather than passes
@@ -97,6 +91,17 @@ def _gate(influence: float | None, epsilon: float | None, unit: str) -> Influenc
     if influence is not None:
         return InfluenceGate(influence)
     return None if epsilon is None else EpsilonGate(epsilon, unit)
+
+
+def _show(run, as_json: bool, html_path: str | None, no_text: bool) -> None:
+    """The HTML report (its path on stderr); the JSON, or the verdict and its basis then the table, on stdout."""
+    if html_path is not None:
+        write_html(html_path, run, no_text)
+        say(f"HTML report: {html_path}")
+    if as_json:
+        emit_json(report_json(run))  # the verdict first
+    elif run.verdict is not None:
+        click.echo("\n".join([*run.verdict.lines(), _table(run)]))
 
 
 def _table(run) -> str:

@@ -347,10 +347,15 @@ def score(**options):
         run = run_score(backend, examples, settings, progress=line, **args)
     finally:
         line.close()
+    _show(run, o.as_json)
+    conclude(run.verdict, o.junit)
+
+
+def _show(run, as_json: bool) -> None:
+    """The data set's summary on stderr; the JSON, or the verdict and its basis then the table, on stdout."""
     for text in summary_lines(run.summary) if run.summary is not None else ():
         say(text)
-    if wants_json(o.as_json):
+    if wants_json(as_json):
         emit_json(score_json(run))
-    else:  # the verdict and its basis first
+    else:
         click.echo("\n".join([*run.verdict.lines(), score_table(run.keys, run.results, ansi=sys.stdout.isatty())]))
-    conclude(run.verdict, o.junit)

@@ -48,6 +48,10 @@ may take, beyond ``MIN_PAIRS``."""
 MIN_PAIRS = 2
 """Probe pairs every floor gets (fewer only when ``null_ablations`` asks for fewer)."""
 
+RETILED = "retiled probes"
+"""The ``method`` of a floor measured by probes in other batch tilings (an older log's floor of null
+ablations re-decoded in the canonical tiling reads ``"null ablations"``, :mod:`ctxlite.logformat`)."""
+
 
 @dataclass
 class NoiseFloor:
@@ -64,7 +68,7 @@ class NoiseFloor:
     sums: list[float]
     per_token: list[float] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
-    method: str = "retiled probes"
+    method: str = RETILED
 
     @property
     def max(self) -> float:

@@ -10,7 +10,7 @@ from ctxlite.gates import EpsilonGate, InfluenceGate
 from ctxlite.runs.audit import AuditRun, TrialScores, plan_audit, run_audit
 from ctxlite.runs.log import LogState
 from ctxlite.runs.progress import Progress, Silent
-from ctxlite.runs.report import report_log
+from ctxlite.runs.report import report_log, verify_log
 from ctxlite.runs.score import ScoreRun, plan_score, run_score, score_identity
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "run_audit",
     "run_score",
     "score_identity",
+    "verify_log",
 ]

@@ -14,13 +14,14 @@ import os
 
 from ctxlite.audit.game import recompute_rows
 from ctxlite.audit.report import AuditReport
+from ctxlite.chain import FIELD
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, InfluenceGate, audit_verdict, score_verdict
 from ctxlite.identity import differences, mismatch, normalise
 from ctxlite.influence.analysis import summarize
 from ctxlite.influence.results import ExampleResult
 from ctxlite.logformat import upgrade_example, upgrade_report
-from ctxlite.records import RunLog, read_run_log
+from ctxlite.records import RunLog, read_run_log, read_text
 from ctxlite.runs.audit import KIND as AUDIT_KIND
 from ctxlite.runs.audit import AuditRun, TrialScores
 from ctxlite.runs.log import LogState
@@ -53,6 +54,28 @@ def report_log(
             raise InvalidParameter(f"--fail-above-influence gates score logs; {path} is an audit log")
         return _audit(run, gate, notes)
     raise DataError(f"{path} is a ctxlite {run.kind!r} log, not a score or audit log")
+
+
+def verify_log(path: str | os.PathLike, head: str | None = None) -> RunLog:
+    """The log at ``path`` with its hash chain checked as it is read (``ctxlite verify``); with
+    ``head``, it must end exactly there. Refused (``DataError``, exit 4): a log without a chain, a
+    kept head that is an earlier line's (resumed or appended to since) or none of its lines'."""
+    run = read_run_log(path)
+    if not run.chained:
+        raise DataError(f"{path} has no hash chain (written before ctxlite chained its logs): nothing to verify")
+    if head is not None and head != run.head:
+        heads = [json.loads(line).get(FIELD) for line in read_text(path, "result log").split("\n")[: run.lines]]
+        if head in heads:
+            at = heads.index(head) + 1
+            raise DataError(
+                f"{path}: the kept head {head} is line {at}'s; the log has {run.lines - at} line(s) after it "
+                f"(it was resumed or appended to since; its head is now {run.head})"
+            )
+        raise DataError(
+            f"{path}: its head is {run.head}, not the kept {head}: the log is not the one whose head was "
+            "kept (rewritten, truncated, or another log)"
+        )
+    return run
 
 
 def log_state(run: RunLog, path: str | os.PathLike) -> LogState:

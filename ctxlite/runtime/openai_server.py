@@ -21,7 +21,10 @@ two capabilities of :mod:`ctxlite.runtime.backend` (``TeacherForcing``, ``Sample
 
 Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
-with none is refused. Only the llama-cpp-python dialect is exercised by the test suite.
+with none is refused. What each server spells its own way (those endpoints, text or token-id
+prompts, the echo's alignment, its sampling filters) is its dialect,
+:mod:`ctxlite.runtime.server_dialects`; only the llama-cpp-python dialect is exercised by the test
+suite against a real server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
 ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
@@ -71,6 +74,7 @@ import numpy as np
 
 from ctxlite.errors import ContextOverflow, InvalidParameter, ServerError
 from ctxlite.identity import software
+from ctxlite.runtime.server_dialects import Dialect, answer_field, probe_dialect
 from ctxlite.runtime.server_transport import Http, Pool, RequestStats, ServerConfig
 
 LOGPROB_TOLERANCE = 1e-4
@@ -80,14 +84,6 @@ probability ~1 rounds to a few 1e-7 above 0. Anything larger is an impossible an
 
 class NoPromptLogprobs(InvalidParameter):
     """The server returns no log-probabilities for completions."""
-
-
-def _token_ids(tokens, url: str, what: str) -> list[int]:
-    """A tokenizer's answer as token ids, or a ServerError: a list of whole numbers >= 0."""
-    if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in tokens):
-        shown = str(tokens)[:80]
-        raise ServerError(f"{what}: the answer of {url} has tokens that are not a list of token ids: {shown}")
-    return tokens
 
 
 def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: str) -> list:
@@ -136,18 +132,6 @@ def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: s
     return values
 
 
-def _field(body: dict, path: Sequence, url: str, what: str):
-    """``body[path[0]][path[1]]...`` or a ServerError naming what is missing."""
-    node = body
-    for key in path:
-        try:
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            shown = ".".join(str(k) for k in path)
-            raise ServerError(f"{what}: the answer of {url} has no {shown}") from None
-    return node
-
-
 class ServedModel:
     """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend` with
     :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
@@ -170,92 +154,38 @@ class ServedModel:
 
     # ----- what the server offers -------------------------------------
     def _probe(self) -> None:
-        """Find the tokenizer dialect, the BOS token, the server's version and context; check that
-        completions return prompt log-probabilities."""
-        root, what = self.config.root, "probing the tokenizer"
-        body = self._http.post(f"{root}/extras/tokenize", {"input": ""}, what=what, probe=True)
-        if "tokens" in body:
-            self.dialect = "llama-cpp-python"
-            self._bos = body["tokens"][0] if body["tokens"] else None
-        else:
-            probe = {"content": "", "prompt": "", "model": self.config.model_name, "add_special": True}
-            body = self._http.post(f"{root}/tokenize", {**probe, "add_special_tokens": True}, what=what, probe=True)
-            if "tokens" not in body:
-                raise InvalidParameter(
-                    f"the server at {root} has no tokenize endpoint (/extras/tokenize or /tokenize): ctxlite "
-                    "needs the server's own tokens for n-gram scoring and labels and will not guess them"
-                )
-            self.dialect = "vllm" if "max_model_len" in body else "llama.cpp"
-            self._bos = body["tokens"][0] if body["tokens"] else None
-        self.server_version, self.n_ctx = self._server_info()
+        """Find the server's dialect (:func:`~ctxlite.runtime.server_dialects.probe_dialect`), its
+        version and context window; check that completions return prompt log-probabilities."""
+        self.dialect: Dialect = probe_dialect(self.config, self._http)
+        version, n_ctx = self.dialect.server_info()
+        n_ctx = self.config.n_ctx or n_ctx
+        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
+            n_ctx = None  # a context size that is no count is no information
+        self.server_version, self.n_ctx = (None if version is None else str(version)), n_ctx
         sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
         if len(sample) < 3:
-            raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
+            raise InvalidParameter(f"the server at {self.config.root} tokenized a probe sentence into {sample}")
         self.prompt_logprobs = True
         try:
-            self._teacher_forced(sample, 1 if self.dialect != "llama-cpp-python" else 2)
+            self._teacher_forced(sample, 1 + self.dialect.echo_offset)
         except NoPromptLogprobs:
             self.prompt_logprobs = False
 
-    def _server_info(self) -> tuple[str | None, int | None]:
-        """(version, context window) where the server reports them (vLLM /version and /v1/models,
-        llama.cpp /props); llama-cpp-python reports neither."""
-        version, n_ctx = None, self.config.n_ctx
-        info = self._http.get_json(f"{self.config.root}/version")
-        version = str(info["version"]) if info and "version" in info else None
-        if self.dialect == "llama.cpp":
-            props = self._http.get_json(f"{self.config.root}/props") or {}
-            version = version or props.get("build_info")
-            settings = props.get("default_generation_settings")
-            n_ctx = n_ctx or (settings.get("n_ctx") if isinstance(settings, dict) else None)
-        if self.dialect == "vllm":
-            models = (self._http.get_json(f"{self.config.base_url.rstrip('/')}/models") or {}).get("data")
-            mine = [m for m in models or () if isinstance(m, dict) and m.get("id") == self.config.model_name]
-            lens = [m.get("max_model_len") for m in mine]
-            n_ctx = n_ctx or (lens[0] if lens else None)
-        if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
-            n_ctx = None  # a context size that is no count is no information
-        return (None if version is None else str(version)), n_ctx
-
     # ----- tokenizer ----------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
-        """The server's token ids of ``text`` (no BOS unless ``add_bos``).
-
-        llama-cpp-python's endpoint always adds BOS and parses special tokens: the BOS is dropped
-        when not asked for, and a text that spells a special token (``<bos>``) tokenizes as it."""
-        root, what = self.config.root, "tokenizing"
-        if self.dialect == "llama-cpp-python":
-            toks = _field(
-                self._http.post(f"{root}/extras/tokenize", {"input": text}, what=what), ["tokens"], root, what
-            )
-            toks = _token_ids(toks, root, what)
-            if not add_bos and self._bos is not None and toks[:1] == [self._bos]:
-                toks = toks[1:]
-            elif add_bos and self._bos is not None and toks[:1] != [self._bos]:
-                toks = [self._bos, *toks]
-        elif self.dialect == "vllm":
-            payload = {"model": self.config.model_name, "prompt": text, "add_special_tokens": add_bos}
-            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
-        else:
-            payload = {"content": text, "add_special": add_bos, "parse_special": special}
-            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
-        return _token_ids(toks, root, what)
+        """The server's token ids of ``text`` (no BOS unless ``add_bos``; ``special``: a text that
+        spells a special token, ``<bos>``, tokenizes as it where the server parses them)."""
+        return self.dialect.tokenize(text, add_bos, special)
 
     def _detokenize_bytes(self, tokens: Sequence[int], *, probe: bool = False) -> bytes | None:
         """The UTF-8 bytes of ``tokens`` as the server decodes them; None (``probe``) where the
         server cannot decode them alone (a partial UTF-8 character: an error or U+FFFD)."""
-        root, what = self.config.root, "detokenizing"
-        tokens = [int(t) for t in tokens]
-        if self.dialect == "llama-cpp-python":
-            url, payload, key = f"{root}/extras/detokenize", {"tokens": tokens}, "text"
-        elif self.dialect == "vllm":
-            url, payload, key = f"{root}/detokenize", {"model": self.config.model_name, "tokens": tokens}, "prompt"
-        else:
-            url, payload, key = f"{root}/detokenize", {"tokens": tokens}, "content"
+        url, payload, key = self.dialect.detokenize_request([int(t) for t in tokens])
+        what = "detokenizing"
         body = self._http.post(url, payload, what=what, probe=probe)
         if "_status" in body:
             return None
-        text = _field(body, [key], url, what)
+        text = answer_field(body, [key], url, what)
         if not isinstance(text, str):
             raise ServerError(f"{what}: the answer of {url} has a {key} that is not text ({type(text).__name__})")
         if probe and "\ufffd" in text:
@@ -304,7 +234,7 @@ class ServedModel:
 
     @property
     def bos_id(self) -> int | None:
-        return self._bos
+        return self.dialect.bos
 
     def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
         """Refuse a sequence longer than the server's context window, where it is known."""
@@ -326,17 +256,8 @@ class ServedModel:
         if not 1 <= targets_from < len(tokens):
             raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
         self.check_fits(len(tokens) + 1)
-        # llama-cpp-python drops a leading BOS from the echoed tokens (its entry j is token j + 1); without
-        # a leading BOS its entries are misaligned by one (logits after token j paired with token j)
-        offset = 0
-        if self.dialect == "llama-cpp-python":
-            if self._bos is None or tokens[0] != self._bos:
-                raise InvalidParameter(
-                    "llama-cpp-python's server pairs echoed log-probabilities with the wrong tokens unless the "
-                    "prompt starts with BOS: serve a model that adds BOS, or use vLLM (not llama.cpp's llama-server: "
-                    "it returns no prompt log-probabilities, so it cannot score)"
-                )
-            offset = 1
+        self.dialect.check_echo(tokens)
+        offset = self.dialect.echo_offset
         url, what = f"{self.config.base_url.rstrip('/')}/completions", "teacher forcing (echo + logprobs)"
         payload = {
             "model": self.config.model_name,
@@ -348,7 +269,7 @@ class ServedModel:
         }
         body = self._http.post(url, payload, what=what)
         self._http.count_prompt_tokens(body)
-        choice = _field(body, ["choices", 0], url, what)
+        choice = answer_field(body, ["choices", 0], url, what)
         if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
             raise NoPromptLogprobs(self._no_logprobs)
         where = f"{what}: the answer of {url} to a prompt of {len(tokens)} tokens"
@@ -364,14 +285,6 @@ class ServedModel:
         return None if piece is None else piece.decode("utf-8", "replace")
 
     # ----- sampled completions -------------------------------------------
-    SAMPLING_OFF = {
-        "llama-cpp-python": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
-        "llama.cpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
-        "vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
-    }
-    """Per dialect, the settings that turn the server's own filters off (their defaults are not
-    plain sampling: llama-cpp-python's are top-k 40, min-p 0.05 and a repetition penalty of 1.1)."""
-
     def sample_texts(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float, max_new_tokens: int):
         """One completion of each (prompt tokens, seed), sampled by the server at ``temperature``
         (0: greedy) and at most ``max_new_tokens`` tokens, in the order given (``concurrency`` in
@@ -393,11 +306,11 @@ class ServedModel:
                 "top_p": 1.0,
                 "seed": seed,
                 "n": 1,
-                **self.SAMPLING_OFF[self.dialect],
+                **self.dialect.sampling_off,  # the server's own filters off (not plain sampling by default)
             }
             body = self._http.post(url, payload, what=what)
             self._http.count_prompt_tokens(body)
-            text = _field(body, ["choices", 0, "text"], url, what)
+            text = answer_field(body, ["choices", 0, "text"], url, what)
             if not isinstance(text, str):
                 raise ServerError(f"{what}: the server at {url} returned a completion that is not text")
             return text
@@ -416,7 +329,7 @@ class ServedModel:
         llama.cpp), or for llama-cpp-python, whose server takes text only, their text after BOS,
         checked to tokenize back to the same ids (an ablation that leaves text which tokenizes
         otherwise, or a cut through a character, is refused rather than scored on other tokens)."""
-        if self.dialect != "llama-cpp-python":
+        if self.dialect.takes_token_ids:
             return tokens
         key = tuple(tokens)
         if key in self._texts:
@@ -479,7 +392,7 @@ class ServedModel:
                 "base_url": self.config.base_url.rstrip("/"),
                 "model_name": self.config.model_name,
                 "version": self.server_version,
-                "dialect": self.dialect,
+                "dialect": self.dialect.name,
                 **({} if self.prompt_logprobs else {"prompt_logprobs": False}),  # answers sampled, not read
             },
         }
@@ -490,7 +403,7 @@ class ServedModel:
             "base_url": self.config.base_url.rstrip("/"),
             "model_name": self.config.model_name,
             "server_version": self.server_version or "not reported",
-            "tokenizer": self.dialect,
+            "tokenizer": self.dialect.name,
             "prompt_logprobs": self.prompt_logprobs,
             "n_ctx": self.n_ctx,
             "concurrency": self.config.concurrency,
