@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -78,13 +79,19 @@ def test_a_changed_input_is_scored_again_and_said(tmp_path):
     assert run.reused == ["a"] and run.scored == ["b"]
 
 
-def test_the_influence_gate_fails_above_its_budget_and_passes_below(tmp_path):
-    run = run_score(FakeBackend(3), EXAMPLES, SETTINGS)
+def test_the_influence_gate_passes_only_on_a_floor_that_measured_rounding():
+    """A pass needs a noise floor whose probes saw rounding (the fake's tiling noise); without probes,
+    or with probes that reproduce the decode bit for bit, nothing is proven: inconclusive."""
+    probed, rounding = replace(SETTINGS, null_ablations=2), FakeBackend(3, tiling_noise=1e-3)
+    run = run_score(rounding, EXAMPLES, probed)
     most = max(g.influence for ex in run.results for r in ex.results for g in r.ngrams)
-    failed = run_score(FakeBackend(3), EXAMPLES, SETTINGS, gate=InfluenceGate(most / 2))
-    passed = run_score(FakeBackend(3), EXAMPLES, SETTINGS, gate=InfluenceGate(most * 10))
+    failed = run_score(rounding, EXAMPLES, probed, gate=InfluenceGate(most / 2))
+    passed = run_score(rounding, EXAMPLES, probed, gate=InfluenceGate(most * 10))
     assert failed.verdict.failures and not passed.verdict.failures
     assert [c.outcome.value for c in passed.verdict.cases] == ["pass"] * len(EXAMPLES)
+    for backend, settings in ((rounding, SETTINGS), (FakeBackend(3), probed)):
+        unproven = run_score(backend, EXAMPLES, settings, gate=InfluenceGate(most * 10))
+        assert [c.outcome.value for c in unproven.verdict.cases] == ["inconclusive"] * len(EXAMPLES)
 
 
 def test_an_audit_resumes_after_an_interruption_to_the_same_report(tmp_path):
