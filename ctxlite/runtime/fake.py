@@ -28,9 +28,9 @@ moves every later row and the difference shows.
 ``capabilities`` chooses which Protocols of :mod:`ctxlite.runtime.backend` the object has, and it
 has exactly those members (``isinstance`` answers truly): :class:`~ctxlite.runtime.backend.Backend`
 always; by default teacher forcing, the vocabulary, logit rows, prefix reuse, streams and the decode
-counter; :class:`~ctxlite.runtime.backend.Embeddings` and
-:class:`~ctxlite.runtime.backend.SampledCompletions` on request. It has no chat template and cannot
-run dry (planning needs llama.cpp).
+counter; :class:`~ctxlite.runtime.backend.Embeddings`,
+:class:`~ctxlite.runtime.backend.SampledCompletions` and :class:`~ctxlite.runtime.backend.DryRun`
+(a plan's counts) on request. It has no chat template.
 
 >>> from ctxlite.runtime.fake import FakeBackend
 >>> backend = FakeBackend(seed=1)
@@ -52,6 +52,7 @@ from ctxlite.identity import software
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import (
     CountsDecodes,
+    DryRun,
     Embeddings,
     LogitRows,
     PrefixReuse,
@@ -117,8 +118,9 @@ class _Core:
         self._embedding = rng.standard_normal((EMBEDDING_BUCKETS, EMBEDDING_DIM))
         self._cells: list[int] = []  # the tokens the cache holds (sequence 0), by position
         self._base: list[int] | None = None
-        self._decoded = 0
+        self._decoded, self._calls, self._dry = 0, 0, False
         self._memo: dict[tuple[int, ...], np.ndarray] = {}  # rows after whole prompts, most recent last
+        self._dry_memo: dict[tuple[int, ...], np.ndarray] = {}  # the same, of a dry run (flat rows)
 
     # ----- Backend --------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
@@ -201,9 +203,13 @@ class _Core:
         as they are) and hand the rows predicting ``tokens[rows_from + 1:]`` to ``on_rows``, a few at a time."""
         self._cells = self._cells[:start] + list(tokens[start:])
         self._decoded += len(tokens) - start
+        self._calls += 1
         if on_rows is None:
             return
-        rows = self._rows(self._cells, rows_from, len(tokens) - 1, tiling)
+        if self._dry:  # planning: the same calls and counts, flat logits, nothing computed
+            rows = np.zeros((len(tokens) - 1 - rows_from, N_VOCAB), dtype=np.float32)
+        else:
+            rows = self._rows(self._cells, rows_from, len(tokens) - 1, tiling)
         for first in range(0, len(rows), self.rows_per_call):
             on_rows(rows[first : first + self.rows_per_call], first)
 
@@ -213,15 +219,16 @@ class _Core:
         if not tokens:
             raise InvalidParameter("a row needs at least one token before it")
         self.check_fits(len(tokens))
-        key = tuple(tokens)
-        row = self._memo.pop(key, None)
+        key, memo = tuple(tokens), self._dry_memo if self._dry else self._memo
+        row = memo.pop(key, None)
         if row is None:  # a pure function of the tokens: kept for the next ask (the oldest dropped)
             self._decoded += len(tokens)
-            row = self._rows(tokens, len(tokens) - 1, len(tokens))[0]
+            self._calls += 1
+            row = np.zeros(N_VOCAB, np.float32) if self._dry else self._rows(tokens, len(tokens) - 1, len(tokens))[0]
             row.setflags(write=False)
-            if len(self._memo) >= MEMO_ROWS:
-                del self._memo[next(iter(self._memo))]
-        self._memo[key] = row
+            if len(memo) >= MEMO_ROWS:
+                del memo[next(iter(memo))]
+        memo[key] = row
         return row.copy()
 
     def _clear(self) -> None:
@@ -365,6 +372,41 @@ class _CountsDecodes:
         return self._decoded
 
 
+class _DryRun:
+    """Decodes counted, not computed (``dry_run``: flat rows), as the engine's planning needs; ``clear``
+    empties the cache and the kept rows, so a plan and the run after it start alike."""
+
+    @property
+    def dry_run(self) -> bool:
+        return self._dry
+
+    @dry_run.setter
+    def dry_run(self, value: bool) -> None:
+        self._dry = bool(value)
+        self._dry_memo.clear()
+
+    @property
+    def decode_calls(self) -> int:
+        return self._calls
+
+    @decode_calls.setter
+    def decode_calls(self, value: int) -> None:
+        self._calls = int(value)
+
+    @property
+    def tokens_decoded(self) -> int:
+        return self._decoded
+
+    @tokens_decoded.setter
+    def tokens_decoded(self, value: int) -> None:
+        self._decoded = int(value)
+
+    def clear(self) -> None:
+        self._clear()
+        self._memo.clear()
+        self._dry_memo.clear()
+
+
 class _Embeddings:
     def embed(self, text: str) -> np.ndarray:
         """The mean of a seeded vector per byte bigram of ``text``: texts that share words embed close."""
@@ -401,6 +443,7 @@ _MIXINS = {
     LogitRows: _LogitRows,
     PrefixReuse: _PrefixReuse,
     Streams: _Streams,
+    DryRun: _DryRun,  # before CountsDecodes: its counter can be set back (a plan restores it)
     CountsDecodes: _CountsDecodes,
     Embeddings: _Embeddings,
     SampledCompletions: _SampledCompletions,
@@ -421,6 +464,8 @@ class FakeBackend(_Core):
         unknown = [c for c in capabilities if c not in _MIXINS]
         if unknown:
             raise InvalidParameter(f"a FakeBackend cannot have {unknown}")
+        if DryRun in capabilities and CountsDecodes not in capabilities:
+            raise InvalidParameter("a FakeBackend that runs dry counts its decodes: give it CountsDecodes too")
         key = (cls, *sorted(capabilities, key=lambda c: list(_MIXINS).index(c)))
         made = _CLASSES.get(key)
         if made is None:

@@ -33,12 +33,20 @@ TEXT = "Alice Smith, born 1970-01-02, account 4411-2233. Alice Smith is the acco
 
 @pytest.mark.parametrize(
     "capabilities",
-    [DEFAULT_CAPABILITIES, (TeacherForcing,), (SampledCompletions,), (Embeddings,), (TeacherForcing, LogitRows), ALL],
+    [
+        DEFAULT_CAPABILITIES,
+        (TeacherForcing,),
+        (SampledCompletions,),
+        (Embeddings,),
+        (TeacherForcing, LogitRows),
+        (*DEFAULT_CAPABILITIES, DryRun),
+        ALL,
+    ],
 )
 def test_it_has_exactly_the_capabilities_it_declares(capabilities):
     backend = FakeBackend(capabilities=capabilities)
     assert isinstance(backend, Backend)
-    for protocol in (*ALL, DryRun):
+    for protocol in (*ALL, DryRun):  # DryRun is in no set but one
         assert isinstance(backend, protocol) == (protocol in capabilities), protocol.__name__
     missing = [c for c in CAPABILITIES if c not in capabilities]
     if missing:
