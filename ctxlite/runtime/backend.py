@@ -32,6 +32,7 @@ capability and what needed it.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -205,6 +206,38 @@ def require(backend, needed: Iterable[type], for_what: str) -> None:
     if missing:
         name = backend.describe().get("backend", type(backend).__name__)
         raise InvalidParameter(f"{for_what} needs {' and '.join(missing)}, which the {name} backend does not provide")
+
+
+def check_targets(backend: Backend, tokens: Sequence[int], targets_from: int) -> None:
+    """Refuse a teacher-forced request whose first target is not in ``[1, len(tokens))`` or that does
+    not fit the backend's window."""
+    if not 1 <= targets_from < len(tokens):
+        raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+    backend.check_fits(len(tokens))
+
+
+def check_variant(base: Sequence[int] | None, tokens: Sequence[int], shared: int, targets_from: int) -> None:
+    """Refuse a :class:`PrefixReuse` variant that does not share its first ``shared`` tokens with the
+    ``base`` (None: no base loaded) or whose split is not before its first target."""
+    if base is None:
+        raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
+    if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != list(base[:shared]):
+        raise InvalidParameter(
+            f"variant must share its first {shared} tokens with the base and "
+            f"1 <= shared < targets_from ({targets_from})"
+        )
+
+
+def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
+    from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    spans, n_chars = [], 0
+    for t in tokens:
+        start = n_chars
+        n_chars += len(decoder.decode(token_bytes(t)))
+        spans.append((start, n_chars))
+    return spans
 
 
 def sequential_logprobs(

@@ -37,7 +37,6 @@ cannot be rolled back to an earlier split point).
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import math
 import os
@@ -54,7 +53,14 @@ import numpy as np
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
 from ctxlite.identity import software
 from ctxlite.runtime import kernels, models
-from ctxlite.runtime.backend import RowsCallback, Tiling, sequential_logprobs
+from ctxlite.runtime.backend import (
+    RowsCallback,
+    Tiling,
+    char_spans_of,
+    check_targets,
+    check_variant,
+    sequential_logprobs,
+)
 from ctxlite.runtime.build import llama_build
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
 from ctxlite.runtime.models import model_identity, resolve_model
@@ -382,13 +388,7 @@ class Engine:
 
         A character split over several tokens belongs to the token that completes it.
         """
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        spans, n_chars = [], 0
-        for t in tokens:
-            start = n_chars
-            n_chars += len(decoder.decode(self.token_bytes(t)))
-            spans.append((start, n_chars))
-        return spans
+        return char_spans_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:
@@ -544,9 +544,7 @@ class Engine:
         return out
 
     def _check_targets(self, tokens: Sequence[int], targets_from: int) -> None:
-        if not 1 <= targets_from < len(tokens):
-            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
-        self.check_fits(len(tokens))
+        check_targets(self, tokens, targets_from)
 
     # ----- 2. prefix-shared variants --------------------------------------
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None:
@@ -594,15 +592,8 @@ class Engine:
             self.kv.clear(keep_base=True)
             start = 0
         else:
-            base = self.kv.base
-            if base is None:
-                raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
             # the row predicting the first target sits at targets_from - 1: it must be re-decoded
-            if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
-                raise InvalidParameter(
-                    f"variant must share its first {shared} tokens with the base and "
-                    f"1 <= shared < targets_from ({targets_from})"
-                )
+            check_variant(self.kv.base, tokens, shared, targets_from)
             reusable = min(shared, self.kv.valid)
             if tiling is not None:  # the other alignment (position 0 when no such position is shared)
                 start = reusable - (reusable - tiling.offset) % ROW_TILE if reusable >= tiling.offset else 0
