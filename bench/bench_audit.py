@@ -221,7 +221,7 @@ def main():
 
     path = str(resolve_model(None))
     print(f"model {path}\nthreads {args.threads} (tokens and batches, both sides)")
-    eng = Engine(None, EngineConfig(n_threads=args.threads, kv_slots=4))
+    eng = Engine(None, EngineConfig(n_threads=args.threads))
     emb = Engine(None, EngineConfig(n_threads=args.threads), embeddings=True)
     kw = dict(verbose=False, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads)
     llm = llama_cpp.Llama(model_path=path, logits_all=False, **kw)

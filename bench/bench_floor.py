@@ -77,7 +77,7 @@ def worker(args) -> None:
                 "probe_sums": floor.sums,
                 "floor_per_token": floor.per_token,
                 "per_token": {str(g.start): g.per_token for g in r.ngrams},
-                "null_tokens": r.search["null_tokens"],
+                "null_tokens": r.search.null_tokens,
                 "tokens_without_probes": without,
                 "tokens": tokens,
                 "seconds": seconds,
@@ -154,6 +154,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", default=None)
     p.add_argument("--dump", default=None, help="also write every build's results (JSON) to this file")
+    p.add_argument("--first-from", default=None, help="take the first build's results from an earlier --dump")
     p.add_argument("--n-batch", type=int, default=512, help=argparse.SUPPRESS)
     p.add_argument("--worker-in", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -171,10 +172,16 @@ def main() -> None:
         f"{args.ngram}-grams, λ = 1, exhaustive search, probes: budget {noise.BUDGET:g} of the run's tokens, "
         f"at least {noise.MIN_PAIRS} pairs; --threads {args.threads}; load average {os.getloadavg()[0]:.2f}"
     )
-    first = run_build(sys.executable, spec, args, args.n_batch, "first build")
+    if args.first_from:
+        first = json.loads(Path(args.first_from).read_text(encoding="utf-8"))["first"]
+        print(f"first build: from {args.first_from}")
+    else:
+        first = run_build(sys.executable, spec, args, args.n_batch, "first build")
     print(f"  first: {first['system_info']}")
     spec = dict(spec, make=False, examples=first["examples"])
     results, runs = [], {"first": first}
+    if args.dump:  # written now too, so that a failing second build does not cost the first one's run
+        Path(args.dump).write_text(json.dumps(runs), encoding="utf-8")
     if args.second:
         runs["second"] = run_build(args.second, spec, args, 512, "second build")
         results.append(compare(first, runs["second"], "second build"))

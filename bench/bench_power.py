@@ -98,19 +98,19 @@ def settings():
 
 def logged_trials(path: str) -> dict[str, tuple[list[tuple[bool, float]], tuple[float, bool] | None]]:
     """Per epsilon of a finished ``ctxlite audit --out`` log: its trials' (Z, score) in trial order and
-    the audited pair's (epsilon, exact?) from its report: exact, or an upper bound (rnm); None where
-    the report has none (a log from before ``epsilon_upper_bound`` gives its ``epsilon_exact``)."""
+    the audited pair's (epsilon, exact?) from its report, read back as ``ctxlite report`` reads it:
+    exact, or an upper bound (rnm); None where the report has none."""
     from ctxlite.records import read_run_log
+    from ctxlite.runs import report_log
 
-    run = read_run_log(path, "audit")
+    report = report_log(path).report
     exact = {}
-    for row in (run.end.get("report") or {}).get("rows", []):
-        eps = row["epsilon"]
-        key = "inf" if eps in (None, "inf") else f"{float(eps):g}"
-        value = row.get("epsilon_upper_bound", row.get("epsilon_exact"))
-        exact[key] = None if value is None else (float(value), row.get("privacy_profile_kind", "exact") == "exact")
+    for row in report.rows if report is not None else ():
+        key = "inf" if row.epsilon is None or math.isinf(row.epsilon) else f"{row.epsilon:g}"
+        value = row.epsilon_upper_bound
+        exact[key] = None if value is None else (value, row.privacy_profile_kind == "exact")
     trials: dict[str, list] = {}
-    for key, rec in sorted(run.records.items(), key=lambda kv: (kv[0].split("/")[0], kv[0].split("=")[-1])):
+    for key, rec in read_run_log(path, "audit").records.items():
         if "/trial=" in key:
             trials.setdefault(key.split("/")[0].removeprefix("eps="), []).append(
                 (int(key.split("trial=")[1]), bool(rec["z"]), float(rec["score"]))

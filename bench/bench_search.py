@@ -155,7 +155,7 @@ def main() -> None:
         full, t_ex, all_ex = run(engine, ex, InfluenceSettings(search="exhaustive", top_spans=tops[0], **common))
         best = [g.start for g in full.top_spans(3)]
         exact = {g.start: g.influence for g in full.ngrams}
-        null_share = full.search["null_tokens"] / all_ex
+        null_share = full.search.null_tokens / all_ex
         for k, rho in sweep:
             ad, t_ad, _ = run(
                 engine,
@@ -170,12 +170,12 @@ def main() -> None:
             row = {
                 "id": ex.id,
                 "L": full.context_tokens,
-                "W": full.search["windows"],
+                "W": full.search.windows,
                 "rho": rho,
                 "K": k,
-                "abl": (full.search["ablations"], ad.search["ablations"]),
-                "tok": (full.search["tokens_decoded"], ad.search["tokens_decoded"]),
-                "counted": ad.search["exhaustive_tokens"],
+                "abl": (full.search.ablations, ad.search.ablations),
+                "tok": (full.search.tokens_decoded, ad.search.tokens_decoded),
+                "counted": ad.search.exhaustive_tokens,
                 "sec": (t_ex, t_ad),
                 "top1": found[:1] == best[:1],
                 "top3": len(set(found) & set(best)) / max(1, min(3, len(best))),

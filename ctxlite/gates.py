@@ -38,16 +38,17 @@ from __future__ import annotations
 
 import enum
 import math
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ctxlite.audit.report import AuditReport, AuditRow
+from ctxlite.audit.settings import AuditSettings
 from ctxlite.errors import InvalidParameter
-from ctxlite.outputs import write_atomic
+from ctxlite.influence.noise import RETILED
+from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence
+from ctxlite.privacy.estimators import point_epsilon
 from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
-from ctxlite.reporting.labels import epsilon_label
-from ctxlite.reporting.visible import visible
+from ctxlite.visible import visible
 
 
 class Outcome(str, enum.Enum):
@@ -76,6 +77,32 @@ class EpsilonUnit(str, enum.Enum):
 
     TRIAL = "trial"
     QUERY = "query"
+
+
+@dataclass(frozen=True)
+class InfluenceGate:
+    """A score run's gate (``--fail-above-influence``): no n-gram may move the response by more than
+    ``nats`` (τ_i with its estimated noise floor, :func:`influence_case`)."""
+
+    nats: float
+
+    def __post_init__(self):
+        if not self.nats >= 0:
+            raise InvalidParameter(f"an influence budget is >= 0 nats, got {self.nats}")
+
+
+@dataclass(frozen=True)
+class EpsilonGate:
+    """An audit's gate (``--fail-above-epsilon``): the budget ``epsilon`` in ``unit`` (per trial, its
+    queries composed; or per query, only where a trial is one query: :func:`check_epsilon_unit`)."""
+
+    epsilon: float
+    unit: EpsilonUnit = EpsilonUnit.TRIAL
+
+    def __post_init__(self):
+        if not self.epsilon >= 0:
+            raise InvalidParameter(f"an epsilon budget is >= 0, got {self.epsilon}")
+        object.__setattr__(self, "unit", EpsilonUnit(self.unit))
 
 
 @dataclass(frozen=True)
@@ -169,9 +196,6 @@ def _num(x: float | None) -> str:
 # score: the influence gate
 
 
-RETILED = "retiled probes"
-"""``noise_floor.method`` of a floor measured by probes in other batch tilings (``NoiseFloor.method``)."""
-
 CONCLUSIVE = (
     "re-score on the local engine with --null-ablations 1 or more: probes re-decoded in other batch tilings "
     "measure it (a server backend has no tiling to choose)"
@@ -179,84 +203,67 @@ CONCLUSIVE = (
 """What makes an influence case without a measured floor conclusive."""
 
 
-def floor_measured(result: dict) -> str | None:
+def floor_measured(result: LambdaResult) -> str | None:
     """Why a λ result's noise floor measured no rounding (None: it did, by probes in other batch tilings).
 
     Three cases read as unmeasured: no floor (a server backend, ``--null-ablations 0``); an older
     floor (null ablations re-decoded in the canonical tiling: they read 0 by construction, issue
     24 §2); and probes that each reproduced the canonical decode bit for bit (they saw no rounding
     to scale)."""
-    floor = result.get("noise_floor")
-    if not floor:
+    floor = result.noise_floor
+    if floor is None:
         return "no noise floor was measured (a server backend, or --null-ablations 0)"
-    if floor.get("method") != RETILED or not floor.get("per_token"):
+    if floor.method != RETILED or not floor.per_token:
         return (
             "its noise floor is an older one (null ablations re-decoded in the canonical tiling, which "
             "read 0 by construction)"
         )
-    if not any(floor["per_token"]):
+    if not any(floor.per_token):
         return "its probes each reproduced the canonical decode bit for bit, so they measured no rounding"
     return None
 
 
-def probe_pairs(result: dict) -> int:
+def probe_pairs(result: LambdaResult) -> int:
     """How many probe pairs (a null probe and an ablation probe) a result's floor was estimated from."""
-    return ((result.get("noise_floor") or {}).get("kinds") or []).count("null")
+    return 0 if result.noise_floor is None else result.noise_floor.kinds.count("null")
 
 
-def ngram_uncertainty(result: dict, ngram: dict) -> float | None:
+def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float | None:
     """How far an n-gram's τ_i may be from its value on another build or batch tiling, as its
     result's probes estimate it: the n-gram's own ``uncertainty`` where it carries one (a floor that
-    differs per n-gram), else its result's noise floor (``noise_floor["max"]``); None where the
-    result measured no rounding (:func:`floor_measured`). Never 0 for want of a measurement:
-    ``--exact`` is exact on this build only, and another build rounds it differently."""
+    differs per n-gram), else its result's noise floor (its ``max``); None where the result
+    measured no rounding (:func:`floor_measured`). Never 0 for want of a measurement: ``--exact``
+    is exact on this build only, and another build rounds it differently."""
     if floor_measured(result) is not None:
         return None
-    own = ngram.get("uncertainty")
-    return float(result["noise_floor"]["max"] if own is None else own)
+    return float(result.noise_floor.max if ngram.uncertainty is None else ngram.uncertainty)
 
 
-def measured_every_window(result: dict) -> bool:
-    """Whether a λ result has the τ_i of every n-gram window: exhaustive search, or an adaptive search
-    that ended up measuring every window (e.g. on a short context)."""
-    search = result.get("search") or {}
-    if search.get("method") != "adaptive":
-        return True
-    if "measured_every_window" in search:
-        return bool(search["measured_every_window"])
-    return len(result.get("ngrams") or ()) >= int(search.get("windows") or 0)  # logs before the field
-
-
-def worst_ngram(result: dict) -> dict | None:
+def worst_ngram(result: LambdaResult) -> NgramInfluence | None:
     """The n-gram of largest τ_i among those not below the noise floor, in one λ result (or None)."""
-    grams = [g for g in result.get("ngrams") or () if g.get("above_noise") is not False]
-    return max(grams, key=lambda g: g["influence"], default=None)
+    grams = [g for g in result.ngrams if g.above_noise is not False]
+    return max(grams, key=lambda g: g.influence, default=None)
 
 
-def _where(result: dict, gram: dict) -> str:
+def _where(result: LambdaResult, gram: NgramInfluence) -> str:
     """Which result and which n-gram, by position (never the text)."""
-    eps = epsilon_label(result)
-    size = "" if result.get("context_size") is None else f", first {result['context_size']} context tokens"
-    at = f"λ={result['lam']:g}" + (f", ε={eps}" if eps else "") + size
-    return (
-        f"at {at}: context tokens {gram['start']}–{gram['start'] + gram['n']}, "
-        f"characters {gram['char_start']}–{gram['char_end']}"
-    )
+    eps = result.epsilon_label
+    size = "" if result.context_size is None else f", first {result.context_size} context tokens"
+    at = f"λ={result.lam:g}" + (f", ε={eps}" if eps else "") + size
+    return f"at {at}: context tokens {gram.start}–{gram.start + gram.n}, characters {gram.char_start}–{gram.char_end}"
 
 
-def influence_case(key: str, rec: dict, threshold: float | None) -> Case:
-    """One example's case (``ExampleResult.to_dict()``): fail / pass / inconclusive as the module says;
-    without a gate, its largest τ_i above the noise floor, reported."""
-    grams = [(res, g) for res in rec["results"] for g in res.get("ngrams") or ()]
+def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Case:
+    """One example's case: fail / pass / inconclusive as the module says; without a gate, its
+    largest τ_i above the noise floor, reported."""
+    grams = [(res, g) for res in rec.results for g in res.ngrams]
     if threshold is None:
-        shown = [(r, g) for r, g in grams if g.get("above_noise") is not False]
+        shown = [(r, g) for r, g in grams if g.above_noise is not False]
         if not shown:
             return Case(key, Outcome.PASS, "no n-gram above the noise floor")
-        res, g = max(shown, key=lambda rg: rg[1]["influence"])
-        floor = (res.get("noise_floor") or {}).get("max")
-        return Case(
-            key, Outcome.PASS, f"max τ_i {_num(g['influence'])} nats (noise floor {_num(floor)}) {_where(res, g)}"
-        )
+        res, g = max(shown, key=lambda rg: rg[1].influence)
+        floor = None if res.noise_floor is None else res.noise_floor.max
+        return Case(key, Outcome.PASS, f"max τ_i {_num(g.influence)} nats (noise floor {_num(floor)}) {_where(res, g)}")
     unit = f"budget {threshold:g} nats"
     if not grams:
         says = f"no n-gram measured (document level only), {unit}"
@@ -266,49 +273,49 @@ def influence_case(key: str, rec: dict, threshold: float | None) -> Case:
         return ngram_uncertainty(*rg)
 
     def low(rg) -> float:  # what the n-gram's τ_i is at least, on a build whose rounding the floor covers
-        return rg[1]["influence"] - (u(rg) or 0.0)  # unmeasured: what this build computed
+        return rg[1].influence - (u(rg) or 0.0)  # unmeasured: what this build computed
 
     res, g = worst = max(grams, key=low)
     if low(worst) > threshold:
         if u(worst) is None:
             basis = Basis.THIS_BUILD
-            says = f"τ_i {_num(g['influence'])} > {unit} {_where(res, g)}; {floor_measured(res)}"
+            says = f"τ_i {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
         else:
             basis = Basis.MEASURED
-            says = f"τ_i {_num(g['influence'])} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
+            says = f"τ_i {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
         return Case(key, Outcome.FAIL, f"fail ({basis.value}): {says}", basis)
-    unmeasured = [r for r in rec["results"] if not measured_every_window(r)]
+    unmeasured = [r for r in rec.results if not r.every_window]
     if unmeasured:
         r = unmeasured[0]
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): adaptive search measured {len(r.get('ngrams') or ())} of "
-            f"{r['search']['windows']} n-gram windows at λ={r['lam']:g}, so an unmeasured n-gram may exceed "
+            f"inconclusive ({Basis.NO_PROOF.value}): adaptive search measured {len(r.ngrams)} of "
+            f"{r.search.windows} n-gram windows at λ={r.lam:g}, so an unmeasured n-gram may exceed "
             f"the {unit} (score with --search exhaustive to decide)",
             Basis.NO_PROOF,
         )
     blind = [(r, gr) for r, gr in grams if u((r, gr)) is None]
     if blind:
-        res, g = max(blind, key=lambda rg: rg[1]["influence"])
+        res, g = max(blind, key=lambda rg: rg[1].influence)
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g['influence'])} ≤ {unit} {_where(res, g)}, but "
+            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
             f"how far rounding on another build moves τ_i was not measured: {floor_measured(res)}; to decide, "
             f"{CONCLUSIVE}",
             Basis.NO_PROOF,
         )
-    res, g = high = max(grams, key=lambda rg: rg[1]["influence"] + u(rg))
-    if g["influence"] + u(high) > threshold:
+    res, g = high = max(grams, key=lambda rg: rg[1].influence + u(rg))
+    if g.influence + u(high) > threshold:
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g['influence'])} is within its estimated noise "
+            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} is within its estimated noise "
             f"floor {_num(u(high))} nats of the {unit} {_where(res, g)}",
             Basis.NO_PROOF,
         )
-    pairs = sorted({probe_pairs(r) for r in rec["results"] if r.get("ngrams")})
+    pairs = sorted({probe_pairs(r) for r in rec.results if r.ngrams})
     counted = (
         f"{pairs[0]}–{pairs[-1]} probe pairs" if len(pairs) > 1 else f"{pairs[0]} probe pair" + "s" * (pairs[0] != 1)
     )
@@ -316,15 +323,15 @@ def influence_case(key: str, rec: dict, threshold: float | None) -> Case:
         key,
         Outcome.PASS,
         f"pass ({Basis.MEASURED.value}): every n-gram's τ_i + floor ≤ {unit}; largest τ_i + floor "
-        f"{_num(g['influence'] + u(high))} nats {_where(res, g)}; each floor estimated from {counted} "
+        f"{_num(g.influence + u(high))} nats {_where(res, g)}; each floor estimated from {counted} "
         "re-decoded in other batch tilings, an estimate of the rounding between builds, not a bound on "
         "another build's rounding",
         Basis.MEASURED,
     )
 
 
-def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None) -> list[Case]:
-    """One case per example (``(key, ExampleResult.to_dict())`` pairs), :func:`influence_case`."""
+def influence_cases(records: Iterable[tuple[str, ExampleResult]], threshold: float | None) -> list[Case]:
+    """One case per example (``(key, ExampleResult)`` pairs), :func:`influence_case`."""
     return [influence_case(key, rec, threshold) for key, rec in records]
 
 
@@ -335,7 +342,7 @@ def influence_cases(records: Iterable[tuple[str, dict]], threshold: float | None
 def _eps_name(eps) -> str:
     if eps is None:  # no defense, or a heuristic one: no theoretical ε to name the row by
         return "epsilon=none"
-    return f"epsilon={eps}" if isinstance(eps, str) else f"epsilon={eps:g}"
+    return f"epsilon={eps:g}"
 
 
 def epsilon_unit_text(queries: int | None) -> str:
@@ -356,10 +363,10 @@ def check_epsilon_unit(unit: EpsilonUnit | str, queries: int | None) -> None:
         )
 
 
-def _power(budget: float, row: dict, settings: dict, reference: tuple[str, float] | None) -> str:
+def _power(budget: float, row: AuditRow, settings: AuditSettings, reference: tuple[str, float] | None) -> str:
     """What more trials could show: at the (ε, δ) corner of a known ε (``reference``: its name, value),
     else at the audit's observed rates at its bound's threshold."""
-    alpha, delta = 1.0 - settings["confidence"], settings["delta"]
+    alpha, delta = settings.estimates.alpha, settings.delta
     cap = f"more than {2 * MAX_TRIALS_PER_SIDE:,} trials"
     if reference is not None and math.isfinite(reference[1]) and reference[1] > budget:
         name, eps = reference
@@ -369,41 +376,39 @@ def _power(budget: float, row: dict, settings: dict, reference: tuple[str, float
             f"{cap if n is None else f'{n:,} trials'} (an optimal test, corner-grid bound) for its lower "
             f"bound to exceed {budget:g}"
         )
-    counts = row.get("lower_bound_counts") or {}
-    if not counts.get("n_in") or not counts.get("n_out"):
+    counts = row.lower_bound_counts
+    if not counts.n_in or not counts.n_out:
         return "no observed rates to project"
-    tpr, fpr = counts["tp"] / counts["n_in"], counts["fp"] / counts["n_out"]
+    tpr, fpr = counts.tp / counts.n_in, counts.fp / counts.n_out
     n = trials_to_certify(budget, tpr, fpr, alpha=alpha, delta=delta)
     rates = f"at this audit's observed rates (TPR {tpr:.3f}, FPR {fpr:.3f} at the bound's threshold)"
     if n is None:
-        from ctxlite.privacy.estimators import point_epsilon
-
         if point_epsilon(tpr, fpr, delta) <= budget:
             return f"{rates} no number of trials certifies more than {budget:g}"
         return f"{rates} {cap} would be needed to certify more than {budget:g}"
     return f"{rates} about {n:,} trials would certify more than {budget:g}"
 
 
-def epsilon_case(row: dict, settings: dict, threshold: float | None) -> Case:
-    """One ε row's case (a row of ``AuditReport.to_dict()``, its report's ``settings``), as the module says."""
-    name = _eps_name(row.get("epsilon"))
-    confidence = settings.get("confidence")
-    lb = _float(row.get("epsilon_lower_bound"))
+def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None) -> Case:
+    """One ε row's case (its report's ``settings``), as the module says."""
+    name = _eps_name(row.epsilon)
+    confidence = settings.estimates.confidence
+    lb = row.epsilon_lower_bound
     certified = (
-        f"certified ε ≥ {_num(lb)} at confidence {confidence:g} ({row.get('lower_bound_method', 'split')}; "
-        f"point {_num(_float(row.get('epsilon_point')))}, TPR {_num(row.get('tpr'))}, FPR {_num(row.get('fpr'))}, "
-        f"{row.get('n_in')} IN / {row.get('n_out')} OUT trials)"
+        f"certified ε ≥ {_num(lb)} at confidence {confidence:g} ({row.lower_bound_method}; "
+        f"point {_num(row.epsilon_point)}, TPR {_num(row.tpr)}, FPR {_num(row.fpr)}, "
+        f"{row.n_in} IN / {row.n_out} OUT trials)"
     )
     if threshold is None:
         return Case(name, Outcome.PASS, certified.replace("certified ε ≥", "epsilon lower bound", 1))
-    unit = epsilon_unit_text(settings.get("queries_per_trial"))
+    unit = epsilon_unit_text(settings.queries_per_trial)
     budget = f"budget {threshold:g}"
-    kind = row.get("privacy_profile_kind")
-    pair = _float(row.get("epsilon_upper_bound"))
+    kind = row.privacy_profile_kind
+    pair = row.epsilon_upper_bound
     exact = pair if kind == "exact" else None
     upper = pair if kind == "upper bound" else None
-    guarantee = _float(row.get("epsilon_per_trial"))  # null for the heuristic defences
-    delta = settings.get("delta")
+    guarantee = row.epsilon_per_trial  # null for the heuristic defences
+    delta = settings.delta
 
     def case(outcome: Outcome, basis: Basis, says: str) -> Case:
         return Case(name, outcome, f"{outcome.value} ({basis.value}): {unit}: {says}", basis)
@@ -428,7 +433,7 @@ def epsilon_case(row: dict, settings: dict, threshold: float | None) -> Case:
             Outcome.PASS,
             Basis.UPPER_BOUND,
             f"the audited pair's ε(δ={delta:g}) is at most {_num(upper)} "
-            f"≤ {budget} ({row.get('privacy_profile_method')}); {certified}",
+            f"≤ {budget} ({row.privacy_profile_method}); {certified}",
         )
     contradicted = guarantee is not None and lb is not None and lb > guarantee
     if guarantee is not None and guarantee <= threshold and not contradicted:
@@ -443,9 +448,7 @@ def epsilon_case(row: dict, settings: dict, threshold: float | None) -> Case:
     if upper is not None:
         why.append(f"the pair's ε is only known to be at most {_num(upper)} > {budget}")
     elif kind is None:
-        why.append(
-            "the pair's ε is not known (" + (row.get("reasons") or {}).get("epsilon_upper_bound", "no profile") + ")"
-        )
+        why.append("the pair's ε is not known (" + row.reasons.get("epsilon_upper_bound", "no profile") + ")")
     if contradicted:
         why.append(
             f"the audit contradicts the mechanism's guarantee ε {_num(guarantee)} (ε_lb is larger): it "
@@ -465,54 +468,9 @@ def epsilon_case(row: dict, settings: dict, threshold: float | None) -> Case:
     )
 
 
-def epsilon_cases(report: dict, threshold: float | None) -> list[Case]:
-    """One case per row of an audit report (``AuditReport.to_dict()``), :func:`epsilon_case`."""
-    return [epsilon_case(row, report["settings"], threshold) for row in report["rows"]]
-
-
-def _float(v) -> float | None:
-    """A report value as a float: ``"inf"``/``"-inf"`` strings (strict JSON) back to ±inf."""
-    return None if v is None else float(v)
-
-
-def write_junit(path: str | Path, verdict: Verdict) -> None:
-    """Write ``verdict`` as JUnit XML (one ``testsuite``, one ``testcase`` per case) readable by CI
-    servers; created owner-only (mode 0600) like the logs it summarises, atomically
-    (:func:`ctxlite.outputs.write_atomic`). A failed case is a ``failure``, an inconclusive one an
-    ``error`` (type ``ctxlite.inconclusive``: the budget could not be shown to hold, so CI must not
-    count it as passed), a passed one has its basis in ``system-out``. Control and bidi characters
-    of a case's name (an example id) are written as visible escapes: XML 1.0 cannot hold most of them."""
-    failures, errors = str(len(verdict.failures)), str(len(verdict.inconclusive))
-    suites = ET.Element("testsuites", tests=str(len(verdict.cases)), failures=failures, errors=errors)
-    suite = ET.SubElement(
-        suites,
-        "testsuite",
-        name=verdict.suite,
-        tests=str(len(verdict.cases)),
-        failures=failures,
-        errors=errors,
-        skipped="0",
-    )
-    props = ET.SubElement(suite, "properties")
-    outcome = "none" if verdict.outcome is None else verdict.outcome.value
-    properties = {
-        "verdict": outcome,
-        "gate": verdict.gate or "none",
-        "complete": str(verdict.complete).lower(),
-        **verdict.properties,
-    }
-    for name, value in properties.items():
-        ET.SubElement(props, "property", name=name, value=value)
-    for case in verdict.cases:
-        name, message = visible(case.name), visible(case.message)
-        tc = ET.SubElement(suite, "testcase", name=name, classname=verdict.suite.replace(" ", "."))
-        if case.failed:
-            ET.SubElement(tc, "failure", type="ctxlite.gate", message=message).text = message
-        elif case.inconclusive:
-            ET.SubElement(tc, "error", type="ctxlite.inconclusive", message=message).text = message
-        else:
-            ET.SubElement(tc, "system-out").text = message
-    write_atomic(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True), "JUnit file")
+def epsilon_cases(report: AuditReport, threshold: float | None) -> list[Case]:
+    """One case per row of an audit report, :func:`epsilon_case`."""
+    return [epsilon_case(row, report.settings, threshold) for row in report.rows]
 
 
 def run_properties(identity: dict) -> dict[str, str]:
@@ -523,21 +481,23 @@ def run_properties(identity: dict) -> dict[str, str]:
     return {k: str(v) for k, v in props.items() if v is not None}
 
 
-def score_verdict(keys, records, threshold: float | None, identity: dict, complete: bool = True) -> Verdict:
-    """The influence gate over a score run's example records (``ExampleResult.to_dict()``, in ``keys`` order)."""
+def score_verdict(
+    keys, records: Iterable[ExampleResult], threshold: float | None, identity: dict, complete: bool = True
+) -> Verdict:
+    """The influence gate over a score run's example results (in ``keys`` order)."""
     gate = None if threshold is None else f"every n-gram's τ_i + its noise floor ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))
 
 
 def audit_verdict(
-    report: dict, threshold: float | None, identity: dict, unit: EpsilonUnit | str = EpsilonUnit.TRIAL
+    report: AuditReport, threshold: float | None, identity: dict, unit: EpsilonUnit | str = EpsilonUnit.TRIAL
 ) -> Verdict:
-    """The ε gate over an audit report (``AuditReport.to_dict()``): a budget of ``threshold`` in ``unit``
-    (refused where it is per query and a trial composes several, :func:`check_epsilon_unit`)."""
-    settings = report["settings"]
+    """The ε gate over an audit report: a budget of ``threshold`` in ``unit`` (refused where it is per
+    query and a trial composes several, :func:`check_epsilon_unit`)."""
+    settings = report.settings
     gate = None
     if threshold is not None:
-        check_epsilon_unit(unit, settings.get("queries_per_trial"))
-        gate = f"{epsilon_unit_text(settings.get('queries_per_trial'))} at δ = {settings['delta']:g} ≤ {threshold:g}"
+        check_epsilon_unit(unit, settings.queries_per_trial)
+        gate = f"{epsilon_unit_text(settings.queries_per_trial)} at δ = {settings.delta:g} ≤ {threshold:g}"
     return Verdict("ctxlite audit", gate, epsilon_cases(report, threshold), True, run_properties(identity))

@@ -14,7 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from importlib import resources
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from ctxlite._version import __version__
 
 
 def canonical_json(obj: Any) -> str:
@@ -87,45 +91,15 @@ def mismatch(
 
 def software() -> dict:
     """The versions whose code computes a result: ctxlite and llama-cpp-python (it pins llama.cpp)."""
-    from ctxlite._version import __version__
-
     try:
-        from importlib.metadata import version
-
         llama = version("llama-cpp-python")
-    except Exception:  # pragma: no cover - not installed: the privacy maths alone
+    except PackageNotFoundError:  # pragma: no cover - not installed: the privacy maths alone
         llama = None
     return {"ctxlite": __version__, "llama_cpp_python": llama}
 
 
-def engine_part(model_path, config) -> dict:
-    """Identity of the model runtime: software versions, the model file's content, the engine settings.
-
-    The thread count is left out: it changes speed, not the numbers. Everything
-    else of ``EngineConfig`` can change rounding (batch shapes, offloaded
-    layers, flash attention) and is part of the identity, and so are the
-    instruction sets llama.cpp was compiled for (``software.llama_build``): an
-    AVX-512 build rounds differently from an AVX2 one, so a log is resumed only
-    by the build that wrote it.
-    """
-    from dataclasses import asdict
-
-    from ctxlite.runtime.build import llama_build
-    from ctxlite.runtime.models import model_identity
-
-    cfg = {k: v for k, v in asdict(config).items() if k != "n_threads"}
-    build = llama_build()
-    return {
-        "software": {**software(), "llama_build": {"features": build["features"]}},
-        "model": model_identity(model_path),
-        "engine": cfg,
-    }
-
-
 def bundled_data_hash(*names: str) -> str:
     """Content hash of package data files (``ctxlite/data/...``) that shape a result."""
-    from importlib import resources
-
     root = resources.files("ctxlite").joinpath("data")
     parts = {}
     for name in names:

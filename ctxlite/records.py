@@ -13,9 +13,10 @@ hash in the log's chain (:mod:`ctxlite.chain`), and a log is written by one
 process at a time (:mod:`ctxlite.lock`).
 
 Reading (:func:`read_run_log`) checks the chain line by line and refuses
-(``DataError``, naming the line) a broken chain or a duplicate record. A log
-written before logs were chained is read (``RunLog.chained`` False) but never
-resumed.
+(``DataError``, naming the line) a broken chain or a duplicate record. The header
+names the log's format (``schema_version``, :mod:`ctxlite.logformat`); a log of an
+older format (written before logs were chained, or before formats were versioned)
+is read (``RunLog.chained`` False, ``RunLog.schema_version`` None) but never resumed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ctxlite.chain import link, seal, unseal
 from ctxlite.errors import DataError, InvalidParameter, OutputError, output_error
 from ctxlite.identity import differences, normalise
 from ctxlite.lock import LogLock
+from ctxlite.logformat import NOT_RESUMABLE, SCHEMA_VERSION, UNCHAINED, version_of
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,12 @@ def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> N
         )
 
 
-UNCHAINED = (
-    "was written before ctxlite chained its logs (it has no hash chain): it can be reported "
-    "(ctxlite report), never resumed into a chained log"
-)
-"""Why a log without a chain is refused for writing."""
+def _refuse_older_format(path: Path, run: RunLog) -> None:
+    """A log of an older format is never written to (:mod:`ctxlite.logformat`)."""
+    if not run.chained:
+        raise DataError(f"{path} {UNCHAINED}: choose another --out")
+    if run.schema_version != SCHEMA_VERSION:
+        raise DataError(f"{path} {NOT_RESUMABLE}: choose another --out")
 
 
 @dataclass
@@ -174,6 +177,7 @@ class RunLog:
     head: str | None = None
     line_of: dict[str, int] = field(default_factory=dict)
     lines: int = 0  # complete lines read, the header included
+    schema_version: int | None = SCHEMA_VERSION  # None: written before log formats were versioned
 
     END = "(end)"
 
@@ -217,6 +221,7 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
     ):
         what = f"ctxlite {kind} log" if kind else "ctxlite result log (score or audit)"
         raise DataError(f"{path} is not a {what}{advice}")
+    version = version_of(path, header)
     body, head = unseal(header)
     chained = CHAIN_FIELD in header
     if chained and head != link(None, body):
@@ -275,6 +280,7 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
         head if chained else None,
         line_of,
         len(complete),
+        version,
     )
 
 
@@ -342,15 +348,14 @@ class RecordLog:
             return
         run = read_run_log(p, kind, advice=": choose another --out")  # the chain too, before any model work
         _refuse_differences(p, run.identity, normalise(identity), ignore)
-        if not run.chained:
-            raise DataError(f"{p} {UNCHAINED}: choose another --out")
+        _refuse_older_format(p, run)
 
     def _write_header(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                header = seal(None, {"type": self.kind, "identity": self.identity})
+                header = seal(None, {"type": self.kind, "schema_version": SCHEMA_VERSION, "identity": self.identity})
                 f.write(json.dumps(header, allow_nan=False) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -361,8 +366,7 @@ class RecordLog:
     def _load(self) -> None:
         run = read_run_log(self.path, self.kind, advice=": choose another --out")
         _refuse_differences(self.path, run.identity, self.identity)
-        if not run.chained:
-            raise DataError(f"{self.path} {UNCHAINED}: choose another --out")
+        _refuse_older_format(self.path, run)
         self.records, self.end, self.first_end, self.head = run.records, run.end, run.first_end, run.head
         if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending
             self._keep_bytes = run.torn_at

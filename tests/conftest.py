@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.logschema import sweep
+
 VLLM_TESTS = Path(__file__).resolve().parent / "vllm"
 
 
@@ -47,6 +49,38 @@ def pytest_configure(config):
     share = cpus[int(worker.removeprefix("gw")) :: n]
     if share:
         os.sched_setaffinity(0, share)
+
+
+_SWEPT: set = set()
+"""The ``tmp_path`` of every test that has run: checked after it (or exempt), left out of the final sweep."""
+
+
+@pytest.fixture(autouse=True)
+def _logs_follow_the_schema(request):
+    """After each test, every result log it wrote in its ``tmp_path`` follows the log format's schema
+    (tests/logschema.py), unless the test writes hand-made logs (``@pytest.mark.hand_made_logs``)."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if tmp is None:
+        return
+    _SWEPT.add(tmp)
+    if request.node.get_closest_marker("hand_made_logs"):
+        return
+    found = sweep(tmp)
+    assert not found, "a log written by this test does not follow ctxlite/data/log.schema.json:\n" + "\n".join(found)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The logs of module and session fixtures (``tmp_path_factory``) are swept once, at the end."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or exitstatus != 0:
+        return
+    found = sweep(factory.getbasetemp(), skip=_SWEPT)
+    if found:
+        session.config.get_terminal_writer().line(
+            "logs that do not follow ctxlite/data/log.schema.json:\n" + "\n".join(found[:20]), red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.influence.analysis import bootstrap_ci, position_means, summarize
-from ctxlite.influence.scorer import ExampleResult, LambdaResult, NgramInfluence, NoiseFloor
+from ctxlite.influence import analysis
+from ctxlite.influence.analysis import bootstrap_ci, position_means
+from ctxlite.influence.noise import NoiseFloor
+from ctxlite.influence.regurgitation import Regurgitation
+from ctxlite.influence.results import ExampleResult, Generation, LambdaResult, NgramInfluence, Utility
+from ctxlite.reporting.terminal import score_table
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -158,6 +162,11 @@ def test_bootstrap_interval_shrinks_with_more_data():
 # summarize on hand-made ExampleResult records
 
 
+def summarize(records, confidence=0.95):
+    """The summary in its log form (what a result log's end line holds)."""
+    return analysis.summarize(records, confidence).to_dict()
+
+
 def lam_result(lam, token_infl, grams=(), floor=None, repeat=False, rouge=False):
     """grams: (start, influence, above_noise) triples; floor: null-ablation sums or None."""
     ngrams = [NgramInfluence(s, 4, 0, 1, "x", infl, [infl], above) for s, infl, above in grams]
@@ -174,19 +183,13 @@ def lam_result(lam, token_infl, grams=(), floor=None, repeat=False, rouge=False)
         document_influence=float(sum(token_infl)),
         ngrams=ngrams,
         noise_floor=None if floor is None else NoiseFloor(list(range(len(floor))), list(floor)),
-        regurgitation={
-            "shared_words": 0,
-            "rouge_l_precision": 0.0,
-            "rouge_l_recall": 0.0,
-            "repeat": repeat,
-            "rouge": rouge,
-        },
+        regurgitation=Regurgitation(30 if repeat else 0, 0.9 if rouge else 0.0, 0.0),
     )
 
 
 def roundtrip(example_results):
-    """What a resumed result log holds: to_dict() through JSON."""
-    return [json.loads(json.dumps(r.to_dict())) for r in example_results]
+    """What a resumed result log holds: to_dict() through JSON, read back."""
+    return [ExampleResult.from_dict(json.loads(json.dumps(r.to_dict()))) for r in example_results]
 
 
 def make_records():
@@ -310,10 +313,10 @@ def ref_max_of_mean(records, lam):
     n-gram starting there; then the max and where it is."""
     by_start = {}
     for rec in records:
-        for res in rec["results"]:
-            if res["lam"] == lam:
-                for g in res["ngrams"]:
-                    by_start.setdefault(g["start"], []).append(g["influence"])
+        for res in rec.results:
+            if res.lam == lam:
+                for g in res.ngrams:
+                    by_start.setdefault(g.start, []).append(g.influence)
     means = {s: sum(v) / len(v) for s, v in by_start.items()}
     best = max(means, key=means.get)
     return means[best], best
@@ -354,8 +357,8 @@ def test_summarize_gives_utility_with_its_bootstrap_ci_only_where_answers_exist(
     recs = []
     for i, f1 in enumerate([0.2, 0.4, 0.9]):
         r = lam_result(1.0, [0.1, 0.2])
-        r.utility = {"metric": "rouge_l", "precision": f1, "recall": f1, "f": f1}
-        recs.append(ExampleResult(f"e{i}", 10, "q", [r, lam_result(0.5, [0.1])]).to_dict())
+        r.utility = Utility(f1, f1, f1)
+        recs.append(ExampleResult(f"e{i}", 10, "q", [r, lam_result(0.5, [0.1])]))
     out = summarize(recs)
     u = out["1.0"]["utility"]
     assert u["metric"] == "rouge_l_f" and u["examples"] == 3 and u["mean"] == pytest.approx(0.5)
@@ -367,8 +370,8 @@ def eps_result(lam, eps, doc, f1, realised):
     """A generated response of ε-bounded CID (``eps`` None: unbounded) with its ROUGE-L F and per-step realised ε."""
     r = lam_result(lam, [doc])
     r.generated, r.epsilon = True, eps
-    r.utility = {"metric": "rouge_l", "precision": f1, "recall": f1, "f": f1}
-    r.generation = {"stop_reason": "eog", "epsilon": eps, "step_lambdas": [lam], "realised_epsilon": list(realised)}
+    r.utility = Utility(f1, f1, f1)
+    r.generation = Generation("eog", eps, [lam], list(realised), 0)
     return r
 
 
@@ -404,27 +407,26 @@ def test_summarize_keys_results_by_lambda_and_epsilon():
     assert json.loads(json.dumps(out)) == out
 
 
-def test_summarize_reads_the_epsilon_of_older_logs_from_generation():
-    """A log written before results carried ``epsilon`` has it only in ``generation``: still keyed by it."""
-    old = roundtrip([ExampleResult("e", 10, "q", [eps_result(1.0, 2.0, 1.0, 0.5, [2.0])])])
-    del old[0]["results"][0]["epsilon"]
-    assert list(summarize(old)) == ["1.0/eps=2.0"] and summarize(old)["1.0/eps=2.0"]["epsilon"] == 2.0
+def test_summarize_keys_a_context_size_and_an_epsilon_together():
     sized = roundtrip([ExampleResult("e", 10, "q", [eps_result(1.0, 2.0, 1.0, 0.5, [2.0])])])
-    sized[0]["results"][0]["context_size"] = 8
+    sized[0].results[0].context_size = 8
     assert list(summarize(sized)) == ["1.0@8/eps=2.0"]
 
 
-def test_score_table_gives_epsilon_a_column_only_when_a_result_has_one():
-    from ctxlite.influence.analysis import score_table
+def test_the_typed_summary_round_trips_its_log_form():
+    s = analysis.summarize(make_records())
+    assert analysis.Summary.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert [e.key for e in s] == s.keys() == ["0.0", "1.0"] and s["1.0"].examples == 3
 
+
+def test_score_table_gives_epsilon_a_column_only_when_a_result_has_one():
     plain = roundtrip([ExampleResult("e", 10, "q", [lam_result(1.0, [1.0])])])
     assert score_table(["e"], plain, ansi=False).splitlines()[0].split()[:3] == ["example", "λ", "tokens"]
     swept = roundtrip(
         [ExampleResult("e", 10, "q", [eps_result(1.0, 1.0, 1.0, 0.5, [1.0]), eps_result(1.0, 4.0, 2.0, 0.5, [3.0])])]
     )
-    for r, infl in zip(swept[0]["results"], (2.0, 3.0)):  # an n-gram each, so each gets a top-span line
-        r["ngrams"] = r["top_spans"] = [{"start": 0, "n": 1, "char_start": 0, "char_end": 4, "text": "Dana",
-                                         "influence": infl, "per_token": [infl], "above_noise": True}]  # fmt: skip
+    for r, infl in zip(swept[0].results, (2.0, 3.0)):  # an n-gram each, so each gets a top-span line
+        r.ngrams = r.top = [NgramInfluence(0, 1, 0, 4, "Dana", infl, [infl], True)]
     lines = score_table(["e"], swept, ansi=False).splitlines()
     assert lines[0].split()[:4] == ["example", "λ", "ε", "tokens"]
     assert [line.split()[:3] for line in lines[1:3]] == [["e", "1", "1"], ["e", "1", "4"]]

@@ -27,7 +27,7 @@ from ctxlite.audit.mechanisms import (
     partition,
 )
 from ctxlite.audit.queries import QueryKind, build_query, candidate_templates
-from ctxlite.audit.settings import AuditSettings, audit_identity
+from ctxlite.audit.settings import AuditSettings, EstimateSettings, audit_identity
 from ctxlite.audit.template_search import search_template
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.privacy.calibration import (
@@ -36,6 +36,7 @@ from ctxlite.privacy.calibration import (
     subsampled_gaussian_epsilon,
 )
 from ctxlite.records import RecordLog
+from ctxlite.reporting.terminal import audit_table
 
 SQRT2 = math.sqrt(2)
 DATA = resources.files("ctxlite").joinpath("data")
@@ -158,11 +159,11 @@ def test_settings_validate():
     with pytest.raises(InvalidParameter):
         AuditSettings(mechanism="none", ensembles=3)
     with pytest.raises(InvalidParameter, match="DP mechanism"):
-        AuditSettings(mechanism="none", accounting_queries=10)
+        AuditSettings(mechanism="none", estimates=EstimateSettings(accounting_queries=10))
     with pytest.raises(InvalidParameter, match="sampling_rate"):
-        AuditSettings(mechanism="rnm", sampling_rate=1.5, accounting_queries=10)
+        EstimateSettings(sampling_rate=1.5, accounting_queries=10)
     with pytest.raises(InvalidParameter, match="accounting_queries too"):
-        AuditSettings(mechanism="rnm", sampling_rate=0.5)
+        EstimateSettings(sampling_rate=0.5)
     s = AuditSettings(mechanism="rnm", epsilons=(8, 1, math.inf), ensembles=10, shots=2)
     assert s.epsilons == (1.0, 8.0, math.inf) and s.queries_per_trial == 1 and s.private_size == 20
     assert AuditSettings().queries_per_trial == 64
@@ -245,7 +246,7 @@ def test_cli_too_few_records_exits_4(tmp_path):
 def engine():
     from ctxlite.runtime.engine import Engine, EngineConfig
 
-    eng = Engine(None, EngineConfig(n_threads=1, kv_slots=4))
+    eng = Engine(None, EngineConfig(n_threads=1))
     yield eng
     eng.close()
 
@@ -322,10 +323,10 @@ def test_no_defense_reaches_high_audit_accuracy(engine, seed):
     )
     report = run_audit(engine, classify_records(), s)
     row = report.rows[0]
-    assert row["audit_accuracy"] >= 0.8
-    assert row["n_in"] + row["n_out"] == 100
-    assert row["epsilon"] is None and report.epsilon_kind.startswith("none")
-    assert row["utility"] in (0.0, 0.5, 1.0)  # two held-out queries
+    assert row.audit_accuracy >= 0.8
+    assert row.n_in + row.n_out == 100
+    assert row.epsilon is None and report.epsilon_kind.startswith("none")
+    assert row.utility in (0.0, 0.5, 1.0)  # two held-out queries
     assert report.forward_passes <= 8  # two distinct audit prompts + utility prompts, all cached
 
 
@@ -371,7 +372,7 @@ def test_rnm_noise_is_the_calibrated_gaussian(rnm_runs):
         sigma = analytic_gaussian_sigma(eps, 1e-5, math.sqrt(2))
         z = []
         for seed, (report, recs) in rnm_runs.items():
-            assert report.rows[[1.0, 8.0, math.inf].index(eps)]["sigma"] == pytest.approx(sigma)
+            assert report.rows[[1.0, 8.0, math.inf].index(eps)].sigma == pytest.approx(sigma)
             for i in range(RNM_TRIALS):
                 noisy = np.asarray(recs[f"eps={eps:g}/trial={i}"]["signal"])
                 clean = np.asarray(recs[f"eps=inf/trial={i}"]["signal"])
@@ -388,10 +389,10 @@ def test_rnm_at_epsilon_1_lower_bound_is_at_most_1(rnm_runs):
     (ε = inf), and at theoretical ε = 1 its Clopper-Pearson lower bound does not exceed 1."""
     for seed, (report, _) in rnm_runs.items():
         r1, _, rinf = report.rows
-        assert r1["epsilon"] == 1.0
-        assert r1["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
-        assert rinf["audit_accuracy"] == 1.0 and rinf["epsilon_lower_bound"] > 2.0, seed  # the audit has power
-        assert r1["epsilon_lower_bound"] <= 1.0, seed  # ... and the noise at ε = 1 stops it
+        assert r1.epsilon == 1.0
+        assert r1.sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
+        assert rinf.audit_accuracy == 1.0 and rinf.epsilon_lower_bound > 2.0, seed  # the audit has power
+        assert r1.epsilon_lower_bound <= 1.0, seed  # ... and the noise at ε = 1 stops it
 
 
 @pytest.mark.model
@@ -403,15 +404,15 @@ def test_rnm_exact_profile_is_the_gaussian_mechanism(rnm_runs):
     for seed, (report, _) in rnm_runs.items():
         r1, r8, rinf = report.rows
         for row in (r1, r8):
-            assert row["epsilon"] - 1e-6 <= row["epsilon_exact"] <= row["epsilon"] + 3e-3, (seed, row["epsilon"])
-            assert row["audit_tightness"] == pytest.approx(row["epsilon_lower_bound"] / row["epsilon_exact"])
-            assert "partner groups" in row["privacy_profile_method"] and row["privacy_profile_kind"] == "exact"
-            assert row["epsilon_upper_bound"] == row["epsilon_exact"]
-        assert rinf["epsilon_exact"] == math.inf and rinf["audit_tightness"] is None
-        assert "audit_tightness" in rinf["reasons"]
+            assert row.epsilon - 1e-6 <= row.epsilon_exact <= row.epsilon + 3e-3, (seed, row.epsilon)
+            assert row.audit_tightness == pytest.approx(row.epsilon_lower_bound / row.epsilon_exact)
+            assert "partner groups" in row.privacy_profile_method and row.privacy_profile_kind == "exact"
+            assert row.epsilon_upper_bound == row.epsilon_exact
+        assert rinf.epsilon_exact == math.inf and rinf.audit_tightness is None
+        assert "audit_tightness" in rinf.reasons
         for row in report.rows:
-            assert row["epsilon_lower_bound"] <= row["epsilon_exact"], seed
-            curve = row["privacy_profile"]
+            assert row.epsilon_lower_bound <= row.epsilon_exact, seed
+            curve = row.privacy_profile
             assert [d for d, _ in curve] == sorted(d for d, _ in curve)
             assert all(a >= b for (_, a), (_, b) in zip(curve, curve[1:]))  # ε(δ) falls as δ grows
 
@@ -436,16 +437,16 @@ def test_lower_bound_never_exceeds_the_audited_pairs_exact_epsilon(engine, mecha
     is too large) fails here."""
     s = AuditSettings(task="classify", mechanism=mechanism, canary="semantic", trials=200, utility_queries=0, **extra)
     report = run_audit(engine, classify_records(), s)
-    assert min(r["epsilon_lower_bound"] for r in report.rows) > 0.3, "the audit must certify something"
+    assert min(r.epsilon_lower_bound for r in report.rows) > 0.3, "the audit must certify something"
     exact = mechanism != "rnm"
     for row in report.rows:
-        ceiling = row["epsilon_upper_bound"]
-        assert ceiling is not None, row["reasons"]
-        assert row["privacy_profile_kind"] == ("exact" if exact else "upper bound")
-        assert row["epsilon_exact"] == (ceiling if exact else None)
-        assert row["epsilon_lower_bound"] <= ceiling, (mechanism, row["epsilon"])
-        tightness = row["audit_tightness" if exact else "audit_tightness_at_least"]
-        assert row["audit_tightness_at_least" if exact else "audit_tightness"] is None
+        ceiling = row.epsilon_upper_bound
+        assert ceiling is not None, row.reasons
+        assert row.privacy_profile_kind == ("exact" if exact else "upper bound")
+        assert row.epsilon_exact == (ceiling if exact else None)
+        assert row.epsilon_lower_bound <= ceiling, (mechanism, row.epsilon)
+        tightness = getattr(row, "audit_tightness" if exact else "audit_tightness_at_least")
+        assert getattr(row, "audit_tightness_at_least" if exact else "audit_tightness") is None
         if math.isfinite(ceiling):
             assert 0 <= tightness <= 1
     assert not any("exceeds the pair's" in n for n in report.notes)
@@ -487,14 +488,14 @@ def test_rnm_empirical_epsilon_rises_with_theoretical_epsilon(rnm_runs):
     gains = []
     for seed, (report, recs) in rnm_runs.items():
         r1, r8, rinf = report.rows
-        assert [r["epsilon"] for r in report.rows] == [1.0, 8.0, math.inf]
-        assert r1["audit_accuracy"] < r8["audit_accuracy"] < rinf["audit_accuracy"] == 1.0, seed
-        assert r1["epsilon_lower_bound"] <= r8["epsilon_lower_bound"] < rinf["epsilon_lower_bound"], seed
-        assert (r1["epsilon_point"] or 0.0) < r8["epsilon_point"], seed
+        assert [r.epsilon for r in report.rows] == [1.0, 8.0, math.inf]
+        assert r1.audit_accuracy < r8.audit_accuracy < rinf.audit_accuracy == 1.0, seed
+        assert r1.epsilon_lower_bound <= r8.epsilon_lower_bound < rinf.epsilon_lower_bound, seed
+        assert (r1.epsilon_point or 0.0) < r8.epsilon_point, seed
         ins = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if recs[f"eps=8/trial={i}"]["z"]]
         outs = [recs[f"eps=8/trial={i}"]["score"] for i in range(RNM_TRIALS) if not recs[f"eps=8/trial={i}"]["z"]]
-        assert r8["audit_accuracy"] > _null_accuracy_quantile(ins, outs, 0.999, seed=seed), seed
-        gains.append(r8["audit_accuracy"] - r1["audit_accuracy"])
+        assert r8.audit_accuracy > _null_accuracy_quantile(ins, outs, 0.999, seed=seed), seed
+        gains.append(r8.audit_accuracy - r1.audit_accuracy)
     gains = np.asarray(gains)
     assert np.all(gains > 0)
     assert gains.mean() > 4 * gains.std(ddof=1) / math.sqrt(len(gains)), gains
@@ -538,29 +539,27 @@ def test_trial_log_resumes(engine, tmp_path):
         _open_log(path, engine, replace(s, trials=13), classify_records())
     # report-only settings may change on resume: the subsampled-over-T epsilon from the same trials
     for T, q in ((100, 0.1), (1, 1.0)):
-        acc = replace(s, accounting_queries=T, sampling_rate=q)
+        acc = replace(s, estimates=EstimateSettings(accounting_queries=T, sampling_rate=q))
         with _open_log(path, engine, acc, classify_records()) as log:
             sub = run_audit(engine, classify_records(), acc, log)
         assert len(path.read_text().splitlines()) == before
         r2, rinf = sub.rows
-        same = lambda row: {k: v for k, v in row.items() if k not in ("epsilon_subsampled", "accounting")}  # noqa: E731
+        same = lambda row: replace(row, epsilon_subsampled=None, accounting=None)  # noqa: E731
         assert same(r2) == same(full.rows[0])
-        assert rinf["epsilon_subsampled"] == math.inf
+        assert rinf.epsilon_subsampled == math.inf
         # add/remove sensitivity with m fixed ensembles: one vote moves, sqrt(2) (as under replacement)
-        assert r2["accounting"] == {
+        assert r2.accounting.to_dict() == {
             "queries": T,
             "sampling_rate": q,
             "sensitivity_add_remove": pytest.approx(SQRT2),
             "accountant": "dp_accounting PLD",
         }
         if T == 1:  # one unsubsampled release: the analytic epsilon of the same sigma, i.e. the audited epsilon 2
-            assert r2["epsilon_subsampled"] == pytest.approx(
-                analytic_gaussian_epsilon(r2["sigma"], s.delta, SQRT2), abs=2e-3
-            )
-            assert r2["epsilon_subsampled"] == pytest.approx(2.0, abs=2e-3)
+            assert r2.epsilon_subsampled == pytest.approx(analytic_gaussian_epsilon(r2.sigma, s.delta, SQRT2), abs=2e-3)
+            assert r2.epsilon_subsampled == pytest.approx(2.0, abs=2e-3)
         else:
-            assert r2["epsilon_subsampled"] == subsampled_gaussian_epsilon(r2["sigma"], SQRT2, q, T, s.delta)
-            assert "eps_T" in sub.table() and any("T = 100" in n for n in sub.notes)
+            assert r2.epsilon_subsampled == subsampled_gaussian_epsilon(r2.sigma, SQRT2, q, T, s.delta)
+            assert "eps_T" in audit_table(sub) and any("T = 100" in n for n in sub.notes)
 
 
 @pytest.mark.model
@@ -591,7 +590,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
             report = run_audit(engine, classify_records(), s, log)
             sig = [log.records[f"eps=inf/trial={i}"]["signal"][0] for i in range(8)]
             zs = [log.records[f"eps=inf/trial={i}"]["z"] for i in range(8)]
-        assert report.query["kind"] == "injection" and report.rows[0]["n_in"] + report.rows[0]["n_out"] == 8
+        assert report.query.kind == "injection" and report.rows[0].n_in + report.rows[0].n_out == 8
         return report, sig, zs
 
     l2, l2_sig, zs = play("prompt-l2", "l2")
@@ -602,7 +601,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
     assert clean_sig == l2_sig and clean_z == zs and clean.rows == l2.rows  # ... and withheld nothing
     monkeypatch.setattr(Judge, "_judge_leaks", lambda self, oracle, fmt, records, output: True)
     blocked, blocked_sig, _ = play("judge", "blocked")
-    withheld = leak_fraction(OTHER, blocked.canary["text"])
+    withheld = leak_fraction(OTHER, blocked.canary.text)
     assert blocked_sig == [pytest.approx(withheld, abs=1e-12)] * 8  # every output withheld
     assert blocked_sig != l2_sig  # which changes what the injection recovers
 
@@ -630,9 +629,9 @@ def test_generation_esa_end_to_end(engine, tmp_path):
         report = run_audit(engine, records, s, embedder=emb)
         engine.clear()
         one = run_audit(engine, records, replace(s, epsilons=(1.0,)), embedder=emb)
-    assert [r["epsilon"] for r in report.rows] == [1.0, math.inf]
-    assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0]["utility"] <= 1.0
-    assert report.rows[0]["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
+    assert [r.epsilon for r in report.rows] == [1.0, math.inf]
+    assert report.utility_metric == "rouge1_f" and 0.0 <= report.rows[0].utility <= 1.0
+    assert report.rows[0].sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, 2.0))
     # common random numbers: epsilon = inf replays epsilon = 1's walks from memoised nodes, decoding nothing
     assert report.forward_passes == one.forward_passes > 0
     assert report.rows[0] == one.rows[0]
@@ -659,7 +658,7 @@ def test_template_search_picks_the_best_held_out_template(engine):
     # each accuracy is a real small audit of that template under the search seed
     for i in range(n):
         small = replace(s, template_index=i, trials=8, seed=found.seed)
-        assert run_audit(engine, classify_records(), small).rows[0]["audit_accuracy"] == found.accuracies[i]
+        assert run_audit(engine, classify_records(), small).rows[0].audit_accuracy == found.accuracies[i]
     with pytest.raises(InvalidParameter, match=">= 4 trials"):
         search_template(engine, classify_records(), s, trials=3)
 

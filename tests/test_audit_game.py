@@ -42,7 +42,7 @@ from ctxlite.audit.mechanisms import (
 )
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.report import report_row
-from ctxlite.audit.settings import AuditSettings, audit_identity
+from ctxlite.audit.settings import AuditSettings, EstimateSettings, audit_identity
 from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
 from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, describe_selection, gdp_epsilon
 from ctxlite.records import RecordLog
@@ -64,7 +64,7 @@ def engine():
     """One llama.cpp thread, as in test_audit.py: on a shared 2-core machine two threads run ~4x slower."""
     from ctxlite.runtime.engine import Engine, EngineConfig
 
-    eng = Engine(None, EngineConfig(n_threads=1, kv_slots=4))
+    eng = Engine(None, EngineConfig(n_threads=1))
     yield eng
     eng.close()
 
@@ -155,7 +155,7 @@ def trials(log: SpyLog):
 
 
 def canary_record(report) -> dict:
-    return {"text": report.canary["text"], "label": report.canary["label"]}
+    return {"text": report.canary.text, "label": report.canary.label}
 
 
 # ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
     datasets = {0: [], 1: []}
     for key, rec, calls in trials(log):
         assert [k for k, _, _ in calls] == ["label"]  # one prompt per release (its answers are counted)
-        recs = parse(calls[0][1], report.query["text"])
+        recs = parse(calls[0][1], report.query.text)
         z = rec["z"]
         if "/ref=" in key:
             assert z == int("/ref=in/" in key)
@@ -198,7 +198,7 @@ def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
         assert all(r["text"] != c["text"] for r in recs if r != c)
         datasets[z].append(recs)
     n_in = sum(1 for k, r, _ in trials(log) if "/trial=" in k and r["z"] == 1)
-    assert report.rows[0]["n_in"] == n_in and report.rows[0]["n_out"] == s.trials - n_in
+    assert report.rows[0].n_in == n_in and report.rows[0].n_out == s.trials - n_in
     assert 0 < n_in < s.trials
     d0, d1 = datasets[0][0], datasets[1][0]
     assert all(d == d0 for d in datasets[0]) and all(d == d1 for d in datasets[1])  # one fixed private set D
@@ -229,7 +229,7 @@ def test_canary_sits_in_exactly_one_ensemble(play):
     private = {0: set(), 1: set()}
     for key, rec, calls in trials(log):
         assert [k for k, _, _ in calls] == ["label"] * 4  # one vote per ensemble
-        groups = [parse(p, report.query["text"]) for _, p, _ in calls]
+        groups = [parse(p, report.query.text) for _, p, _ in calls]
         assert all(len(g) == 1 for g in groups)
         members = [json_key(r) for g in groups for r in g]
         assert len(set(members)) == 4  # disjoint ensembles covering the private set
@@ -264,9 +264,9 @@ def test_z_is_a_fair_coin_over_trials(engine):
             seed=seed,
         )
         row = run_audit(engine, classify_records(), s).rows[0]
-        n_in += row["n_in"]
-        n += row["n_in"] + row["n_out"]
-        seen.append(row["n_in"])
+        n_in += row.n_in
+        n += row.n_in + row.n_out
+        seen.append(row.n_in)
     assert n == 1800
     assert abs(n_in - n / 2) <= 4.5 * math.sqrt(n) / 2, (n_in, n)
     assert len(set(seen)) > 1  # each seed draws its own coins
@@ -298,7 +298,7 @@ def test_defence_text_is_in_every_prompt(play, mechanism, text):
     for key, rec, calls in trials(log):
         label_calls = [p for k, p, _ in calls if k == "label"]
         assert len(label_calls) == 1
-        recs = parse(label_calls[0], text + report.query["text"])  # examples, then the defence, then the query
+        recs = parse(label_calls[0], text + report.query.text)  # examples, then the defence, then the query
         assert (c in recs) == bool(rec["z"])
 
 
@@ -420,7 +420,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
         judge_answers = {p: yes_no for k, p, yes_no in calls if k == "judge"}
         released, replaced_before = [], replaced
         for prompt, raw in texts:
-            recs = parse(prompt, ("" if mechanism == "none" else L2_TEXT) + report.query["text"])
+            recs = parse(prompt, ("" if mechanism == "none" else L2_TEXT) + report.query.text)
             assert (canary_record(report) in recs) == bool(rec["z"])
             out = raw
             if mechanism != "none" and _keyword(raw):
@@ -436,7 +436,7 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
             replaced += out != raw
             released.append(out)
         assert rec["withheld"] == replaced - replaced_before  # the trial logs what the defence withheld
-        want = float(np.mean([leak_fraction(o, report.canary["text"]) for o in released]))
+        want = float(np.mean([leak_fraction(o, report.canary.text) for o in released]))
         assert rec["signal"] == [pytest.approx(want, abs=1e-12)]
         assert rec["score"] == pytest.approx(want, abs=1e-12)  # the leak detector reads the fraction
         if mechanism != "judge":
@@ -444,11 +444,11 @@ def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
     if mechanism == "judge":
         assert judged > 0
     if mechanism == "none":
-        assert replaced == 0 and report.rows[0]["withheld_rate"] is None
+        assert replaced == 0 and report.rows[0].withheld_rate is None
     else:
-        rate = report.rows[0]["withheld_rate"]
+        rate = report.rows[0].withheld_rate
         n = s.queries_per_trial
-        assert (rate["in"] * report.rows[0]["n_in"] + rate["out"] * report.rows[0]["n_out"]) * n == replaced
+        assert (rate["in"] * report.rows[0].n_in + rate["out"] * report.rows[0].n_out) * n == replaced
 
 
 # ---------------------------------------------------------------------------
@@ -486,7 +486,7 @@ def test_count_detector_reads_the_canary_label(play, mechanism):
         **kw,
     )
     report, log, _ = play(s)
-    j = FMT.labels.index(report.canary["label"])
+    j = FMT.labels.index(report.canary.label)
     differ = 0
     for key, rec, _ in trials(log):
         assert "/ref=" not in key  # the count detector needs no reference runs
@@ -526,9 +526,9 @@ def test_direction_detector_scores_are_refitted_from_the_logged_references(play)
 
 def _expect_estimate(row, key, value, n_out, fpr):
     if n_out * fpr < 1 or not math.isfinite(value):
-        assert row[key] is None and key in row["reasons"]
+        assert getattr(row, key) is None and key in row.reasons
     else:
-        assert row[key] == pytest.approx(value, rel=1e-12, abs=1e-12)
+        assert getattr(row, key) == pytest.approx(value, rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.model
@@ -545,42 +545,39 @@ def test_report_figures_are_recomputed_from_the_log(play):
         reference_runs=4,
         temperature=1.0,
         delta=1e-4,
-        fpr=0.2,
-        confidence=0.9,
-        split_fraction=0.4,
-        bound="split",
-        accounting_queries=20,
-        sampling_rate=0.3,
+        estimates=EstimateSettings(
+            fpr=0.2, confidence=0.9, split_fraction=0.4, bound="split", accounting_queries=20, sampling_rate=0.3
+        ),
         utility_queries=0,
         seed=3,
     )
     report, log, _ = play(s)
-    assert [r["epsilon"] for r in report.rows] == [1.0, 4.0, math.inf]
+    assert [r.epsilon for r in report.rows] == [1.0, 4.0, math.inf]
     for row in report.rows:
-        eps = row["epsilon"]
+        eps = row.epsilon
         ek = "inf" if math.isinf(eps) else f"{eps:g}"
         recs = [log.records[f"eps={ek}/trial={i}"] for i in range(s.trials)]
         ins = [r["score"] for r in recs if r["z"] == 1]
         outs = [r["score"] for r in recs if r["z"] == 0]
-        assert (row["n_in"], row["n_out"]) == (len(ins), len(outs))
+        assert (row.n_in, row.n_out) == (len(ins), len(outs))
         a = CanaryScoreAuditor(ins, outs)
         t = a.threshold_at_fpr(0.2)
         tpr, fpr = a.tpr_fpr(t)
-        assert row["audit_accuracy"] == a.audit_accuracy()
-        assert row["threshold"] == (t if math.isfinite(t) else None)
-        assert (row["tpr"], row["fpr"]) == (tpr, fpr)
+        assert row.audit_accuracy == a.audit_accuracy()
+        assert row.threshold == (t if math.isfinite(t) else None)
+        assert (row.tpr, row.fpr) == (tpr, fpr)
         _expect_estimate(row, "epsilon_point", a.epsilon_point(0.2, 1e-4), len(outs), 0.2)
         _expect_estimate(row, "epsilon_gdp", a.epsilon_gdp(1e-4, 0.2), len(outs), 0.2)
-        alpha = 1 - 0.9  # as AuditSettings.alpha computes it (not exactly 0.1)
+        alpha = 1 - 0.9  # as EstimateSettings.alpha computes it (not exactly 0.1)
         cp = a.epsilon_clopper_pearson(alpha=alpha, delta=1e-4, selection=Split(0.4, seed=3))
-        assert row["epsilon_lower_bound"] == cp.epsilon and row["confidence"] == 0.9
-        assert row["lower_bound_method"] == describe_selection(Split(0.4, seed=3))
+        assert row.epsilon_lower_bound == cp.epsilon and row.confidence == 0.9
+        assert row.lower_bound_method == describe_selection(Split(0.4, seed=3))
         gdp = a.mu_lower_bound(alpha=alpha, delta=1e-4, selection=Split(0.4, seed=3))
-        assert row["mu_lower_bound"] == gdp.mu and row["epsilon_from_mu_lb"] == gdp.epsilon
-        assert row["auroc"] == a.auroc() and row["tpr_interpolated"] == a.tpr_at_fpr_interpolated(0.2)
-        assert row["accuracy_upper_bound"] == a.accuracy_upper_bound(alpha)
-        counts = row["lower_bound_counts"]
-        assert (counts["tp"], counts["n_in"], counts["fp"], counts["n_out"]) == (
+        assert row.mu_lower_bound == gdp.mu and row.epsilon_from_mu_lb == gdp.epsilon
+        assert row.auroc == a.auroc() and row.tpr_interpolated == a.tpr_at_fpr_interpolated(0.2)
+        assert row.accuracy_upper_bound == a.accuracy_upper_bound(alpha)
+        counts = row.lower_bound_counts
+        assert (counts.tp, counts.n_in, counts.fp, counts.n_out) == (
             cp.true_positives,
             cp.n_in,
             cp.false_positives,
@@ -588,21 +585,21 @@ def test_report_figures_are_recomputed_from_the_log(play):
         )
         # theory: sigma for the replacement sensitivity sqrt(2); 3 queries per trial compose as sqrt(3) mu
         sigma = analytic_gaussian_sigma(eps, 1e-4, math.sqrt(2)) if math.isfinite(eps) else 0.0
-        assert row["sigma"] == pytest.approx(sigma, rel=1e-12) and row["sensitivity"] == pytest.approx(math.sqrt(2))
+        assert row.sigma == pytest.approx(sigma, rel=1e-12) and row.sensitivity == pytest.approx(math.sqrt(2))
         assert all(r["sigma"] == pytest.approx(sigma, rel=1e-12) for r in recs)
         if math.isfinite(eps):
-            assert row["epsilon_per_trial"] == pytest.approx(
+            assert row.epsilon_per_trial == pytest.approx(
                 gdp_epsilon(math.sqrt(3) * math.sqrt(2) / sigma, 1e-4), rel=1e-9
             )
-            assert row["epsilon_per_trial"] > eps  # three releases cost more than one
-            assert row["epsilon_subsampled"] == pytest.approx(
+            assert row.epsilon_per_trial > eps  # three releases cost more than one
+            assert row.epsilon_subsampled == pytest.approx(
                 subsampled_gaussian_epsilon(sigma, math.sqrt(2), 0.3, 20, 1e-4), rel=1e-9
             )
         else:
-            assert row["epsilon_per_trial"] == math.inf and row["epsilon_subsampled"] in (math.inf, None)
-        assert row["accounting"]["queries"] == 20 and row["accounting"]["sampling_rate"] == 0.3
-        assert row["accounting"]["sensitivity_add_remove"] == pytest.approx(math.sqrt(2))  # m fixed ensembles
-        assert row["utility"] is None
+            assert row.epsilon_per_trial == math.inf and row.epsilon_subsampled in (math.inf, None)
+        assert row.accounting.queries == 20 and row.accounting.sampling_rate == 0.3
+        assert row.accounting.sensitivity_add_remove == pytest.approx(math.sqrt(2))  # m fixed ensembles
+        assert row.utility is None
 
 
 def test_mechanism_sensitivities():
@@ -624,18 +621,17 @@ def test_esa_report_row_accounts_with_2c():
         trials=40,
         queries_per_trial=2,
         clip_norm=0.5,
-        accounting_queries=10,
-        sampling_rate=0.5,
+        estimates=EstimateSettings(accounting_queries=10, sampling_rate=0.5),
         seed=1,
     )
     mech = game_mod.make_mechanism(s, 2.0)
     rng = np.random.default_rng(0)
     row = report_row(s, mech, 2.0, list(rng.normal(1, 1, 20)), list(rng.normal(0, 1, 20)), None)
     sigma = analytic_gaussian_sigma(2.0, 1e-5, 1.0)
-    assert row["sigma"] == pytest.approx(sigma) and row["sensitivity"] == pytest.approx(1.0)
-    assert row["epsilon_per_trial"] == pytest.approx(gdp_epsilon(math.sqrt(2) * 1.0 / sigma, 1e-5), rel=1e-9)
-    assert row["epsilon_subsampled"] == pytest.approx(subsampled_gaussian_epsilon(sigma, 1.0, 0.5, 10, 1e-5), rel=1e-9)
-    assert row["accounting"]["sensitivity_add_remove"] == pytest.approx(1.0)
+    assert row.sigma == pytest.approx(sigma) and row.sensitivity == pytest.approx(1.0)
+    assert row.epsilon_per_trial == pytest.approx(gdp_epsilon(math.sqrt(2) * 1.0 / sigma, 1e-5), rel=1e-9)
+    assert row.epsilon_subsampled == pytest.approx(subsampled_gaussian_epsilon(sigma, 1.0, 0.5, 10, 1e-5), rel=1e-9)
+    assert row.accounting.sensitivity_add_remove == pytest.approx(1.0)
 
 
 @pytest.mark.model
@@ -657,9 +653,9 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
     report, log, oracle = play(s)
     calls = oracle.take()  # what ran after the last trial: the utility queries, then the exact profile's pair
     assert len(calls) == 9 and all(k == "label" for k, _, _ in calls)
-    d0 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 0)
-    d1 = next(parse(c[0][1], report.query["text"]) for _, r, c in trials(log) if r["z"] == 1)
-    assert [prompt for _, prompt, _ in calls[7:]] == [FMT.prompt(d, report.query["text"]) for d in (d1, d0)]
+    d0 = next(parse(c[0][1], report.query.text) for _, r, c in trials(log) if r["z"] == 0)
+    d1 = next(parse(c[0][1], report.query.text) for _, r, c in trials(log) if r["z"] == 1)
+    assert [prompt for _, prompt, _ in calls[7:]] == [FMT.prompt(d, report.query.text) for d in (d1, d0)]
     calls = calls[:7]
     answers = list(FMT.labels) + [OTHER]
     hits, items = [], []
@@ -673,4 +669,4 @@ def test_utility_is_the_accuracy_of_the_released_answers(play):
         assert sorted(p.tolist()) == [0.0, 0.0, 1.0]  # greedy: one answer
         hits.append(answers[int(np.argmax(p))] == by_text[m.group(1)])
     assert len(set(items)) == 7
-    assert report.rows[0]["utility"] == pytest.approx(np.mean(hits))
+    assert report.rows[0].utility == pytest.approx(np.mean(hits))

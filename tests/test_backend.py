@@ -10,38 +10,23 @@ import pytest
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
-from ctxlite.runtime.backend import Backend, Capability
+from ctxlite.runtime.backend import (
+    Backend,
+    ChatModel,
+    CountsDecodes,
+    DryRun,
+    Embeddings,
+    LogitRows,
+    PrefixReuse,
+    SampledCompletions,
+    Streams,
+    TeacherForcing,
+    Vocabulary,
+)
 from ctxlite.runtime.sampling import SamplingSettings
+from tests.backends import Restricted
 
 pytestmark = pytest.mark.model
-
-
-class Restricted:
-    """The real engine behind a backend that offers only ``capabilities``; every method it does not
-    offer raises, so a path that used one would fail the test."""
-
-    OPTIONAL = {
-        "logits_rows": Capability.LOGIT_ROWS,
-        "next_logits": Capability.LOGIT_ROWS,
-        "load_base": Capability.PREFIX_REUSE,
-        "score_variant": Capability.PREFIX_REUSE,
-        "streams": Capability.STREAMS,
-        "held_logits": Capability.STREAMS,
-        "embed": Capability.EMBEDDINGS,
-    }
-
-    def __init__(self, engine, capabilities=frozenset()):
-        self._engine, self.capabilities, self.calls = engine, frozenset(capabilities), []
-
-    def __getattr__(self, name):
-        need = self.OPTIONAL.get(name)
-        if need is not None and need not in self.capabilities:
-            raise AssertionError(f"{name} used without {need}")
-        self.calls.append(name)
-        return getattr(self._engine, name)
-
-    def describe(self):
-        return {"backend": "restricted test"}
 
 
 class EndsInReverse(Restricted):
@@ -69,10 +54,15 @@ def _example(with_response=None):
     return Example(NOTE, "What was prescribed?", "20 mg of lisinopril daily.")
 
 
-def test_the_engine_is_a_backend(engine):
-    assert isinstance(engine, Backend)
-    assert {Capability.LOGIT_ROWS, Capability.PREFIX_REUSE, Capability.STREAMS} <= engine.capabilities
-    assert Capability.EMBEDDINGS not in engine.capabilities  # not built with embeddings=True
+def test_the_engine_is_a_backend_with_every_capability_but_embeddings(engine):
+    for capability in (Backend, TeacherForcing, Vocabulary, LogitRows, PrefixReuse, Streams):
+        assert isinstance(engine, capability), capability
+    assert isinstance(engine, CountsDecodes) and isinstance(engine, DryRun) and isinstance(engine, ChatModel)
+    assert not isinstance(engine, Embeddings)  # not built with embeddings=True (that makes an EmbeddingEngine)
+    assert not isinstance(engine, SampledCompletions)  # it samples with its own streams
+    plain = Restricted(engine)
+    assert isinstance(plain, TeacherForcing) and not isinstance(plain, LogitRows)
+    assert isinstance(Restricted(engine, (LogitRows,)), LogitRows)
 
 
 def test_teacher_forcing_alone_scores_lambda_one_like_the_exact_path(engine, with_response):
@@ -118,7 +108,7 @@ def test_rows_without_reuse_score_every_lambda_like_the_exact_path(engine, with_
     ex = _example(with_response)
     settings = InfluenceSettings(lambdas=(0.5, 1.0), ngram=8)
     exact = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0), ngram=8, exact=True)).score(ex)
-    rows = InfluenceScorer(Restricted(engine, {Capability.LOGIT_ROWS}), "qa", settings).score(ex)
+    rows = InfluenceScorer(Restricted(engine, (LogitRows,)), "qa", settings).score(ex)
     for a, b in zip(rows.results, exact.results):
         assert a.lam == b.lam
         np.testing.assert_allclose([g.influence for g in a.ngrams], [g.influence for g in b.ngrams], atol=1e-4)

@@ -343,8 +343,8 @@ def test_a_kv_cache_larger_than_free_memory_is_refused(monkeypatch):
         E.Engine(config=E.EngineConfig(n_ctx=8192))
     monkeypatch.setattr(E, "_available_memory", lambda: 64 * 2**30)
     with E.Engine(config=E.EngineConfig(n_ctx=8192)) as eng:
-        # Gemma-3-270M: 18 layers, 1 KV head of 256 (K) + 256 (V), f16, 2 windows of 8192 cells
-        assert eng.kv_cache_bytes() == 2 * 8192 * 18 * 1 * 512 * 2
+        # Gemma-3-270M: 18 layers, 1 KV head of 256 (K) + 256 (V), f16, kv_slots (4) windows of 8192 cells
+        assert eng.config.kv_slots == 4 and eng.kv_cache_bytes() == 4 * 8192 * 18 * 1 * 512 * 2
 
 
 # ---------------------------------------------------------------------------
@@ -374,7 +374,7 @@ def test_score_options_without_effect(note, args, message):
         (["--attack", "injection", "--query-kind", "if-then"], "--query-kind has no effect here"),
         (["--detector", "count", "--reference-runs", "4"], "--reference-runs has no effect here"),
         (["--search-template", "--template-index", "1"], "--template-index has no effect here"),
-        (["--query", "if-then", "--query-kind", "if-then"], "give --query-kind only"),
+        (["--query", "if-then"], "No such option '--query'. Did you mean '--query-kind'?"),  # the old name, retired
     ],
 )
 def test_audit_options_without_effect(args, message):

@@ -11,10 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from ctxlite.gates import Case, Verdict, write_junit
-from ctxlite.influence.analysis import score_table
-from ctxlite.reporting.visible import visible
+from ctxlite.gates import Case, Verdict
+from ctxlite.influence.results import NgramInfluence
+from ctxlite.reporting.junit import write_junit
+from ctxlite.reporting.terminal import score_table
+from ctxlite.visible import visible
 from tests.fake_server import MODEL, FakeServer
+from tests.results import example, result
 from tests.test_bad_inputs import CLASSIFY, check_error, ctxlite
 
 HOSTILE = "\u202e\u2066\u202c\x00\x1b"
@@ -68,8 +71,8 @@ def test_hostile_characters_are_visible_in_every_place_a_person_reads(tmp_path):
 
 
 def test_the_table_and_the_junit_file_alone(tmp_path):
-    gram = {"start": 0, "n": 2, "char_start": 0, "char_end": 7, "text": f"a{HOSTILE}b", "influence": 1.0}
-    record = {"results": [{"lam": 1.0, "document_influence": 1.0, "context_tokens": 2, "ngrams": [gram]}]}
+    gram = NgramInfluence(0, 2, 0, 7, f"a{HOSTILE}b", 1.0, [1.0])
+    record = example(result(1.0, [gram], context_tokens=2))
     table = score_table([f"id{HOSTILE}"], [record], ansi=False)
     assert _raw(table) == [] and table.splitlines()[1].startswith("id" + "".join(SHOWN))
     write_junit(tmp_path / "j.xml", Verdict("ctxlite score", "g", [Case(f"id{HOSTILE}", True, f"m{HOSTILE}")]))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import xmlschema
 
+from ctxlite.audit.report import AuditRow, BoundCounts
+from ctxlite.audit.settings import AuditSettings
 from ctxlite.cli.options import conclude
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import (
@@ -22,29 +26,28 @@ from ctxlite.gates import (
     epsilon_case,
     epsilon_cases,
     influence_cases,
-    measured_every_window,
     ngram_uncertainty,
     score_verdict,
-    write_junit,
 )
+from ctxlite.influence.noise import NoiseFloor
 from ctxlite.privacy.power import trials_to_certify
 from ctxlite.records import RecordLog, read_run_log
+from ctxlite.reporting.junit import write_junit
+from ctxlite.reporting.page import verdict_html
+from tests.results import adaptive, example, floor, gram, report, result, row
 
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
 
 
 def _gram(start, influence, above, n=4):
-    return {"start": start, "n": n, "char_start": 3 * start, "char_end": 3 * start + 10, "text": "private words",
-            "influence": influence, "per_token": [influence], "above_noise": above}  # fmt: skip
+    return gram(start, influence, above, n)
 
 
 def _record(*results):
-    return {"results": [{"lam": lam, "context_size": None, "ngrams": grams, "noise_floor": floor}
-                        for lam, grams, floor in results]}  # fmt: skip
+    return example(*(result(lam, grams, noise) for lam, grams, noise in results))
 
 
-FLOOR = {"split_points": [8, 8], "kinds": ["ablation", "null"], "sums": [0.2, 0.2], "per_token": [0.25],
-         "method": "retiled probes", "mean": 0.2, "max": 0.5}  # fmt: skip
+FLOOR = floor(0.5)
 """A floor measured as the scorer logs it: one probe pair re-decoded in other batch tilings, 2 Σ_t r_t = 0.5."""
 
 
@@ -69,10 +72,10 @@ def test_an_ngram_fails_only_beyond_its_uncertainty_and_passes_only_within_it():
 def test_a_per_ngram_uncertainty_overrides_the_results_floor():
     gram = _gram(0, 5.0, True)
     rec = _record((1.0, [gram], FLOOR))
-    assert ngram_uncertainty(rec["results"][0], gram) == 0.5
+    assert ngram_uncertainty(rec.results[0], gram) == 0.5
     assert influence_cases([("a", rec)], 4.0)[0].outcome is Outcome.FAIL
-    gram["uncertainty"] = 2.0  # this n-gram moved more under another batch tiling than the floor says
-    assert ngram_uncertainty(rec["results"][0], gram) == 2.0
+    gram.uncertainty = 2.0  # this n-gram moved more under another batch tiling than the floor says
+    assert ngram_uncertainty(rec.results[0], gram) == 2.0
     assert influence_cases([("a", rec)], 4.0)[0].outcome is Outcome.INCONCLUSIVE
     assert influence_cases([("a", rec)], 7.0)[0].outcome is Outcome.PASS
 
@@ -80,8 +83,8 @@ def test_a_per_ngram_uncertainty_overrides_the_results_floor():
 UNMEASURED = {
     "no floor (a server backend, or --null-ablations 0)": None,
     # what a log of 2b1529b holds: null ablations in the canonical tiling, which read 0 by construction
-    "an older floor": {"split_points": [8, 4], "sums": [0.0, 0.0], "mean": 0.0, "max": 0.0},
-    "probes that saw no rounding": {**FLOOR, "sums": [0.0, 0.0], "per_token": [0.0], "mean": 0.0, "max": 0.0},
+    "an older floor": NoiseFloor([8, 4], [0.0, 0.0], [], [], "null ablations"),  # as ctxlite.logformat reads it
+    "probes that saw no rounding": replace(FLOOR, sums=[0.0, 0.0], per_token=[0.0]),
 }
 
 
@@ -103,7 +106,7 @@ def test_without_a_measured_floor_an_influence_case_never_passes(floor):
     assert tripped.outcome is Outcome.FAIL and tripped.basis is Basis.THIS_BUILD
     assert tripped.message.startswith("fail (τ_i computed on this build; its rounding between builds not measured)")
     assert "τ_i 6.000 > budget 5 nats" in tripped.message
-    assert ngram_uncertainty(rec["results"][0], rec["results"][0]["ngrams"][0]) is None
+    assert ngram_uncertainty(rec.results[0], rec.results[0].ngrams[0]) is None
     v = score_verdict(["a"], [rec], 5.0, {})
     assert v.outcome is Outcome.INCONCLUSIVE and v.summary().startswith("ctxlite score: inconclusive: 1 of 1")
 
@@ -111,9 +114,7 @@ def test_without_a_measured_floor_an_influence_case_never_passes(floor):
 def test_a_pass_says_its_floor_is_an_estimate_from_probes_not_a_bound(tmp_path):
     """Where the floor was measured, a pass rests on τ_i computed on this build plus a floor estimated
     from probe pairs in other batch tilings: the message, the JSON, JUnit and HTML say so."""
-    from ctxlite.reporting.page import verdict_html
-
-    two = {**FLOOR, "split_points": [8, 8, 4, 4], "kinds": ["ablation", "null"] * 2, "sums": [0.2] * 4}
+    two = floor(0.5, pairs=2)
     v = score_verdict(["a"], [_record((1.0, [_gram(0, 1.0, True)], two))], 5.0, {})
     [case] = v.cases
     assert case.outcome is Outcome.PASS and case.basis is Basis.MEASURED
@@ -132,7 +133,7 @@ def test_a_pass_says_its_floor_is_an_estimate_from_probes_not_a_bound(tmp_path):
     assert v.to_dict()["results"][0] == {"name": "a", "verdict": "pass", "basis": basis, "message": case.message}
     write_junit(tmp_path / "j.xml", v)
     assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase/system-out").text == case.message
-    page = verdict_html(v.to_dict())
+    page = verdict_html(v)
     assert "an estimate, not a bound" in page and "2 probe pairs" in page
 
 
@@ -145,28 +146,21 @@ def test_no_ngrams_prove_nothing():
 
 def test_an_adaptive_search_that_skipped_windows_is_inconclusive_not_refused():
     rec = _record((1.0, [_gram(0, 1.0, True), _gram(4, 2.0, True)], FLOOR))
-    rec["results"][0]["search"] = {"method": "adaptive", "windows": 10}  # 2 of 10 windows measured
+    rec.results[0].search = adaptive(10)  # 2 of 10 windows measured
     [case] = influence_cases([("ex", rec)], threshold=5.0)
     assert case.outcome is Outcome.INCONCLUSIVE and "measured 2 of 10 n-gram windows" in case.message
     assert influence_cases([("ex", rec)], threshold=1.0)[0].outcome is Outcome.FAIL  # what it measured trips
-    rec["results"][0]["search"]["windows"] = 2  # a short context: the search measured every window
-    assert measured_every_window(rec["results"][0])
+    rec.results[0].search = adaptive(2, measured_every_window=True)  # a short context: every window measured
+    assert rec.results[0].every_window
     assert influence_cases([("ex", rec)], threshold=5.0)[0].outcome is Outcome.PASS
 
 
 def _row(**fields):
-    """An audit row as ``AuditReport.to_dict()`` writes it; ``fields`` override the defaults."""
-    row = {
-        "epsilon": None, "epsilon_per_trial": None, "epsilon_lower_bound": 0.7, "epsilon_point": 1.2,
-        "tpr": 0.9, "fpr": 0.2, "n_in": 20, "n_out": 20, "lower_bound_method": "corner grid",
-        "lower_bound_counts": {"tp": 18, "n_in": 20, "fp": 4, "n_out": 20, "threshold": 0.5},
-        "epsilon_upper_bound": None, "privacy_profile_kind": None, "privacy_profile_method": None,
-        "reasons": {"epsilon_upper_bound": "the distribution of generated texts is not known exactly"},
-    }  # fmt: skip
-    return {**row, **fields}
+    """An audit row; ``fields`` override the defaults."""
+    return row(**fields)
 
 
-SETTINGS = {"confidence": 0.95, "delta": 1e-5, "queries_per_trial": 64}
+SETTINGS = AuditSettings(queries_per_trial=64)
 
 
 def _case(budget=1.0, settings=SETTINGS, **fields):
@@ -214,7 +208,7 @@ def test_a_dp_mechanism_passes_by_its_guarantee_unless_the_audit_contradicts_it(
     )
     weak = _case(epsilon_lower_bound=0.3, epsilon=8.0, epsilon_per_trial=8.0)
     assert weak.outcome is Outcome.INCONCLUSIVE and "guarantee ε 8.000 > budget 1" in weak.message
-    sigma0 = _case(epsilon_lower_bound=0.3, epsilon="inf", epsilon_per_trial="inf")
+    sigma0 = _case(epsilon_lower_bound=0.3, epsilon=math.inf, epsilon_per_trial=math.inf)
     assert sigma0.outcome is Outcome.INCONCLUSIVE and sigma0.basis is Basis.NO_PROOF
 
 
@@ -228,19 +222,19 @@ def test_nothing_known_is_inconclusive_with_a_power_calculation_at_the_observed_
     assert f"observed rates (TPR 0.900, FPR 0.200 at the bound's threshold) about {n:,} trials" in case.message
     weak = _case(3.0, epsilon_lower_bound=0.7)  # plug-in log(0.9 / 0.2) = 1.5 < 3: more trials never show 3
     assert "no number of trials certifies more than 3" in weak.message
-    none = _case(epsilon_lower_bound=None, lower_bound_counts=None)
+    none = _case(epsilon_lower_bound=None, lower_bound_counts=BoundCounts(0, 0, 0, 0, None))
     assert none.outcome is Outcome.INCONCLUSIVE and "certified ε ≥ n/a" in none.message
 
 
 def test_a_per_query_budget_is_never_compared_with_a_per_trial_epsilon():
-    report = {"settings": SETTINGS, "rows": [_row()]}
+    many = report([_row()], SETTINGS)
     with pytest.raises(InvalidParameter, match="compose 64 queries"):
-        audit_verdict(report, 1.0, {}, "query")
+        audit_verdict(many, 1.0, {}, "query")
     check_epsilon_unit("trial", 64)
-    one = {"settings": {**SETTINGS, "queries_per_trial": 1}, "rows": [_row()]}
+    one = report([_row()], AuditSettings(queries_per_trial=1))
     v = audit_verdict(one, 1.0, {}, "query")  # one query per trial: the units coincide
     assert v.gate == "ε per trial (1 query, so per query too) at δ = 1e-05 ≤ 1"
-    assert audit_verdict(report, 1.0, {}).gate == "ε per trial of 64 queries composed at δ = 1e-05 ≤ 1"
+    assert audit_verdict(many, 1.0, {}).gate == "ε per trial of 64 queries composed at δ = 1e-05 ≤ 1"
 
 
 def test_the_verdict_is_the_worst_case_and_its_exit_code_is_8_0_or_10(tmp_path):
@@ -249,7 +243,7 @@ def test_the_verdict_is_the_worst_case_and_its_exit_code_is_8_0_or_10(tmp_path):
     exits = {}
     for name, rows in {"fail": [passed, inconclusive, fail], "inconclusive": [passed, inconclusive],
                        "pass": [passed]}.items():  # fmt: skip
-        v = audit_verdict({"settings": SETTINGS, "rows": rows}, 1.0, {})
+        v = audit_verdict(report(rows, SETTINGS), 1.0, {})
         assert v.outcome.value == name and v.to_dict()["verdict"] == name
         assert v.summary().startswith(f"ctxlite audit: {name}: ") and v.lines()[0].startswith(
             f"verdict: ctxlite audit: {name}"
@@ -261,7 +255,7 @@ def test_the_verdict_is_the_worst_case_and_its_exit_code_is_8_0_or_10(tmp_path):
         except SystemExit as exc:
             exits[name] = exc.code
     assert exits == {"fail": 8, "inconclusive": 10, "pass": 0}
-    v = audit_verdict({"settings": SETTINGS, "rows": [passed, inconclusive]}, 1.0, {})
+    v = audit_verdict(report([passed, inconclusive], SETTINGS), 1.0, {})
     write_junit(tmp_path / "j.xml", v)
     SCHEMA.validate(str(tmp_path / "j.xml"))
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
@@ -272,23 +266,23 @@ def test_the_verdict_is_the_worst_case_and_its_exit_code_is_8_0_or_10(tmp_path):
 
 
 def test_epsilon_gate_reads_strict_json_rows():
-    report = {
-        "settings": {"confidence": 0.95, "delta": 1e-5, "queries_per_trial": 1},
-        "rows": [
-            {"epsilon": 1.0, "epsilon_per_trial": 1.0, "epsilon_lower_bound": 0.4, "epsilon_point": 0.9,
-             "tpr": 0.5, "fpr": 0.1, "n_in": 100, "n_out": 100},
-            {"epsilon": "inf", "epsilon_per_trial": "inf", "epsilon_lower_bound": 2.5, "epsilon_point": "inf",
-             "tpr": 1.0, "fpr": 0.0, "n_in": 100, "n_out": 100},
-            {"epsilon": None, "epsilon_lower_bound": None, "epsilon_point": None, "tpr": None, "fpr": None,
-             "n_in": 0, "n_out": 0},
-        ],
-    }  # fmt: skip
-    cases = epsilon_cases(report, threshold=1.0)
+    """Rows read back from a log's strict JSON (``"inf"`` for the infinities) through ``AuditRow.from_dict``."""
+    logged = [
+        {**_row().to_dict(), "epsilon": 1.0, "epsilon_per_trial": 1.0, "epsilon_lower_bound": 0.4,
+         "epsilon_point": 0.9, "tpr": 0.5, "fpr": 0.1, "n_in": 100, "n_out": 100},
+        {**_row().to_dict(), "epsilon": "inf", "epsilon_per_trial": "inf", "epsilon_lower_bound": 2.5,
+         "epsilon_point": "inf", "tpr": 1.0, "fpr": 0.0, "n_in": 100, "n_out": 100},
+        {**_row().to_dict(), "epsilon": None, "epsilon_lower_bound": None, "epsilon_point": None, "tpr": None,
+         "fpr": None, "n_in": 0, "n_out": 0},
+    ]  # fmt: skip
+    audit = report([AuditRow.from_dict(r) for r in logged], AuditSettings(queries_per_trial=1))
+    assert audit.rows[1].epsilon == math.inf
+    cases = epsilon_cases(audit, threshold=1.0)
     assert [c.name for c in cases] == ["epsilon=1", "epsilon=inf", "epsilon=none"]
     assert [c.outcome.value for c in cases] == ["pass", "fail", "inconclusive"]  # a bound not formed proves nothing
     assert cases[0].basis is Basis.GUARANTEE
     assert "certified ε ≥ 2.500 at confidence 0.95" in cases[1].message and "point inf" in cases[1].message
-    v = audit_verdict(report, 1.0, {"model": {"sha256": "ab"}, "software": {"ctxlite": "0.1.0"}})
+    v = audit_verdict(audit, 1.0, {"model": {"sha256": "ab"}, "software": {"ctxlite": "0.1.0"}})
     assert v.properties == {"model.sha256": "ab", "software.ctxlite": "0.1.0"}
     assert "fail: 1 of 3 case(s)" in v.summary()
 
@@ -326,6 +320,7 @@ def test_verdict_without_gate_never_fails():
     assert not v.failures and v.summary() == "ctxlite score: 1 case(s), no gate set"
 
 
+@pytest.mark.hand_made_logs  # toy records of a score/audit kind, not a run's
 def test_end_line_marks_a_finished_run_and_a_later_record_reopens_it(tmp_path):
     path = tmp_path / "run.jsonl"
     log = RecordLog(path, {"settings": {"n": 1}}, kind="score-run")
@@ -361,10 +356,7 @@ def test_reading_a_log_that_is_not_one(tmp_path):
 def test_the_message_names_the_epsilon_of_the_worst_result():
     """Two results at one λ that differ only in ε: the message says which one tripped."""
     rec = _record((1.5, [_gram(0, 3.0, True)], FLOOR), (1.5, [_gram(4, 7.0, True)], FLOOR))
-    rec["results"][0]["epsilon"], rec["results"][1]["epsilon"] = 1.0, 4.0
+    rec.results[0].epsilon, rec.results[1].epsilon = 1.0, 4.0
     [case] = influence_cases([("ex-1", rec)], threshold=5.0)
     assert case.failed and "at λ=1.5, ε=4: context tokens 4–8" in case.message
-    del rec["results"][1]["epsilon"]  # an older log: the ε is only in the generation record
-    rec["results"][1]["generation"] = {"epsilon": 4.0}
-    assert "at λ=1.5, ε=4:" in influence_cases([("ex-1", rec)], threshold=5.0)[0].message
     assert "ε" not in influence_cases([("ex-1", _record((1.5, [_gram(0, 3.0, True)], FLOOR)))], 1.0)[0].message

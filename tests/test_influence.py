@@ -164,9 +164,9 @@ def test_epsilon_bounded_generation_respects_epsilon(engine, score_examples):
         sampling=SamplingSettings(min_new_tokens=5, max_new_tokens=12, seed=1),
     )
     r = InfluenceScorer(engine, "qa", settings).score(_example({**d, "response": None})).results[0]
-    assert max(r.generation["realised_epsilon"]) <= eps + 1e-9
+    assert max(r.generation.realised_epsilon) <= eps + 1e-9
     assert max(r.token_influence) <= eps + 1e-3  # per-token document-level bound (after Flemings et al., Theorem B.1)
-    assert min(r.generation["step_lambdas"]) < 1.5  # the bound actually bit
+    assert min(r.generation.step_lambdas) < 1.5  # the bound actually bit
 
 
 def test_an_epsilon_sweep_gives_one_result_per_lambda_and_epsilon(engine, score_examples):
@@ -188,10 +188,10 @@ def test_an_epsilon_sweep_gives_one_result_per_lambda_and_epsilon(engine, score_
     assert [(r.lam, r.epsilon) for r in result.results] == [(1.0, 1.0), (1.0, 4.0), (1.5, 1.0), (1.5, 4.0)]
     enc, eog = scorer.encode(example), engine.eog_ids
     for r in result.results:
-        assert r.generated and r.generation["epsilon"] == r.epsilon and r.utility is not None
-        y, steps = list(r.response_ids), np.asarray(r.generation["step_lambdas"])
+        assert r.generated and r.generation.epsilon == r.epsilon and r.utility is not None
+        y, steps = list(r.response_ids), np.asarray(r.generation.step_lambdas)
         assert len(steps) == len(y) and np.all(steps <= r.lam)
-        assert max(r.generation["realised_epsilon"]) <= r.epsilon + 1e-9  # 2·λ_t·max|pmi| as generation saw it
+        assert max(r.generation.realised_epsilon) <= r.epsilon + 1e-9  # 2·λ_t·max|pmi| as generation saw it
         assert max(r.token_influence) <= r.epsilon + 1e-3  # the per-token bound (after Flemings et al., Theorem B.1)
         ban = np.arange(len(y)) < min_new
         log_qD, log_q0 = (
@@ -203,17 +203,17 @@ def test_an_epsilon_sweep_gives_one_result_per_lambda_and_epsilon(engine, score_
         assert np.all(steps <= 1.15 * r.epsilon / (2 * m))  # teacher-forced rows round a little differently
     for lam in lams:  # two distinct results per λ: the tighter ε mixes in less of the context
         tight, loose = (r for r in result.results if r.lam == lam)
-        a, b = tight.generation["step_lambdas"], loose.generation["step_lambdas"]
+        a, b = tight.generation.step_lambdas, loose.generation.step_lambdas
         assert a != b and min(a) < lam
         pairs = enumerate(zip(tight.response_ids, loose.response_ids))
         same = next((t for t, (u, v) in pairs if u != v), min(len(a), len(b)) - 1)
         assert all(a[t] <= b[t] * (1 + 1e-3) for t in range(same + 1))  # steps with the same history so far
-    summary = summarize([result.to_dict()])
+    summary = summarize([result]).to_dict()
     assert list(summary) == ["1.0/eps=1.0", "1.0/eps=4.0", "1.5/eps=1.0", "1.5/eps=4.0"]
     for r, s in zip(result.results, summary.values()):
         assert (s["lam"], s["epsilon"], s["examples"]) == (r.lam, r.epsilon, 1)
-        assert s["document_influence"]["mean"] == r.document_influence and s["utility"]["mean"] == r.utility["f"]
-        assert s["realised_epsilon"]["max"] == max(r.generation["realised_epsilon"])
+        assert s["document_influence"]["mean"] == r.document_influence and s["utility"]["mean"] == r.utility.f
+        assert s["realised_epsilon"]["max"] == max(r.generation.realised_epsilon)
 
 
 def _masked_log_softmax(rows, ban, eog):
@@ -268,9 +268,9 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
     t = np.arange(len(y))
     if epsilon is None:
         lams = np.full(len(y), lam)
-        assert r.generation["epsilon"] is None
+        assert r.generation.epsilon is None
     else:
-        lams = np.asarray(r.generation["step_lambdas"])
+        lams = np.asarray(r.generation.step_lambdas)
         log_qD, log_q0 = _masked_log_softmax(lD, ban, eog), _masked_log_softmax(l0, ban, eog)
         with np.errstate(invalid="ignore"):  # banned tokens: -inf - -inf
             m = np.nanmax(np.abs(np.where(np.isneginf(log_qD), np.nan, log_qD - log_q0)), axis=1)
@@ -320,11 +320,11 @@ def test_context_size_analysis(engine, with_response):
 
     sizes = (16, 48, 96)  # every sample context is longer than 96 tokens
     scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=None, context_sizes=sizes))
-    records = [scorer.score(_example(d)).to_dict() for d in with_response]
+    records = [scorer.score(_example(d)) for d in with_response]
     for rec in records:
-        assert rec["context_tokens"] > 96
-        assert [r["context_size"] for r in rec["results"]] == list(sizes)
-        assert [r["context_tokens"] for r in rec["results"]] == list(sizes)
-    summary = summarize(records)
+        assert rec.context_tokens > 96
+        assert [r.context_size for r in rec.results] == list(sizes)
+        assert [r.context_tokens for r in rec.results] == list(sizes)
+    summary = summarize(records).to_dict()
     curve = [summary[f"1.0@{k}"]["document_influence"]["mean"] for k in sizes]
     assert curve[0] < curve[1] < curve[2]

@@ -20,6 +20,9 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.gates import Basis
+from ctxlite.influence.analysis import summarize
+from ctxlite.influence.results import ExampleResult
+from ctxlite.logformat import upgrade_example
 from tests.fake_server import MODEL, FakeServer
 from tests.logtools import edit_log
 
@@ -72,7 +75,9 @@ def test_a_pass_from_a_stored_log_says_it_rests_on_an_estimated_floor(tmp_path):
 
 
 def _older_floor(lines):
-    """A floor as 2b1529b logged it: null ablations in the canonical tiling (they read 0)."""
+    """A floor as 2b1529b logged it: null ablations in the canonical tiling (they read 0), in a log of
+    that time (no ``schema_version``: ctxlite.logformat reads it as an older log)."""
+    del lines[0]["schema_version"]
     for line in lines:
         for res in line.get("result", {}).get("results", []):
             res["noise_floor"] = {"split_points": [175, 168], "sums": [0.0, 0.0], "mean": 0.0, "max": 0.0}
@@ -92,11 +97,13 @@ def _no_floor(lines):
 def _resummarised(edit):
     """``edit`` with the end line's summary recomputed from the edited records (what a run that
     logged them would have written)."""
-    from ctxlite.influence.analysis import summarize
 
     def both(lines):
         lines = edit(lines)
-        lines[-1]["end"]["summary"] = summarize([line["result"] for line in lines[1:-1]])
+        older = "schema_version" not in lines[0]
+        results = [line["result"] for line in lines[1:-1]]
+        typed = [ExampleResult.from_dict(upgrade_example(r) if older else r) for r in results]
+        lines[-1]["end"]["summary"] = json.loads(json.dumps(summarize(typed).to_dict()))
         return lines
 
     return both

@@ -159,13 +159,15 @@ def test_a_whole_rewrite_passes_report_but_not_verify_against_the_kept_head(scor
     """What a chain does not protect against: records and end line edited alike, every hash
     recomputed. ``report`` cannot tell; the head kept from the run can."""
     from ctxlite.influence.analysis import summarize
+    from ctxlite.influence.results import ExampleResult
 
     log, worst, head = score_log
     bad = _copy(log, tmp_path / "rewritten.jsonl")
 
     def rewrite(lines):
         lines = _cap_influences(worst / 4)(lines)
-        lines[-1]["end"]["summary"] = summarize([line["result"] for line in lines[1:-1]])
+        results = [ExampleResult.from_dict(line["result"]) for line in lines[1:-1]]
+        lines[-1]["end"]["summary"] = summarize(results).to_dict()
         return lines
 
     edit_log(bad, rewrite)

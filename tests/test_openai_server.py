@@ -23,7 +23,9 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.server_dialects import LlamaCppPython
 from tests.audit_data import tiny_audit
+from tests.backends import Restricted
 from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP, Proxy
 
 pytestmark = pytest.mark.model
@@ -135,18 +137,10 @@ def test_the_teacher_forced_label_distribution_is_the_row_one(engine):
     distribution as the full-row path, with labels of several tokens that share prefixes."""
     from ctxlite.audit.oracle import ModelOracle
 
-    class TeacherForcingOnly:
-        capabilities = frozenset()
-
-        def __getattr__(self, name):
-            if name in ("next_logits", "logits_rows", "held_logits", "streams"):
-                raise AssertionError(f"{name} used without logit rows")
-            return getattr(engine, name)
-
     labels = [" account", " account access", " account closure", " billing", " technical issue"]
     for prompt in ("Queue: account access\nQueue:", "Ticket: refund me\nQueue: billing\n\nTicket: crash\nQueue:"):
         rows = ModelOracle(engine, labels).label_distribution(prompt)
-        forced = ModelOracle(TeacherForcingOnly(), labels).label_distribution(prompt)
+        forced = ModelOracle(Restricted(engine), labels).label_distribution(prompt)  # no rows to use
         assert np.max(np.abs(forced - rows)) <= 1e-5, (forced, rows)
         assert rows[1] > 0 and rows[0] > 0
 
@@ -263,7 +257,7 @@ def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, m
 
     def killing(self, *a, **kw):
         calls.append(1)
-        if len(calls) == 4:  # after the probe and example a's two passes (with and without its context)
+        if len(calls) == 3:  # after example a's two passes (with and without its context; the probe is no call)
             server.stop()
         return real(self, *a, **kw)
 
@@ -573,7 +567,7 @@ def test_a_bos_less_prompt_is_refused_without_recommending_a_server_that_cannot_
     teacher-force, so no message may send a user there to score."""
 
     def probe(self):
-        self.dialect, self._bos, self.prompt_logprobs, self.n_ctx = "llama-cpp-python", 2, True, None
+        self.dialect, self.prompt_logprobs, self.n_ctx = LlamaCppPython(self.config, self._http, 2), True, None
 
     monkeypatch.setattr(OpenAIServer, "_probe", probe)
     server = OpenAIServer(ServerConfig("http://127.0.0.1:9/v1", "m"))

@@ -74,6 +74,19 @@ def test_a_servers_requests_show_in_flight_and_the_observed_rates():
     assert stream.getvalue().endswith("ablations 8/8 2/s ETA 0:00 | requests 0 in flight 2/s")
 
 
+def test_the_progress_line_is_the_run_layers_progress_and_says_its_notes(capsys):
+    """The command line's progress line is a ``ctxlite.runs.Progress``: a run's notes go to stderr
+    through it, their control characters shown as visible escapes, and are kept by the run too."""
+    from ctxlite.runs.progress import Notes, Progress, Silent
+
+    line = ProgressLine(stream=io.StringIO(), enabled=False)
+    assert isinstance(line, Progress) and isinstance(Silent(), Progress)
+    notes = Notes(line)
+    notes("id\x1b[2J: its input changed since it was logged")
+    assert capsys.readouterr().err == "id␛[2J: its input changed since it was logged\n"
+    assert notes.kept == ["id\x1b[2J: its input changed since it was logged"]
+
+
 def test_nothing_is_drawn_on_a_pipe_or_when_quiet(monkeypatch):
     pipe = io.StringIO()
     line = ProgressLine(pipe)

@@ -129,12 +129,17 @@ def test_unicode_line_separators_inside_json_strings_are_data_not_line_breaks(tm
 PARAMS = {"ngram": 8, "lambdas": (0.5, 1.0), "template": "qa"}
 
 
+@pytest.mark.hand_made_logs  # toy records of a score/audit kind, not a run's
 def test_new_log_writes_the_header_first(tmp_path):
     p = tmp_path / "sub" / "run.jsonl"
     with RecordLog(p, PARAMS, kind="score-run") as log:
         assert len(log) == 0 and not log.done("x")
     lines = p.read_text(encoding="utf-8").splitlines()
-    header = {"type": "score-run", "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"}}
+    header = {
+        "type": "score-run",
+        "schema_version": 1,
+        "identity": {"ngram": 8, "lambdas": [0.5, 1.0], "template": "qa"},
+    }
     assert [json.loads(l) for l in lines] == [{**header, "chain": link(None, header)}]  # the chain starts here
     assert p.stat().st_mode & 0o777 == 0o600  # the log holds private text: owner-only
 
@@ -197,6 +202,7 @@ def test_missing_key_counts_as_a_differing_param(tmp_path):
         RecordLog(p, {k: v for k, v in PARAMS.items() if k != "ngram"})
 
 
+@pytest.mark.hand_made_logs  # toy records of a score/audit kind, not a run's
 def test_different_kind_is_refused(tmp_path):
     p = tmp_path / "run.jsonl"
     RecordLog(p, PARAMS, kind="score-run").close()
@@ -332,6 +338,7 @@ def test_an_unwritable_log_path_is_an_output_error(tmp_path, where):
     assert info.value.exit_code == 7
 
 
+@pytest.mark.hand_made_logs  # toy records of a score/audit kind, not a run's
 def test_check_existing_ignores_only_the_named_paths(tmp_path):
     p = tmp_path / "run.jsonl"
     ident = {"settings": {"template_index": 0, "trials": 10}}

@@ -265,7 +265,7 @@ def test_an_audit_with_an_infinite_epsilon_row_is_recomputed():
     (exit 4, "must be real number, not str"). The log (tests/reference/, made by ``ctxlite audit --data
     ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon inf --trials 20``)
     needs no model to report."""
-    log = Path(__file__).resolve().parent / "reference" / "rnm_audit_epsilon_inf.jsonl"
+    log = Path(__file__).resolve().parent / "reference" / "legacy" / "rnm_audit_epsilon_inf.jsonl"
     r = CliRunner().invoke(main, ["report", str(log), "--json"])
     assert r.exit_code == 0, r.output
     [row] = json.loads(r.stdout)["rows"]

@@ -6,26 +6,41 @@ gets a one-line note instead of a plot."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from types import SimpleNamespace
 
+from ctxlite.gates import Verdict
+from ctxlite.influence.analysis import Summary
 from ctxlite.reporting.score_page import score_html
+from ctxlite.runs import LogState, ScoreRun
 
 
 def _entry(lam: float, response: list, ngram: dict | None, ngram_mean=None) -> dict:
+    """A summary entry in its log form (no n-gram profile: empty)."""
     return {
         "lam": lam,
         "context_size": None,
+        "epsilon": None,
+        "context_tokens_mean": 10.0,
         "examples": 2,
         "document_influence": {"mean": 1.0, "std": 0.0, "ci": [0.5, 1.5], "confidence": 0.95},
-        "ngram_influence": {"mean": ngram_mean, "max_of_mean": None, "fraction_above_noise": None},
+        "ngram_influence": {
+            "mean": ngram_mean,
+            "max_of_mean": None,
+            "max_of_mean_position": None,
+            "fraction_above_noise": None,
+        },
+        "noise_floor_max_mean": None,
         "response_position_profile": response,
-        "ngram_position_profile": ngram,
+        "ngram_position_profile": ngram or {"starts": [], "means": []},
+        "utility": None,
+        "realised_epsilon": None,
+        "regurgitation": {"repeat": 0, "rouge": 0, "repeat_rate": 0.0, "rouge_rate": 0.0},
     }
 
 
 def _page(summary: dict) -> str:
-    run = SimpleNamespace(path=Path("run.jsonl"), complete=True, end={"summary": summary}, records={}, identity={})
+    run = ScoreRun(
+        [], [], Summary.from_dict(summary), Verdict("ctxlite score", None, []), {}, log=LogState("run.jsonl", None)
+    )
     return score_html(run)
 
 

@@ -68,18 +68,18 @@ def test_adaptive_finds_the_planted_span_with_its_exact_influence(single):
     assert "7351" in top.text or "8842" in top.text or "QX" in top.text  # the planted span leaks most
     assert ad.top_spans(1)[0].start == top.start
     s = ad.search
-    assert s["method"] == "adaptive" and s["converged"] and s["rounds"] >= 3
-    assert s["ablations"] < s["windows"] == len(ex.ngrams) and len(ad.ngrams) < len(ex.ngrams)
-    assert s["tokens_decoded"] < s["exhaustive_tokens"]
+    assert s.method == "adaptive" and s.converged and s.rounds >= 3
+    assert s.ablations < s.windows == len(ex.ngrams) and len(ad.ngrams) < len(ex.ngrams)
+    assert s.tokens_decoded < s.exhaustive_tokens
     # the dry-run count of what exhaustive search would decode is what it decoded
     # the dry run counts the ablations on a canonical cache; the real exhaustive run also re-decodes the
     # prefix cells its floor's probes decoded in another tiling, at most as many as the probes decoded
-    extra = ex.search["tokens_decoded"] - s["exhaustive_tokens"]
-    assert 0 <= extra <= ex.search["null_tokens"], (extra, ex.search)
-    assert [b["text"] for b in s["blocks"]] and all(b["end"] > b["start"] for b in s["blocks"])
+    extra = ex.search.tokens_decoded - s.exhaustive_tokens
+    assert 0 <= extra <= ex.search.null_tokens, (extra, ex.search)
+    assert [b.text for b in s.blocks] and all(b.end > b.start for b in s.blocks)
     # both searches measure a noise floor with their first pass: two probe pairs at the latest spans
     for r in (ex, ad):
-        assert r.noise_floor is not None and r.search["null_ablations"] == 4 == len(r.noise_floor.sums)
+        assert r.noise_floor is not None and r.search.null_ablations == 4 == len(r.noise_floor.sums)
         assert r.noise_floor.kinds == ["ablation", "null"] * 2
 
 
@@ -95,7 +95,7 @@ def test_epsilon_bounded_generation_searches_its_own_response(engine):
     sampling = SamplingSettings(max_new_tokens=6, min_new_tokens=2, seed=3)
     example = Example(planted(), QUERY)
     (ex,), (ad,) = both(engine, example, lambdas=(1.0,), epsilons=(2.0,), sampling=sampling, **TREE)
-    assert ex.response_ids == ad.response_ids and ad.generation["step_lambdas"]
+    assert ex.response_ids == ad.response_ids and ad.generation.step_lambdas
     assert_exact(ex, ad)
 
 
@@ -110,10 +110,10 @@ def test_a_duplicated_fact_is_small_in_both_searches(engine, single):
 
 def test_summary_leaves_out_ngram_averages_of_adaptive_results(single):
     result = ExampleResult("x", single[1].context_tokens, QUERY, [single[1]])
-    summary = summarize([result.to_dict()])["1.0"]
+    summary = summarize([result]).to_dict()["1.0"]
     assert summary["ngram_influence"]["max_of_mean"] is None and summary["ngram_position_profile"]["means"] == []
     assert "adaptive" in summary["ngram_influence"]["not_measured"]
-    exhaustive = summarize([ExampleResult("x", 0, QUERY, [single[0]]).to_dict()])["1.0"]
+    exhaustive = summarize([ExampleResult("x", 0, QUERY, [single[0]])]).to_dict()["1.0"]
     assert exhaustive["ngram_influence"]["max_of_mean"] == single[0].max_ngram_influence
 
 

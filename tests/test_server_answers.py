@@ -15,13 +15,8 @@ from click.testing import CliRunner
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.cli import main
 from ctxlite.errors import ServerError
-from ctxlite.runtime.openai_server import (
-    LOGPROB_TOLERANCE,
-    MAX_ANSWER_BYTES,
-    OpenAIServer,
-    ServerConfig,
-    check_logprobs,
-)
+from ctxlite.runtime.openai_server import LOGPROB_TOLERANCE, OpenAIServer, ServerConfig, check_logprobs
+from ctxlite.runtime.server_transport import MAX_ANSWER_BYTES
 from tests.fake_server import BOS, ERROR_MESSAGE, GIB, MODEL, FakeServer, encode, logprob
 
 TEMPLATE = "{context} Q: {query} A:"

@@ -8,9 +8,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from ctxlite.audit import dataset as dataset_mod
-from ctxlite.audit import settings as settings_mod
-from ctxlite.audit.settings import AuditSettings, MechanismKind, Task
+from ctxlite.audit.settings import AuditSettings, EstimateSettings, MechanismKind, Task
+from ctxlite.cli import audit as audit_cli
 from ctxlite.cli import main
 
 TASK_OF = {MechanismKind.RNM: (Task.CLASSIFY,), MechanismKind.ESA: (Task.GENERATE,)}
@@ -33,8 +32,8 @@ def cli_settings(monkeypatch, args) -> AuditSettings:
     def stop(*a, **k):
         raise _Stop
 
-    monkeypatch.setattr(settings_mod, "AuditSettings", Recording)
-    monkeypatch.setattr(dataset_mod, "load_records", stop)
+    monkeypatch.setattr(audit_cli, "AuditSettings", Recording)
+    monkeypatch.setattr(audit_cli, "load_records", stop)
     r = CliRunner().invoke(main, ["audit", "--data", "x.jsonl", *args])
     assert isinstance(r.exception, _Stop), r.output
     return made[-1]
@@ -79,7 +78,6 @@ def test_every_choice_list_is_an_enum_of_the_library():
         "mechanism": MechanismKind,
         "canary": CanaryKind,
         "query": QueryKind,
-        "query_alias": QueryKind,
         "attack": Attack,
         "detector": DetectorKind,
         "bound": BoundKind,
@@ -100,7 +98,7 @@ def test_every_audit_option_default_is_the_settings_default():
 
     params = _options(audit)
     checked = 0
-    for f in fields(AuditSettings):
+    for f in [*fields(AuditSettings), *fields(EstimateSettings)]:
         if f.name not in params:
             continue
         want = f.default.value if hasattr(f.default, "value") else f.default

@@ -22,6 +22,7 @@ import functools
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -49,6 +50,8 @@ from ctxlite.privacy.estimators import (
     gdp_epsilon,
 )
 from ctxlite.privacy.one_run import one_run_audit
+from ctxlite.reporting.terminal import audit_table
+from tests.results import report as audit_report
 
 # ---------------------------------------------------------------------------
 # the leaky selection (test fixture: what the checks below must catch)
@@ -434,6 +437,11 @@ class FakeOracle:
         p[self._key(prompt) % self.n_outcomes] = 1.0
         return p
 
+    def sample_answer(self, prompt, rng):
+        """One answer drawn from the distribution, as ``ModelOracle.sample_answer`` draws it."""
+        p = self.label_distribution(prompt)
+        return int(rng.choice(len(p), p=p))
+
     def sample_texts(self, prompts, rng):
         return list(prompts)
 
@@ -520,12 +528,13 @@ def test_esa_sensitivity_is_the_true_maximum(clip_norm, monkeypatch):
 # report rows: the accounting uses these sensitivities; estimates that cannot be formed are null
 
 
-def _audit_row(eps: float, ins, outs, **settings):
+def _audit_row(eps: float, ins, outs, **estimates):
     from ctxlite.audit.game import make_mechanism
     from ctxlite.audit.report import report_row
-    from ctxlite.audit.settings import AuditSettings
+    from ctxlite.audit.settings import AuditSettings, EstimateSettings
 
-    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(eps,), ensembles=2, shots=2, trials=40, **settings)
+    e = EstimateSettings(**estimates)
+    s = AuditSettings(task="classify", mechanism="rnm", epsilons=(eps,), ensembles=2, shots=2, trials=40, estimates=e)
     return s, report_row(s, make_mechanism(s, eps), eps, ins, outs, None)
 
 
@@ -533,11 +542,11 @@ def test_row_epsilon_subsampled_uses_add_remove_sensitivity():
     """Through the audit row: RNM at eps = 1 over one unsubsampled query reports 1.000 (0.684 before)."""
     rng = np.random.default_rng(0)
     _, row = _audit_row(1.0, rng.normal(1, 1, 20), rng.normal(0, 1, 20), accounting_queries=1)
-    assert row["sigma"] == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
-    assert row["accounting"]["sensitivity_add_remove"] == pytest.approx(math.sqrt(2))
-    assert row["epsilon_subsampled"] == pytest.approx(1.0, abs=5e-3)
+    assert row.sigma == pytest.approx(analytic_gaussian_sigma(1.0, 1e-5, math.sqrt(2)))
+    assert row.accounting.sensitivity_add_remove == pytest.approx(math.sqrt(2))
+    assert row.epsilon_subsampled == pytest.approx(1.0, abs=5e-3)
     _, row = _audit_row(4.0, rng.normal(1, 1, 20), rng.normal(0, 1, 20), accounting_queries=100, sampling_rate=0.1)
-    assert row["epsilon_subsampled"] == pytest.approx(6.10, abs=5e-3)
+    assert row.epsilon_subsampled == pytest.approx(6.10, abs=5e-3)
 
 
 def test_row_with_fewer_out_trials_than_one_over_fpr_is_strict_json():
@@ -546,27 +555,20 @@ def test_row_with_fewer_out_trials_than_one_over_fpr_is_strict_json():
     rng = np.random.default_rng(1)
     ins, outs = rng.normal(3, 1, 30), rng.normal(0, 1, 5)  # 5 OUT trials < 1/FPR = 10
     s, row = _audit_row(1.0, ins, outs)
-    json.dumps(row, allow_nan=False)
+    json.dumps(row.to_dict(), allow_nan=False)
     for key in ("epsilon_point", "epsilon_gdp"):
-        assert row[key] is None
-        assert "fewer than 1/FPR = 10 OUT trials (n_out = 5)" in row["reasons"][key]
-    assert math.isfinite(row["epsilon_lower_bound"])  # the bound is always formed
-    assert row["epsilon_gdp_kind"] == "model-based estimate, not a bound"
+        assert getattr(row, key) is None
+        assert "fewer than 1/FPR = 10 OUT trials (n_out = 5)" in row.reasons[key]
+    assert math.isfinite(row.epsilon_lower_bound)  # the bound is always formed
+    assert row.epsilon_gdp_kind == "model-based estimate, not a bound"
     # the non-private setting: only its theoretical epsilons are infinite, written as "inf"
     s_inf, row_inf = _audit_row(math.inf, ins, outs)
-    assert row_inf["epsilon"] == row_inf["epsilon_per_trial"] == math.inf
-    report = AuditReport(
-        settings=s.params(),
-        canary={},
-        query={},
-        rows=[row, row_inf],
-        epsilon_kind="per-query",
-        utility_metric="accuracy",
-        private_size=4,
-    )
+    assert row_inf.epsilon == row_inf.epsilon_per_trial == math.inf
+    report = audit_report([row, row_inf], s, epsilon_kind="per-query", private_size=4)
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert data["rows"][0]["epsilon_point"] is None and data["rows"][1]["epsilon"] == "inf"
-    table = report.table()
+    assert AuditReport.from_dict(data) == report  # the log form reads back to the same report
+    table = audit_table(report)
     assert "n/a" in table and "n/a: eps_pt at eps = 1: fewer than 1/FPR = 10 OUT trials" in table
     assert "gdp_est = GDP estimate (model-based, not a bound)" in table
 
@@ -574,18 +576,18 @@ def test_row_with_fewer_out_trials_than_one_over_fpr_is_strict_json():
 def test_row_on_perfect_separation_is_null_with_reason():
     ins, outs = np.linspace(10, 11, 40), np.linspace(0, 1, 40)  # enough OUT trials, but TPR = 1 at FPR 0.1
     _, row = _audit_row(2.0, ins, outs)
-    json.dumps(row, allow_nan=False)
-    assert row["tpr"] == 1.0 and row["epsilon_point"] is None and row["epsilon_gdp"] is None
-    assert "empirical TPR 1" in row["reasons"]["epsilon_point"]
-    assert row["epsilon_lower_bound"] > 0
+    json.dumps(row.to_dict(), allow_nan=False)
+    assert row.tpr == 1.0 and row.epsilon_point is None and row.epsilon_gdp is None
+    assert "empirical TPR 1" in row.reasons["epsilon_point"]
+    assert row.epsilon_lower_bound > 0
 
 
 def test_row_estimates_are_kept_when_they_can_be_formed():
     rng = np.random.default_rng(2)
     _, row = _audit_row(2.0, rng.normal(1, 1, 200), rng.normal(0, 1, 200))
-    assert set(row["reasons"]) == {"epsilon_gdp_bound"}  # not a bound without a Gaussian pair: an estimate
-    assert math.isfinite(row["epsilon_point"]) and math.isfinite(row["epsilon_gdp"])
-    assert row["threshold"] is not None and row["lower_bound_counts"]["threshold"] is not None
+    assert set(row.reasons) == {"epsilon_gdp_bound"}  # not a bound without a Gaussian pair: an estimate
+    assert math.isfinite(row.epsilon_point) and math.isfinite(row.epsilon_gdp)
+    assert row.threshold is not None and row.lower_bound_counts.threshold is not None
 
 
 def test_row_names_an_upper_bound_profile_as_such():
@@ -605,13 +607,13 @@ def test_row_names_an_upper_bound_profile_as_such():
     for exact in (True, False):
         row = report_row(s, make_mechanism(s, 2.0), 2.0, ins, outs, None, None, PairReference(profile, "how", exact))
         ceiling = profile.epsilon(s.delta)
-        assert row["epsilon_upper_bound"] == ceiling and row["privacy_profile_method"] == "how"
-        assert row["privacy_profile_kind"] == ("exact" if exact else "upper bound")
-        assert row["epsilon_exact"] == (ceiling if exact else None)
-        ratio = row["epsilon_lower_bound"] / ceiling
-        assert (row["audit_tightness"], row["audit_tightness_at_least"]) == ((ratio, None) if exact else (None, ratio))
-        assert ("epsilon_exact" in row["reasons"] and "audit_tightness" in row["reasons"]) is not exact
-        json.dumps(row, allow_nan=False)
+        assert row.epsilon_upper_bound == ceiling and row.privacy_profile_method == "how"
+        assert row.privacy_profile_kind == ("exact" if exact else "upper bound")
+        assert row.epsilon_exact == (ceiling if exact else None)
+        ratio = row.epsilon_lower_bound / ceiling
+        assert (row.audit_tightness, row.audit_tightness_at_least) == ((ratio, None) if exact else (None, ratio))
+        assert ("epsilon_exact" in row.reasons and "audit_tightness" in row.reasons) is not exact
+        json.dumps(row.to_dict(), allow_nan=False)
 
 
 class _VoteOracle:
@@ -638,13 +640,13 @@ def test_rereport_warning_names_a_changed_bound_choice_only():
     """Reporting the same trials under several bound methods (or confidences) and keeping the best is
     not a valid bound: a report whose choice differs from the log's first report says so, in one line."""
     from ctxlite.audit.report import bound_choice, first_bound_choice, rereport_warning
-    from ctxlite.audit.settings import AuditSettings
+    from ctxlite.audit.settings import AuditSettings, EstimateSettings
 
     first = AuditSettings(task="classify", mechanism="rnm")
     end = {
         "report": {
             "settings": first.params(),
-            "rows": [{"lower_bound_method": bound_choice(first)["lower_bound_method"]}],
+            "rows": [{"lower_bound_method": bound_choice(first).lower_bound_method}],
         }
     }
     assert first_bound_choice(end) == bound_choice(first)
@@ -652,15 +654,11 @@ def test_rereport_warning_names_a_changed_bound_choice_only():
     assert rereport_warning(None, bound_choice(first)) is None  # never reported before
     assert rereport_warning(first_bound_choice(end), bound_choice(first)) is None  # the same choice again
     for change in ({"bound": "split"}, {"confidence": 0.9}, {"bound": "multi-split", "confidence": 0.99}):
-        warning = rereport_warning(
-            first_bound_choice(end), bound_choice(AuditSettings(task="classify", mechanism="rnm", **change))
-        )
+        changed = AuditSettings(task="classify", mechanism="rnm", estimates=EstimateSettings(**change))
+        warning = rereport_warning(first_bound_choice(end), bound_choice(changed))
         assert warning is not None and "\n" not in warning and "guaranteed only at confidence 1 - K alpha" in warning
         assert ("confidence 0.95 ->" in warning) is ("confidence" in change)
         assert ("bound 'corner grid" in warning) is ("bound" in change)
-    # a report from before rows named their method: only the confidence is compared
-    old = {"report": {"settings": {"confidence": 0.95}, "rows": [{}]}}
-    assert rereport_warning(first_bound_choice(old), bound_choice(AuditSettings(bound="split"))) is None
 
 
 # ---------------------------------------------------------------------------
@@ -707,10 +705,10 @@ def test_no_row_value_named_a_bound_exceeds_the_pairs_exact_epsilon(p, q, gaussi
     for ins, outs in _noisy_vote_audits(p, q, 1.0, 2000, audits, seed=11):
         row = report_row(s, mech, 1.0, ins, outs, None, None, PairReference(profile, "simulated pair", True))
         for key in over:
-            over[key] += row[key] is not None and row[key] > exact
-        reported += row["epsilon_gdp_bound"] is not None
-        kinds.add(row.get("epsilon_from_mu_lb_kind"))
-    limit = stats.binom.ppf(0.999, audits, s.alpha)
+            over[key] += getattr(row, key) is not None and getattr(row, key) > exact
+        reported += row.epsilon_gdp_bound is not None
+        kinds.add(row.epsilon_from_mu_lb_kind)
+    limit = stats.binom.ppf(0.999, audits, s.estimates.alpha)
     assert all(count <= limit for count in over.values()), (over, exact)
     assert len(kinds) == 1 and ("not a bound" in kinds.pop()) is not gaussian  # the number is kept, named
     assert reported == (audits if gaussian else 0)
@@ -729,16 +727,16 @@ def test_row_flags_estimates_above_the_pairs_epsilon_and_utility_below_chance():
     s, _ = _audit_row(1.0, ins, outs)
     mech = make_mechanism(s, 1.0)
     row = report_row(s, mech, 1.0, ins, outs, 0.05, None, PairReference(weak, "weak pair", True), (1 / 3, 40))
-    ceiling = row["epsilon_upper_bound"]
-    flagged = " ".join(row["contradictions"])
+    ceiling = row.epsilon_upper_bound
+    flagged = " ".join(row.contradictions)
     for key in ("epsilon_point", "epsilon_gdp", "epsilon_from_mu_lb"):
-        assert row[key] > ceiling and f"{key} = " in flagged
+        assert getattr(row, key) > ceiling and f"{key} = " in flagged
     assert "utility 0.05" in flagged and "below a uniform guess" in flagged
     # nothing to flag: estimates under the pair's ε, utility at chance (not beyond it by chance)
     strong = pair_profile([VotePair(1.0, np.array([1.0, 0.0]), np.array([0.0, 1.0]))], 0.3)
     quiet = report_row(s, mech, 1.0, ins, outs, 0.3, None, PairReference(strong, "strong pair", True), (1 / 3, 40))
-    assert quiet["contradictions"] == []
-    assert contradictions({"utility": 0.05}, None) == []  # generation: no chance level
+    assert quiet.contradictions == []
+    assert contradictions(replace(quiet, utility=0.05), None) == []  # generation: no chance level
 
 
 def test_plain_icl_is_not_called_a_heuristic_defense():

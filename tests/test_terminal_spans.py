@@ -4,19 +4,21 @@ records: the context read back from the n-gram windows, the marks, the gaps, the
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from ctxlite.influence.analysis import score_table
-from ctxlite.reporting.terminal import BOLD_REVERSE, RESET, REVERSE, printable, spans_in_context
+from ctxlite.influence.results import Block, NgramInfluence
+from ctxlite.reporting.terminal import BOLD_REVERSE, RESET, REVERSE, printable, score_table, spans_in_context
+from tests.results import adaptive, example, result
 
 CONTEXT = "Patient Dana Whitcombe takes lisinopril 10 mg daily; phone 555-0187 at home."
 
 
-def _gram(a: int, b: int, influence: float, start: int = 0) -> dict:
-    return {"start": start, "n": 2, "char_start": a, "char_end": b, "text": CONTEXT[a:b], "influence": influence}
+def _gram(a: int, b: int, influence: float, start: int = 0) -> NgramInfluence:
+    return NgramInfluence(start, 2, a, b, CONTEXT[a:b], influence, [influence])
 
 
-def _result(grams: list[dict], **extra) -> dict:
-    return {"lam": 1.0, "document_influence": 1.0, "ngrams": grams, "context_tokens": 20, **extra}
+def _result(grams: list[NgramInfluence], **extra):
+    return result(extra.pop("lam", 1.0), grams, **extra)
 
 
 CUTS = [0, 8, 22, 29, 40, 46, 53, 59, 68, len(CONTEXT)]
@@ -24,8 +26,8 @@ TILED = [_gram(a, b, 0.1 * i, start=i) for i, (a, b) in enumerate(zip(CUTS, CUTS
 
 
 def test_top_spans_are_bracketed_in_their_context_with_the_largest_bold_on_a_terminal():
-    grams = [dict(g) for g in TILED]
-    grams[1]["influence"], grams[3]["influence"], grams[7]["influence"] = 9.0, 5.0, 7.0
+    grams = [replace(g) for g in TILED]
+    grams[1].influence, grams[3].influence, grams[7].influence = 9.0, 5.0, 7.0
     line = spans_in_context(_result(grams), spans=3, margin=4)
     # 4 characters either side, excerpts merged where they meet, "…" where the context goes on
     assert line == "…ent [Dana Whitcombe] takes [lisinopril ]10 m… …one [555-0187 ]at h…", line
@@ -38,8 +40,8 @@ def test_uncovered_context_is_a_gap_and_an_overlap_belongs_to_the_larger_span():
     sparse = [_gram(8, 22, 3.0), _gram(29, 46, 1.0), _gram(40, 53, 2.0)]  # nothing covers 22–29 or 0–8
     line = spans_in_context(_result(sparse), spans=3, margin=40)
     assert line == "[Dana Whitcombe]…[lisinopril ][10 mg daily; ]"
-    block = {"start": 0, "end": 9, "char_start": 0, "char_end": 29, "text": CONTEXT[:29], "influence": 4.0}
-    searched = _result(sparse, search={"method": "adaptive", "blocks": [block]})  # its blocks fill the gaps
+    search = replace(adaptive(9), blocks=[Block(0, 9, 0, 29, CONTEXT[:29], 4.0)])
+    searched = _result(sparse, search=search)  # its blocks fill the gaps
     assert (
         spans_in_context(searched, spans=3, margin=40) == "Patient [Dana Whitcombe] takes [lisinopril ][10 mg daily; ]"
     )
@@ -47,7 +49,7 @@ def test_uncovered_context_is_a_gap_and_an_overlap_belongs_to_the_larger_span():
 
 def test_long_spans_are_cut_in_the_middle_and_control_characters_are_pictures():
     text = "A\x1b[2Jcleared\tand\nrung\x07" + "x" * 60
-    g = {"start": 0, "n": 9, "char_start": 0, "char_end": len(text), "text": text, "influence": 1.0}
+    g = NgramInfluence(0, 9, 0, len(text), text, 1.0, [1.0])
     line = spans_in_context(_result([g]), spans=1, width=20)
     assert "\x1b" not in line and "\x07" not in line and "\n" not in line
     assert line == "[" + printable(text)[:10] + "…" + "x" * 9 + "]"
@@ -55,12 +57,12 @@ def test_long_spans_are_cut_in_the_middle_and_control_characters_are_pictures():
 
 
 def test_the_table_ends_with_one_line_per_example_and_lambda_and_none_without_ngrams():
-    rec = {"results": [_result(TILED, lam=0.5), _result(TILED, lam=1.5, context_size=16)]}
+    rec = example(_result(TILED, lam=0.5), _result(TILED, lam=1.5, context_size=16))
     lines = score_table(["ex<1>"], [rec], ansi=False).splitlines()
     assert lines[0].startswith("example") and len(lines) == 7 and lines[3] == ""
     assert lines[4].startswith("top 3 n-grams by τ_i in their context (each [in brackets]")
     assert lines[5] == "ex<1> λ=0.5: …0 mg daily; [phone ][555-0187 ][at home.]"
     assert lines[6].startswith("ex<1> λ=1.5@16: …")
-    doc = {"results": [{"lam": 1.0, "document_influence": 1.0, "ngrams": [], "context_tokens": 20}]}
+    doc = example(_result([]))
     assert len(score_table(["e"], [doc], ansi=True).splitlines()) == 2
-    assert "\x1b" not in score_table(["e"], [{"results": [_result([{**TILED[0], "text": "\x1b[2J"}])]}])
+    assert "\x1b" not in score_table(["e"], [example(_result([replace(TILED[0], text="\x1b[2J")]))], ansi=False)

@@ -35,6 +35,7 @@ import numpy as np
 from ctxlite.audit.formats import AuditFormat, Task
 from ctxlite.choices import Choice
 from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.runtime.backend import Vocabulary, require
 
 HEX_BYTES = 32
 UNIGRAM_TOKENS = 16
@@ -70,6 +71,14 @@ class Canary:
         """The canary as a record of ``fmt``: x_c as the input, y_c as the output, any other
         field from ``base`` (the record it replaces)."""
         return {**(base or {}), fmt.input: self.text, fmt.output: self.label}
+
+    def to_dict(self) -> dict:
+        """What an audit report keeps of the canary."""
+        return {"id": self.id, "kind": self.kind.value, "text": self.text, "label": self.label}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Canary:
+        return cls(CanaryKind.parse(d["kind"]), d["text"], d["label"], d["id"])
 
 
 def canary_id(kind: CanaryKind, text: str) -> str:
@@ -170,6 +179,7 @@ def make_canary(kind, fmt: AuditFormat, records: Sequence[dict], seed: int, *, e
     else:
         if engine is None:
             raise InvalidParameter("a unigram canary needs the target model's tokenizer (engine=...)")
+        require(engine, [Vocabulary], "the unigram canary (rare tokens of the vocabulary; use hex or semantic)")
         texts = [r[fmt.input] for r in records] + [str(r[fmt.output]) for r in records]
         text = rare_unigram_text(engine, texts, rng)
     record_labels = [r[fmt.output] for r in records] if fmt.task is Task.CLASSIFY else []

@@ -34,6 +34,7 @@ from pathlib import Path
 from ctxlite.choices import Choice
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
+from ctxlite.records import read_table
 from ctxlite.runtime.templates import audit_templates
 
 OUTPUT_SLOT_STRIP = " \t"
@@ -155,8 +156,6 @@ class AuditFormat:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> AuditFormat:
         """A format from a ``.toml`` or ``.json`` file (errors name the file)."""
-        from ctxlite.records import read_table
-
         data, text = read_table(path, "format")
         return cls.from_mapping(data, name=str(path), source=text)
 

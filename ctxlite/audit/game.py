@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -56,10 +56,11 @@ from ctxlite.audit.mechanisms import (
     ReportNoisyMax,
     leak_fraction,
 )
-from ctxlite.audit.oracle import ModelOracle
+from ctxlite.audit.oracle import ModelOracle, served_texts
 from ctxlite.audit.queries import build_query, injection_query
 from ctxlite.audit.report import (
     AuditReport,
+    AuditRow,
     PairReference,
     bound_choice,
     contradictions,
@@ -73,7 +74,8 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
 from ctxlite.privacy.privacy_profile import VotePair, pair_profile
 from ctxlite.records import RecordLog
-from ctxlite.runtime.backend import Backend, Capability, require
+from ctxlite.runtime.backend import Backend, Embeddings, LogitRows, Streams, require
+from ctxlite.runtime.chat import chat_template, render_chat
 
 
 def seeded_rng(*words: int) -> np.random.Generator:
@@ -152,7 +154,7 @@ class AuditGame:
         if self.s.mechanism.is_dp:  # one ensemble: the canary and shots - 1 other records, in order
             others = [i for i in range(len(recs)) if i != self.slot][: self.s.shots - 1]
             recs = [recs[i] for i in sorted([self.slot, *others])]
-        return self.fmt.prompt(recs, self.query.text, getattr(mech, "defense_text", ""))
+        return self.fmt.prompt(recs, self.query.text, mech.defense_text)
 
     def run(self, mech: Mechanism, z: bool, rng: np.random.Generator, data_rng) -> tuple[np.ndarray, int]:
         """The auditor's signal of one run and how many outputs the defence withheld."""
@@ -374,31 +376,28 @@ RECORDED_FIELDS = (
 distributions): a report without the model takes them from the end line, which the chain protects."""
 
 
-def recompute_rows(report: dict, runs: Mapping[str, dict], where=None) -> list[dict]:
-    """The rows of a finished audit's report (``AuditReport.to_dict()``) recomputed from its logged
-    trial and reference records (``runs``, by log key) by the code that formed them: the detector is
-    refitted on the reference runs, the trials re-scored and :func:`report_row` re-run. The
-    :data:`RECORDED_FIELDS` come from ``report``'s rows (the audit tightness is re-derived from them).
-    ``InvalidParameter`` or ``DataError`` if the report's settings or canary cannot be read."""
-    s = AuditSettings(**report["settings"])
-    labels, canary = (report.get("format") or {}).get("labels") or [], report["canary"]
-    if len(report["rows"]) != len(s.epsilons):
-        raise DataError(f"{where}: the report has {len(report['rows'])} rows for {len(s.epsilons)} epsilon(s)")
+def recompute_rows(report: AuditReport, runs: Mapping[str, dict], where=None) -> list[AuditRow]:
+    """The rows of a finished audit's report recomputed from its logged trial and reference records
+    (``runs``, by log key) by the code that formed them: the detector is refitted on the reference
+    runs, the trials re-scored and :func:`report_row` re-run. The :data:`RECORDED_FIELDS` come from
+    ``report``'s rows (the audit tightness is re-derived from them). ``InvalidParameter`` or
+    ``DataError`` if the report's settings or canary cannot be read."""
+    s = report.settings
+    labels, canary = (report.format or {}).get("labels") or [], report.canary
+    if len(report.rows) != len(s.epsilons):
+        raise DataError(f"{where}: the report has {len(report.rows)} rows for {len(s.epsilons)} epsilon(s)")
     rows = []
-    stored_rows = AuditReport.from_dict(report).rows  # the strict-JSON "inf" of a logged row back to floats
-    for eps, stored in zip(s.epsilons, stored_rows):
+    for eps, stored in zip(s.epsilons, report.rows):
         mech, ek = make_mechanism(s, eps), _eps_key(eps)
-        detector = _detector(s, labels, canary["label"])
+        detector = _detector(s, labels, canary.label)
         fit_detector(detector, runs, s, ek, where)
-        ins, outs, withheld = trial_scores(detector, runs, s, ek, canary["id"], where)
-        row = report_row(
-            s, mech, eps, ins, outs, stored.get("utility"), withheld, gaussian_mu=stored.get("gaussian_mu")
-        )
-        recorded = {k: stored.get(k) for k in RECORDED_FIELDS}
-        reasons = {k: v for k, v in (stored.get("reasons") or {}).items() if k not in row["reasons"]}
-        row.update(recorded, **tightness_fields(row["epsilon_lower_bound"], recorded, reasons))
-        row["reasons"] = {**row["reasons"], **reasons}
-        row["contradictions"] = contradictions(row, recorded["utility_chance"])  # against the recorded pair
+        ins, outs, withheld = trial_scores(detector, runs, s, ek, canary.id, where)
+        row = report_row(s, mech, eps, ins, outs, stored.utility, withheld, gaussian_mu=stored.gaussian_mu)
+        recorded = {k: getattr(stored, k) for k in RECORDED_FIELDS}
+        reasons = {k: v for k, v in stored.reasons.items() if k not in row.reasons}
+        row = replace(row, **recorded, **tightness_fields(row.epsilon_lower_bound, recorded, reasons))
+        row.reasons = {**row.reasons, **reasons}
+        row.contradictions = contradictions(row, recorded["utility_chance"])  # against the recorded pair
         rows.append(row)
     return rows
 
@@ -412,6 +411,7 @@ def run_audit(
     progress: Callable[[str, int, int], None] | None = None,
     fmt: AuditFormat | str | None = None,
     judge: Backend | None = None,
+    tell: Callable[[str], None] | None = None,
 ) -> AuditReport:
     """Run the ContextLeak game for every ε in ``settings`` and estimate the leakage.
 
@@ -420,7 +420,9 @@ def run_audit(
     ``settings.task``); ``log``: an open :class:`RecordLog` whose finished keys are reused
     (resume); ``embedder``: an ``Engine(..., embeddings=True)`` for generation audits; ``judge``:
     the engine of ``settings.judge_model`` for the judge defence; ``progress(label, done, total)``
-    is called after each reference run and trial.
+    is called after each reference run and trial; ``tell(note)`` is handed each note a person must
+    read with the numbers (how the backend sampled what the audit scored: the table shows no notes).
+    (:func:`ctxlite.runs.run_audit` runs this with a log, a verdict and an end line.)
     """
     s = settings
     game = audit_game(engine, records, s, log=log, embedder=embedder, fmt=fmt, judge=judge)
@@ -437,20 +439,24 @@ def run_audit(
         )
     choice, first = bound_choice(s), first_bound_choice(log.first_end if log is not None else None)
     warning = rereport_warning(first, choice)
+    transport = (_served_note(s) if served_texts(engine) and _texts_out(s) else []) + (
+        _sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else []
+    )
+    for note in transport:
+        (tell or (lambda _: None))(note)
     return AuditReport(
-        settings=s.params(),
-        canary={"id": canary.id, "kind": canary.kind.value, "text": canary.text, "label": canary.label},
-        query=asdict(game.query),
+        settings=s,
+        canary=canary,
+        query=game.query,
         rows=rows,
         epsilon_kind=_epsilon_kind(s),
         utility_metric="accuracy" if s.task is Task.CLASSIFY else "rouge1_f",
         private_size=s.private_size,
         forward_passes=game.oracle.forward_passes,
         notes=_notes(s, len(game.pool), bool(game.held_out))
-        + (_served_note(s) if served_texts(engine) and _texts_out(s) else [])
-        + (_sampled_answers_note(s) if game.oracle.sampled_answers and not _texts_out(s) else [])
-        + _above_exact(rows, s.alpha)
-        + [c for r in rows for c in r.get("contradictions", [])]
+        + transport
+        + _above_exact(rows, s.estimates.alpha)
+        + [c for r in rows for c in r.contradictions]
         + ([warning] if warning else []),
         format=fmt.identity(),
         example_prompt=game.example_prompt(mech),
@@ -489,8 +495,6 @@ def audit_format(engine, fmt, settings: AuditSettings, records: Sequence[dict]) 
         )
     if not fmt.chat:
         return fmt
-    from ctxlite.runtime.chat import render_chat
-
     render_chat(engine, [{"role": "user", "content": "x"}])  # refuses a model without a chat template, now
     return fmt.with_chat(True, lambda messages: render_chat(engine, messages))
 
@@ -499,17 +503,9 @@ def judge_from_engine(judge) -> JudgeModel | None:
     """The judge engine as a :class:`JudgeModel`: asked through its chat template when it has one."""
     if judge is None:
         return None
-    from ctxlite.runtime.chat import chat_template, render_chat
-
     chat = chat_template(judge) is not None
     oracle = ModelOracle(judge, special=chat)
     return JudgeModel(oracle, (lambda messages: render_chat(judge, messages)) if chat else None)
-
-
-def served_texts(engine) -> bool:
-    """Whether the audit's texts are sampled by the backend itself (a server), not by ctxlite's walks."""
-    caps = engine.capabilities
-    return not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps
 
 
 def _check_inputs(
@@ -527,13 +523,13 @@ def _check_inputs(
     # a classification's label distribution is exact by teacher forcing too: only texts need rows and
     # streams, or a backend that samples them itself (a server)
     if text_out and not served_texts(engine):
-        require(engine, [Capability.LOGIT_ROWS, Capability.STREAMS], f"a {s.task.value} audit")
+        require(engine, [LogitRows, Streams], f"a {s.task.value} audit")
     if s.mechanism is MechanismKind.JUDGE and judge is None:
-        require(engine, [Capability.LOGIT_ROWS], "the judge mechanism (the audited model judging its own outputs)")
+        require(engine, [LogitRows], "the judge mechanism (the audited model judging its own outputs)")
     if s.task is Task.GENERATE and s.attack is Attack.CANARY:
         if embedder is None:
             raise InvalidParameter("generation audits need an embedding engine (embedder=Engine(..., embeddings=True))")
-        require(embedder, [Capability.EMBEDDINGS], "the generation audit's embedding model")
+        require(embedder, [Embeddings], "the generation audit's embedding model")
     if (s.judge_model is None) != (judge is None):
         raise InvalidParameter(
             f"settings.judge_model is {s.judge_model!r} but run_audit got judge={'an engine' if judge else None}: "
@@ -542,7 +538,7 @@ def _check_inputs(
             else "a judge engine needs the judge mechanism and settings.judge_model naming it"
         )
     if judge is not None:
-        require(judge, [Capability.LOGIT_ROWS], "the judge model")
+        require(judge, [LogitRows], "the judge model")
     if log is not None:
         embed_id = embedder.identity()["model"] if embedder else None
         judge_id = judge.identity()["model"] if judge else None
@@ -564,10 +560,10 @@ def _notes(s: AuditSettings, n_records: int, has_held_out: bool) -> list[str]:
             "epsilon is per query with the canary always present (analytic Gaussian, replacement "
             "sensitivity); epsilon_per_trial composes the trial's queries exactly (Gaussian composition)"
         )
-    if s.accounting_queries is not None:
+    if s.estimates.accounting_queries is not None:
         notes.append(
-            f"epsilon_subsampled: the same sigma over T = {s.accounting_queries} queries, each "
-            f"Poisson-subsampling records at q = {s.sampling_rate:g} (dp_accounting PLD, add/remove "
+            f"epsilon_subsampled: the same sigma over T = {s.estimates.accounting_queries} queries, each "
+            f"Poisson-subsampling records at q = {s.estimates.sampling_rate:g} (dp_accounting PLD, add/remove "
             "sensitivity sqrt(2) for rnm, 2C for esa: one record changes one ensemble's output); it is "
             "not what the audit measures, which is one release per query"
         )
@@ -625,15 +621,15 @@ def _epsilon_kind(s: AuditSettings) -> str:
     return "none (heuristic defense)"
 
 
-def _above_exact(rows: list[dict], alpha: float) -> list[str]:
+def _above_exact(rows: list[AuditRow], alpha: float) -> list[str]:
     """A warning for each row whose lower bound exceeds the pair's ε (exact, or an upper bound): a
     valid bound does so with probability at most alpha; more often than that is a bug."""
     return [
-        f"eps_lb = {r['epsilon_lower_bound']:.4g} exceeds the pair's {r['privacy_profile_kind']} eps = "
-        f"{r['epsilon_upper_bound']:.4g} at eps = {r['epsilon']}: a valid bound does so with probability "
+        f"eps_lb = {r.epsilon_lower_bound:.4g} exceeds the pair's {r.privacy_profile_kind} eps = "
+        f"{r.epsilon_upper_bound:.4g} at eps = {r.epsilon}: a valid bound does so with probability "
         f"<= {alpha:g}; if it recurs, report it"
         for r in rows
-        if r.get("epsilon_upper_bound") is not None and r["epsilon_lower_bound"] > r["epsilon_upper_bound"] + 1e-9
+        if r.epsilon_upper_bound is not None and r.epsilon_lower_bound > r.epsilon_upper_bound + 1e-9
     ]
 
 

@@ -106,6 +106,7 @@ class Mechanism(abc.ABC):
     """A private-ICL method: answers ``query`` from ``records`` and says what leaks to the auditor."""
 
     name: str = "mechanism"
+    defense_text: str = ""  # the instruction a defence adds to the prompt (none: plain ICL, the DP aggregations)
     epsilon: float | None = None
     sigma: float = 0.0
     sensitivity: float | None = None  # L2, replacement (the canary game)
@@ -190,7 +191,9 @@ class NoDefense(Mechanism):
         return out, withheld
 
     def _judge_leaks(self, oracle, fmt, records, output: str) -> bool:
-        raise NotImplementedError  # pragma: no cover - only Judge judges
+        """Whether a judge finds that ``output`` reveals the records: without a judge (every defence
+        but :class:`Judge`, whose ``use_judge`` alone asks), no output is judged a leak."""
+        return False
 
 
 class PromptDefense(NoDefense):
@@ -288,11 +291,7 @@ class ReportNoisyMax(Mechanism):
         votes = np.empty(self.ensembles, dtype=np.int32)
         for e, group in enumerate(groups):
             prompt = fmt.prompt([records[i] for i in group], query)
-            if getattr(oracle, "sampled_answers", False):  # a server without log-probabilities
-                votes[e] = oracle.sample_answer(prompt, rng)
-                continue
-            p = oracle.label_distribution(prompt)
-            votes[e] = int(rng.choice(len(p), p=p))
+            votes[e] = oracle.sample_answer(prompt, rng)
         return votes
 
     def vote_pairs(

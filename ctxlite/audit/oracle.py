@@ -19,9 +19,9 @@ renormalised into a plausible distribution.
 
 Sampled answers. A backend without teacher forcing (a server whose completions carry no
 log-probabilities) gives no distribution at all: each answer is then one completion it samples
-(``Capability.SAMPLES``) at temperature T, of as many tokens as the longest label, seeded from the
-caller's generator, and is read by the rule above on the tokens of its text (the longest label
-they start with, else "other"). Those are i.i.d. answers of the model as served, so a release
+(:class:`~ctxlite.runtime.backend.SampledCompletions`) at temperature T, of as many tokens as the
+longest label, seeded from the caller's generator, and is read by the rule above on the tokens of its
+text (the longest label they start with, else "other"). Those are i.i.d. answers of the model as served, so a release
 (n answers) has the law it has on the exact path; what is lost is the distribution itself
 (``label_distribution`` refuses: the pair's exact ε is not computed) and its reuse (every answer
 is a request). The server returns text, not the tokens it sampled: the two rules differ only
@@ -37,7 +37,7 @@ before it (a resume included). ``tests/test_audit.py`` checks it against real to
 Generation. ``sample_texts`` samples one continuation per prompt by a walk
 down a ``continuations.ContinuationTree``: each distinct (prompt, path) node
 is decoded once, and the walks are exact i.i.d. samples. A backend without
-logit rows that samples itself (``Capability.SAMPLES``: a server) is asked for
+logit rows that samples itself (``SampledCompletions``: a server) is asked for
 one completion per prompt instead, each with its own seed drawn from the same
 generator, so the texts are i.i.d. samples of the model as the server samples it
 (the local tree bans an end-of-generation token as the first token; a server
@@ -52,12 +52,19 @@ import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
 from ctxlite.errors import InvalidParameter, ServerError
-from ctxlite.runtime.backend import Capability, teacher_forcing
+from ctxlite.runtime.backend import LogitRows, SampledCompletions, Streams, TeacherForcing
 
 LABEL_MASS_TOLERANCE = 1e-3
 """How far above 1 the label probabilities read from a server may sum: each of a label's few
 tokens may round up to ``openai_server.LOGPROB_TOLERANCE`` (1e-4 nats). A larger sum is an
 impossible answer, refused (exit 9) rather than renormalised away."""
+
+
+def served_texts(engine) -> bool:
+    """Whether texts are sampled by the backend itself (a server: completions, no rows or streams),
+    not by ctxlite's walks."""
+    walks = isinstance(engine, LogitRows) and isinstance(engine, Streams)
+    return not walks and isinstance(engine, SampledCompletions)
 
 
 class ModelOracle:
@@ -101,10 +108,10 @@ class ModelOracle:
         self._embed_cache: dict[str, np.ndarray] = {}
         self._trees: dict[str, ContinuationTree] = {}
         self._label_rows = 0
-        self._served = 0  # completions sampled by the backend (``Capability.SAMPLES``)
+        self._served = 0  # completions sampled by the backend (:class:`~ctxlite.runtime.backend.SampledCompletions`)
         self._answers: dict[str, int] = {}
-        self.sampled_answers = bool(self.labels) and not teacher_forcing(engine)
-        if self.sampled_answers and Capability.SAMPLES not in engine.capabilities:
+        self.sampled_answers = bool(self.labels) and not isinstance(engine, TeacherForcing)
+        if self.sampled_answers and not isinstance(engine, SampledCompletions):
             raise InvalidParameter("a backend without teacher forcing must sample completions to give answers")
 
     def _label_tokens(self, label: str) -> list[int]:
@@ -152,7 +159,7 @@ class ModelOracle:
         hit = self._dist_cache.get(toks)
         if hit is not None:
             return hit
-        rows = Capability.LOGIT_ROWS in self.engine.capabilities
+        rows = isinstance(self.engine, LogitRows)
         logp = self._rows_logp(toks) if rows else self._forced_logp(toks)
         p = np.empty(len(self.labels))
         for j, (seq, children) in enumerate(zip(self.label_tokens, self._children)):
@@ -190,10 +197,8 @@ class ModelOracle:
         sequence per label, sent together: a backend without logit rows, e.g. a server). Every pair the
         formula needs is on some label's path: a child c of label j is the next token of a longer label
         that extends j, so its log-probability is read from that label's sequence."""
-        from ctxlite.runtime.backend import logprobs_many
-
         n = len(toks)
-        values = logprobs_many(self.engine, [(toks + seq, n) for seq in self.label_tokens], self.temperature)
+        values = self.engine.logprobs_many([(toks + seq, n) for seq in self.label_tokens], self.temperature)
         self._label_rows += sum(len(seq) for seq in self.label_tokens)
         table = {(seq[:i], t): float(v[i]) for seq, v in zip(self.label_tokens, values) for i, t in enumerate(seq)}
         return lambda path, token: table[(tuple(path), token)]
@@ -205,8 +210,12 @@ class ModelOracle:
         return rng.multinomial(n, self.label_distribution(prompt))
 
     def sample_answer(self, prompt: str, rng: np.random.Generator) -> int:
-        """The index in (labels..., other) of one answer sampled by the backend (``sampled_answers``)."""
-        return int(np.argmax(self._served_answers(prompt, 1, rng)))
+        """The index in (labels..., other) of one answer: drawn from the exact distribution with
+        ``rng``, or (``sampled_answers``) one completion the backend samples, seeded from ``rng``."""
+        if self.sampled_answers:
+            return int(np.argmax(self._served_answers(prompt, 1, rng)))
+        p = self.label_distribution(prompt)
+        return int(rng.choice(len(p), p=p))
 
     def _served_answers(self, prompt: str, n: int, rng: np.random.Generator) -> np.ndarray:
         """Counts of ``n`` answers, each a completion sampled by the backend (seeded from ``rng``)."""
@@ -257,8 +266,7 @@ class ModelOracle:
         replayed at another ε (same seeds: common random numbers) draws the
         same texts, from memoised nodes, without decoding.
         """
-        caps = self.engine.capabilities
-        if not {Capability.LOGIT_ROWS, Capability.STREAMS} <= caps and Capability.SAMPLES in caps:  # a server
+        if served_texts(self.engine):  # a server
             return self._served_texts(prompts, rng, stop)
         tree = self._trees.get(stop)
         if tree is None:

@@ -43,6 +43,13 @@ class AuditQuery:
     template: str
     text: str
 
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "index": self.index, "template": self.template, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AuditQuery:
+        return cls(d["kind"], d["index"], d["template"], d["text"])
+
 
 def candidate_templates(fmt: AuditFormat, kind) -> list[dict]:
     """The candidate query inputs (``{"input": ..., "lead": ...}``) of ``kind`` for ``fmt``."""

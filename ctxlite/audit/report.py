@@ -4,12 +4,17 @@ IN and OUT trial scores by :func:`report_row`."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
+from scipy import stats
+
+from ctxlite.audit.canaries import Canary
 from ctxlite.audit.mechanisms import Mechanism
-from ctxlite.audit.settings import AuditSettings, BoundKind
+from ctxlite.audit.queries import AuditQuery
+from ctxlite.audit.settings import AuditSettings, BoundKind, EstimateSettings
 from ctxlite.errors import InvalidParameter
+from ctxlite.logformat import finite_or_inf, strict
 from ctxlite.privacy.calibration import subsampled_gaussian_epsilon
 from ctxlite.privacy.estimators import (
     Bonferroni,
@@ -25,10 +30,50 @@ from ctxlite.privacy.privacy_profile import PairProfile
 
 
 @dataclass
-class AuditReport:
-    """One row per theoretical ε plus what was audited.
+class BoundCounts:
+    """The counts the lower bound was formed from: true positives of ``n_in`` IN trials, false
+    positives of ``n_out`` OUT trials, at the chosen ``threshold`` (None: +inf, no trial called present)."""
 
-    Row keys: ``epsilon`` (theoretical, per query, canary always present; null
+    tp: int
+    n_in: int
+    fp: int
+    n_out: int
+    threshold: float | None
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "n_in": self.n_in, "fp": self.fp, "n_out": self.n_out, "threshold": self.threshold}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BoundCounts:
+        return cls(d["tp"], d["n_in"], d["fp"], d["n_out"], d["threshold"])
+
+
+@dataclass
+class Accounting:
+    """The subsampled accounting of a row's σ: T ``queries`` at Poisson ``sampling_rate``, the add/remove
+    sensitivity, the accountant."""
+
+    queries: int
+    sampling_rate: float
+    sensitivity_add_remove: float
+    accountant: str = "dp_accounting PLD"
+
+    def to_dict(self) -> dict:
+        return {
+            "queries": self.queries,
+            "sampling_rate": self.sampling_rate,
+            "sensitivity_add_remove": self.sensitivity_add_remove,
+            "accountant": self.accountant,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Accounting:
+        return cls(d["queries"], d["sampling_rate"], d["sensitivity_add_remove"], d["accountant"])
+
+
+@dataclass
+class AuditRow:
+    """The estimates at one theoretical ε of an audit: ``epsilon`` (theoretical, per query, canary always present; null
     without a DP mechanism: plain ICL or a heuristic defense), ``epsilon_per_trial`` (composed over the trial's
     queries), ``sigma``, ``sensitivity``, ``n_in``/``n_out``,
     ``audit_accuracy`` (threshold optimised on the same trials:
@@ -41,8 +86,7 @@ class AuditReport:
     confidence, same selection) with ``epsilon_from_mu_lb``, its ε at δ, and
     ``epsilon_from_mu_lb_kind``: a lower bound only where the audited release
     is provably the Gaussian mechanism (``gaussian_mu``, its exact μ), and
-    only then also ``epsilon_gdp_bound`` (null elsewhere, with the reason; logs
-    before this change wrote it for every row), ``auroc`` (threshold-free),
+    only then also ``epsilon_gdp_bound`` (null elsewhere, with the reason), ``auroc`` (threshold-free),
     ``tpr_interpolated`` (the ROC hull at the FPR target: the best randomised
     test), ``accuracy_upper_bound`` (a confidence limit on any threshold
     test's balanced accuracy), ``epsilon_upper_bound`` (classification: the
@@ -78,122 +122,152 @@ class AuditReport:
     when this report differs from it (:func:`rereport_warning`).
     """
 
-    settings: dict
-    canary: dict
-    query: dict
-    rows: list[dict]
+    epsilon: float | None
+    epsilon_per_trial: float | None
+    sigma: float | None
+    sensitivity: float | None
+    n_in: int
+    n_out: int
+    audit_accuracy: float
+    threshold: float | None
+    tpr: float
+    fpr: float
+    epsilon_point: float | None
+    epsilon_lower_bound: float
+    lower_bound_method: str
+    lower_bound_counts: BoundCounts
+    confidence: float
+    mu_lower_bound: float
+    epsilon_gdp_bound: float | None
+    epsilon_from_mu_lb: float | None
+    epsilon_from_mu_lb_kind: str
+    gaussian_mu: float | None
+    auroc: float
+    tpr_interpolated: float
+    accuracy_upper_bound: float
+    epsilon_gdp: float | None
+    epsilon_gdp_kind: str
+    epsilon_upper_bound: float | None
+    epsilon_exact: float | None
+    privacy_profile_kind: str | None
+    privacy_profile_method: str | None
+    privacy_profile: list[list[float]] | None
+    audit_tightness: float | None
+    audit_tightness_at_least: float | None
+    reasons: dict[str, str]
+    epsilon_subsampled: float | None
+    accounting: Accounting | None
+    utility: float | None
+    withheld_rate: dict[str, float | None] | None
+    utility_chance: list | None
+    contradictions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The log form (strict JSON: ±inf as ``"inf"``/``"-inf"``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["lower_bound_counts"] = self.lower_bound_counts.to_dict()
+        out["accounting"] = None if self.accounting is None else self.accounting.to_dict()
+        return strict(out)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AuditRow:
+        """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float)."""
+        values = {f.name: _loose(d[f.name]) for f in fields(cls)}
+        values["lower_bound_counts"] = BoundCounts.from_dict(values["lower_bound_counts"])
+        values["accounting"] = None if values["accounting"] is None else Accounting.from_dict(values["accounting"])
+        return cls(**values)
+
+
+def _loose(v):
+    """A strict-JSON value with its ``"inf"``/``"-inf"`` read back as floats, recursively."""
+    if isinstance(v, str):
+        return finite_or_inf(v)
+    if isinstance(v, dict):
+        return {k: _loose(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_loose(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class BoundChoice:
+    """The report-only choices that decide ``epsilon_lower_bound``: the threshold selection (as rows
+    name it) and the confidence."""
+
+    lower_bound_method: str
+    confidence: float
+
+    def to_dict(self) -> dict:
+        return {"lower_bound_method": self.lower_bound_method, "confidence": self.confidence}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BoundChoice:
+        return cls(d["lower_bound_method"], d["confidence"])
+
+
+@dataclass
+class AuditReport:
+    """An audit's result: one :class:`AuditRow` per theoretical ε, plus what was audited: the
+    ``settings``, the ``canary``, the ``query``, what the rows' theoretical ε is (``epsilon_kind``),
+    the utility metric, the private set's size, the model rows decoded (``forward_passes``),
+    ``notes`` a reader must know, the prompt ``format`` (its identity: name, text, hash, labels,
+    chat), one Z = 1 prompt as the model reads it (``example_prompt``, the canary in
+    ``[[CANARY]]`` marks), the bound choice the log was first reported with, and a warning when
+    this report uses another (:func:`rereport_warning`)."""
+
+    settings: AuditSettings
+    canary: Canary
+    query: AuditQuery
+    rows: list[AuditRow]
     epsilon_kind: str
     utility_metric: str
     private_size: int
     forward_passes: int = 0
     notes: list[str] = field(default_factory=list)
-    format: dict | None = None  # the prompt format audited: name, text, hash, labels, chat
-    example_prompt: str | None = None  # one Z = 1 prompt as the model reads it, the canary in [[CANARY]] marks
-    first_reported_with: dict | None = None  # the bound method and confidence of the log's first report
-    rereport_warning: str | None = None  # set when this report uses another method or confidence than that
+    format: dict | None = None
+    example_prompt: str | None = None
+    first_reported_with: BoundChoice | None = None
+    rereport_warning: str | None = None
 
     def to_dict(self) -> dict:
-        """Strict-JSON-ready dict (``json.dumps(..., allow_nan=False)`` works): ±inf -> "inf"/"-inf"."""
-
-        def strict(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
-            if isinstance(v, dict):
-                return {k: strict(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [strict(x) for x in v]
-            return v
-
-        return strict(asdict(self))
+        """The log form: strict JSON (``json.dumps(..., allow_nan=False)`` works; ±inf as ``"inf"``/``"-inf"``)."""
+        return strict(
+            {
+                "settings": self.settings.params(),
+                "canary": self.canary.to_dict(),
+                "query": self.query.to_dict(),
+                "rows": [r.to_dict() for r in self.rows],
+                "epsilon_kind": self.epsilon_kind,
+                "utility_metric": self.utility_metric,
+                "private_size": self.private_size,
+                "forward_passes": self.forward_passes,
+                "notes": list(self.notes),
+                "format": self.format,
+                "example_prompt": self.example_prompt,
+                "first_reported_with": None if self.first_reported_with is None else self.first_reported_with.to_dict(),
+                "rereport_warning": self.rereport_warning,
+            }
+        )
 
     @classmethod
     def from_dict(cls, data: dict) -> AuditReport:
-        """The inverse of :meth:`to_dict`: the rows' strict-JSON ``"inf"``/``"-inf"`` back to floats."""
-
-        def loose(v):
-            if v in ("inf", "-inf"):
-                return float(v)
-            if isinstance(v, dict):
-                return {k: loose(x) for k, x in v.items()}
-            return v
-
-        return cls(**{**data, "rows": [loose(r) for r in data["rows"]]})
-
-    def table(self) -> str:
-        """A readable table of the rows; an estimate that could not be formed prints n/a, with its reason below."""
-        sub = self.settings.get("accounting_queries") is not None
-        head = (
-            f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
-            f"{'eps_lb':>7} {'eps_max':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
+        """The inverse of :meth:`to_dict`."""
+        first = data["first_reported_with"]
+        return cls(
+            settings=AuditSettings.from_params(data["settings"]),
+            canary=Canary.from_dict(data["canary"]),
+            query=AuditQuery.from_dict(data["query"]),
+            rows=[AuditRow.from_dict(r) for r in data["rows"]],
+            epsilon_kind=data["epsilon_kind"],
+            utility_metric=data["utility_metric"],
+            private_size=data["private_size"],
+            forward_passes=data["forward_passes"],
+            notes=list(data["notes"]),
+            format=data["format"],
+            example_prompt=data["example_prompt"],
+            first_reported_with=None if first is None else BoundChoice.from_dict(first),
+            rereport_warning=data["rereport_warning"],
         )
-        head += f" {'eps_T':>7}" if sub else ""
-        lines = [head]
-        missing = []
-
-        def f(v, w, p=3):
-            if v is None:
-                return f"{'-':>{w}}"
-            return f"{v:>{w}.{p}f}" if math.isfinite(v) else f"{'inf':>{w}}"
-
-        def est(r, key, w):
-            if r.get(key) is None and key in r.get("reasons", {}):
-                missing.append((r["epsilon"], key, r["reasons"][key]))
-                return f"{'n/a':>{w}}"
-            return f(r[key], w)
-
-        for r in self.rows:
-            lines.append(
-                " ".join(
-                    [
-                        f(r["epsilon"], 6, 2),
-                        f(r["epsilon_per_trial"], 9, 2),
-                        f(r["sigma"], 7),
-                        f(r["audit_accuracy"], 6),
-                        f(r["tpr"], 6),
-                        f(r["fpr"], 6),
-                        est(r, "epsilon_point", 7),
-                        f(r["epsilon_lower_bound"], 7),
-                        est(r, "epsilon_upper_bound", 7),
-                        f(r.get("mu_lower_bound"), 6),
-                        f(r.get("auroc"), 6),
-                        est(r, "epsilon_gdp", 8),
-                        f(r["utility"], 8),
-                    ]
-                    + ([f(r["epsilon_subsampled"], 7)] if sub else [])
-                )
-            )
-        lines.append(
-            f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
-            f"eps_lb = Clopper-Pearson lower bound at {self.settings['confidence']:.2f} "
-            f"({self.rows[0].get('lower_bound_method', 'split') if self.rows else 'split'}; the guarantee); "
-            f"eps_max = the audited pair's eps at delta = {self.settings['delta']:g}, "
-            f"{self._profile_kinds()} (the most a valid eps_lb can reach); "
-            f"mu_lb = Gaussian-DP mu lower bound at the same confidence; "
-            f"gdp_est = GDP estimate (model-based, not a bound); "
-            f"theoretical eps: {self.epsilon_kind}"
-            + (
-                f"; eps_T = the same sigma subsampled over T = {self.settings['accounting_queries']} queries "
-                f"at q = {self.settings['sampling_rate']:g}"
-                if sub
-                else ""
-            )
-        )
-        names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est", "epsilon_upper_bound": "eps_max"}
-        for eps, key, why in missing:
-            at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
-            lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
-        return "\n".join(lines)
-
-    def _profile_kinds(self) -> str:
-        """How the rows' eps_max were computed: "exact", "an upper bound", or both, by theoretical ε."""
-        kinds = {r.get("privacy_profile_kind") for r in self.rows} - {None}
-        if kinds == {"exact"}:
-            return "exact"
-        if kinds == {"upper bound"}:
-            return "an upper bound on it"
-        if not kinds:
-            return "not known"
-        return "exact or an upper bound (see privacy_profile_kind)"
 
 
 class PairReference(NamedTuple):
@@ -210,12 +284,12 @@ def _finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> str:
+def _unbounded_reason(e: EstimateSettings, n_out: int, tpr: float, fpr: float) -> str:
     """Why the plug-in / GDP estimate at the FPR target cannot be formed."""
-    if n_out * s.fpr < 1:
+    if n_out * e.fpr < 1:
         return (
-            f"fewer than 1/FPR = {1 / s.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
-            f"empirical FPR in (0, {s.fpr:g}], so the estimate at that FPR is undefined; raise --trials"
+            f"fewer than 1/FPR = {1 / e.fpr:g} OUT trials (n_out = {n_out}): no threshold can have an "
+            f"empirical FPR in (0, {e.fpr:g}], so the estimate at that FPR is undefined; raise --trials"
         )
     if fpr == 0:
         return "no OUT trial scored at or above the threshold (empirical FPR 0): log(TPR/FPR) is unbounded"
@@ -225,35 +299,30 @@ def _unbounded_reason(s: AuditSettings, n_out: int, tpr: float, fpr: float) -> s
 
 
 def selection(s: AuditSettings) -> ThresholdSelection:
-    """The threshold selection the ``bound`` setting names, seeded by the audit's seed."""
+    """The threshold selection the ``bound`` estimate setting names, seeded by the audit's seed."""
+    e = s.estimates
     return {
         BoundKind.CORNER_GRID: CornerGrid(seed=s.seed),
-        BoundKind.SPLIT: Split(s.split_fraction, s.seed),
-        BoundKind.MULTI_SPLIT: MultiSplit(fraction=s.split_fraction, seed=s.seed),
+        BoundKind.SPLIT: Split(e.split_fraction, s.seed),
+        BoundKind.MULTI_SPLIT: MultiSplit(fraction=e.split_fraction, seed=s.seed),
         BoundKind.BONFERRONI: Bonferroni(),
-    }[s.bound]
+    }[e.bound]
 
 
-def bound_choice(s: AuditSettings) -> dict:
+def bound_choice(s: AuditSettings) -> BoundChoice:
     """The report-only choices that decide ``epsilon_lower_bound``: the method (as rows name it) and the confidence."""
-    return {"lower_bound_method": describe_selection(selection(s)), "confidence": s.confidence}
+    return BoundChoice(describe_selection(selection(s)), s.estimates.confidence)
 
 
-def first_bound_choice(first_end: dict | None) -> dict | None:
-    """:func:`bound_choice` of a log's first report (its first end line), None if it was never reported.
-
-    A report from before rows named their method gives ``lower_bound_method`` None (not compared)."""
+def first_bound_choice(first_end: dict | None) -> BoundChoice | None:
+    """:func:`bound_choice` of a log's first report (its first end line), None if it was never reported."""
     report = first_end.get("report") if isinstance(first_end, dict) else None
     if not isinstance(report, dict):
         return None
-    rows = report.get("rows") or [{}]
-    return {
-        "lower_bound_method": rows[0].get("lower_bound_method"),
-        "confidence": (report.get("settings") or {}).get("confidence"),
-    }
+    return BoundChoice(report["rows"][0]["lower_bound_method"], report["settings"]["confidence"])
 
 
-def rereport_warning(first: dict | None, now: dict) -> str | None:
+def rereport_warning(first: BoundChoice | None, now: BoundChoice) -> str | None:
     """One line when a log first reported with one bound method or confidence is re-reported with another.
 
     Each method is a valid (1 - alpha) lower bound on its own, but the trials are the same: reporting
@@ -262,9 +331,9 @@ def rereport_warning(first: dict | None, now: dict) -> str | None:
     if first is None:
         return None
     changed = [
-        f"{what} {first[key]!r} -> {now[key]!r}"
+        f"{what} {getattr(first, key)!r} -> {getattr(now, key)!r}"
         for key, what in (("lower_bound_method", "bound"), ("confidence", "confidence"))
-        if first.get(key) is not None and first[key] != now[key]
+        if getattr(first, key) != getattr(now, key)
     ]
     if not changed:
         return None
@@ -290,7 +359,7 @@ def report_row(
     known: PairReference | None = None,
     utility_chance: tuple[float, int] | None = None,
     gaussian_mu: float | None = None,
-) -> dict:
+) -> AuditRow:
     """The estimates at one ε from the IN and OUT scores; ``withheld``: outputs the defence withheld per
     IN / OUT trial (reported as a rate per query for the filtering defences, prompt-l2 and judge);
     ``known``: the audited pair's privacy profile, exact or an upper bound (or None and why not);
@@ -301,85 +370,75 @@ def report_row(
     if n_in < 2 or n_out < 2:
         raise InvalidParameter(f"too few trials per side to estimate anything (in={n_in}, out={n_out}): raise --trials")
     auditor = CanaryScoreAuditor(ins, outs)
-    t = auditor.threshold_at_fpr(s.fpr)
+    e = s.estimates
+    t = auditor.threshold_at_fpr(e.fpr)
     tpr, fpr = auditor.tpr_fpr(t)
     chosen = selection(s)
-    cp = auditor.epsilon_clopper_pearson(alpha=s.alpha, delta=s.delta, selection=chosen)
-    gdp = auditor.mu_lower_bound(alpha=s.alpha, delta=s.delta, selection=chosen)
+    cp = auditor.epsilon_clopper_pearson(alpha=e.alpha, delta=s.delta, selection=chosen)
+    gdp = auditor.mu_lower_bound(alpha=e.alpha, delta=s.delta, selection=chosen)
     dp = s.mechanism.is_dp
     if dp and mech.sigma > 0:
         per_trial = gdp_epsilon(math.sqrt(s.queries_per_trial) * mech.sensitivity / mech.sigma, s.delta)
     else:
         per_trial = math.inf if dp else None
     subsampled = None
-    if s.accounting_queries is not None:
+    if e.accounting_queries is not None:
         subsampled = subsampled_gaussian_epsilon(
-            mech.sigma, mech.add_remove_sensitivity, s.sampling_rate, s.accounting_queries, s.delta
+            mech.sigma, mech.add_remove_sensitivity, e.sampling_rate, e.accounting_queries, s.delta
         )
     # estimates that cannot be formed are null with a reason (never inf/NaN in the JSON)
     reasons = {}
     estimates = {
-        "epsilon_point": auditor.epsilon_point(s.fpr, s.delta),
-        "epsilon_gdp": auditor.epsilon_gdp(s.delta, s.fpr),
+        "epsilon_point": auditor.epsilon_point(e.fpr, s.delta),
+        "epsilon_gdp": auditor.epsilon_gdp(s.delta, e.fpr),
     }
     for key, value in estimates.items():
-        if n_out * s.fpr < 1 or not math.isfinite(value):
+        if n_out * e.fpr < 1 or not math.isfinite(value):
             estimates[key] = None
-            reasons[key] = _unbounded_reason(s, n_out, tpr, fpr)
+            reasons[key] = _unbounded_reason(e, n_out, tpr, fpr)
     no_call = "no observed score has empirical FPR <= {:g}: the threshold is +inf (no trial called present)"
     if not math.isfinite(t):
-        reasons["threshold"] = no_call.format(s.fpr)
+        reasons["threshold"] = no_call.format(e.fpr)
     if not math.isfinite(cp.threshold):
         reasons["lower_bound_threshold"] = "the best threshold was +inf (no trial called present); the bound at it is 0"
     pair = _pair_fields(s.delta, cp.epsilon, known, reasons)
     profile = known.profile if known is not None else None
     mu = (profile.gaussian_mu if profile is not None and known.exact else None) if known is not None else gaussian_mu
     gdp_fields = _gdp_fields(gdp.epsilon, mu, reasons)
-    row = {
-        "epsilon": eps if dp else None,
-        "epsilon_per_trial": per_trial,
-        "sigma": mech.sigma if dp else None,
-        "sensitivity": mech.sensitivity,
-        "n_in": n_in,
-        "n_out": n_out,
-        "audit_accuracy": auditor.audit_accuracy(),
-        "threshold": _finite(t),
-        "tpr": tpr,
-        "fpr": fpr,
-        "epsilon_point": estimates["epsilon_point"],
-        "epsilon_lower_bound": cp.epsilon,
-        "lower_bound_method": describe_selection(chosen),
-        "lower_bound_counts": {
-            "tp": cp.true_positives,
-            "n_in": cp.n_in,
-            "fp": cp.false_positives,
-            "n_out": cp.n_out,
-            "threshold": _finite(cp.threshold),
-        },
-        "confidence": s.confidence,
-        "mu_lower_bound": gdp.mu,
+    row = AuditRow(
+        epsilon=eps if dp else None,
+        epsilon_per_trial=per_trial,
+        sigma=mech.sigma if dp else None,
+        sensitivity=mech.sensitivity,
+        n_in=n_in,
+        n_out=n_out,
+        audit_accuracy=auditor.audit_accuracy(),
+        threshold=_finite(t),
+        tpr=tpr,
+        fpr=fpr,
+        epsilon_point=estimates["epsilon_point"],
+        epsilon_lower_bound=cp.epsilon,
+        lower_bound_method=describe_selection(chosen),
+        lower_bound_counts=BoundCounts(cp.true_positives, cp.n_in, cp.false_positives, cp.n_out, _finite(cp.threshold)),
+        confidence=e.confidence,
+        mu_lower_bound=gdp.mu,
         **gdp_fields,
-        "auroc": auditor.auroc(),
-        "tpr_interpolated": auditor.tpr_at_fpr_interpolated(s.fpr),
-        "accuracy_upper_bound": auditor.accuracy_upper_bound(s.alpha),
-        "epsilon_gdp": estimates["epsilon_gdp"],
-        "epsilon_gdp_kind": "model-based estimate, not a bound",
+        auroc=auditor.auroc(),
+        tpr_interpolated=auditor.tpr_at_fpr_interpolated(e.fpr),
+        accuracy_upper_bound=auditor.accuracy_upper_bound(e.alpha),
+        epsilon_gdp=estimates["epsilon_gdp"],
+        epsilon_gdp_kind="model-based estimate, not a bound",
         **pair,
-        "reasons": reasons,
-        "epsilon_subsampled": subsampled,
-        "accounting": None
+        reasons=reasons,
+        epsilon_subsampled=subsampled,
+        accounting=None
         if subsampled is None
-        else {
-            "queries": s.accounting_queries,
-            "sampling_rate": s.sampling_rate,
-            "sensitivity_add_remove": mech.add_remove_sensitivity,
-            "accountant": "dp_accounting PLD",
-        },
-        "utility": utility,
-        "withheld_rate": _withheld_rate(s, withheld),
-        "utility_chance": list(utility_chance) if utility_chance is not None else None,
-    }
-    row["contradictions"] = contradictions(row, utility_chance)
+        else Accounting(e.accounting_queries, e.sampling_rate, mech.add_remove_sensitivity),
+        utility=utility,
+        withheld_rate=_withheld_rate(s, withheld),
+        utility_chance=list(utility_chance) if utility_chance is not None else None,
+    )
+    row.contradictions = contradictions(row, utility_chance)
     return row
 
 
@@ -387,7 +446,7 @@ ESTIMATES = ("epsilon_point", "epsilon_gdp", "epsilon_from_mu_lb")
 """The row's ε estimates (no bound among them) that :func:`contradictions` holds against the pair's ε."""
 
 
-def contradictions(row: dict, utility_chance: tuple[float, int] | None = None) -> list[str]:
+def contradictions(row: AuditRow, utility_chance: tuple[float, int] | None = None) -> list[str]:
     """One line for each number in ``row`` that contradicts another, so none is quoted unread:
 
     * an ε estimate (point, GDP, the GDP conversion of mu_lower_bound) above the audited pair's
@@ -397,22 +456,20 @@ def contradictions(row: dict, utility_chance: tuple[float, int] | None = None) -
       (binomial lower tail < 1 %): the answers are worse than guessing, e.g. labels misread.
     """
     out = []
-    at = "" if row.get("epsilon") is None else f" at theoretical eps = {row['epsilon']:g}"
-    ceiling = row.get("epsilon_upper_bound")
+    at = "" if row.epsilon is None else f" at theoretical eps = {row.epsilon:g}"
+    ceiling = row.epsilon_upper_bound
     if ceiling is not None and math.isfinite(ceiling):
-        kind = row.get("privacy_profile_kind") or "exact"
+        kind = row.privacy_profile_kind or "exact"
         for key in ESTIMATES:
-            value = row.get(key)
+            value = getattr(row, key)
             if value is not None and value > ceiling + 1e-9:
                 out.append(
                     f"{key} = {value:.4g}{at} exceeds the audited pair's {kind} eps = {ceiling:.4g}: no test can "
                     "do that, so this estimate is noise or assumes the wrong trade-off curve; do not quote it"
                 )
-    utility = row.get("utility")
+    utility = row.utility
     if utility_chance is not None and utility is not None:
         chance, n = utility_chance
-        from scipy import stats
-
         if utility < chance and stats.binom.cdf(round(utility * n), n, chance) < 0.01:
             out.append(
                 f"utility {utility:.3g}{at} is below a uniform guess over the labels ({chance:.3g}) on {n} queries, "

@@ -1,13 +1,16 @@
-"""What defines a ContextLeak audit: the task, the mechanism, the canary and query, the trial counts,
-and the estimator settings (:class:`AuditSettings` owns every default), plus the identity a trial
-log must match to be resumed."""
+"""What defines a ContextLeak audit, in two parts: the game (:class:`AuditSettings`: the task, the
+mechanism, the canary and query, the trial counts, the seed), which every trial depends on and a
+trial log's identity holds, and the estimates (:class:`EstimateSettings`: the confidence, the
+threshold selection, the FPR target, the accounting), which only change the numbers formed from
+the trials, so a resumed log may be reported under others (and says so). The settings own every
+default; :func:`audit_identity` is what a trial log must match to be resumed."""
 
 from __future__ import annotations
 
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from ctxlite.audit.canaries import CanaryKind
 from ctxlite.audit.formats import AuditFormat, Task
@@ -64,8 +67,47 @@ class BoundKind(Choice):
 
 
 @dataclass(frozen=True)
+class EstimateSettings:
+    """How the estimates are formed from an audit's trials (validated on construction); no trial
+    depends on them. ``confidence`` 1 − α of the lower bounds, the threshold selection ``bound``
+    (with ``split_fraction`` for the splits), the FPR target ``fpr`` of the point and GDP
+    estimates, and ``accounting_queries`` T with its Poisson ``sampling_rate`` q for the
+    subsampled accounting of a DP mechanism's σ (None: none)."""
+
+    confidence: float = 0.95
+    fpr: float = 0.1
+    split_fraction: float = 0.5
+    bound: BoundKind = BoundKind.CORNER_GRID
+    accounting_queries: int | None = None
+    sampling_rate: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "bound", BoundKind.parse(self.bound))
+        if not 0 < self.confidence < 1:
+            raise InvalidParameter(f"confidence must be in (0, 1), got {self.confidence}")
+        if not 0 < self.fpr < 1:
+            raise InvalidParameter(f"fpr must be in (0, 1), got {self.fpr}")
+        if not 0 < self.split_fraction < 1:
+            raise InvalidParameter(f"split_fraction must be in (0, 1), got {self.split_fraction}")
+        if self.accounting_queries is not None and self.accounting_queries < 1:
+            raise InvalidParameter(f"accounting_queries must be >= 1, got {self.accounting_queries}")
+        if not 0 < self.sampling_rate <= 1:
+            raise InvalidParameter(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
+        if self.sampling_rate < 1 and self.accounting_queries is None:
+            raise InvalidParameter("sampling_rate only enters the subsampled accounting: set accounting_queries too")
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+    def params(self) -> dict:
+        """JSON-ready parameters."""
+        return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
 class AuditSettings:
-    """Everything that defines an audit (validated on construction).
+    """The game an audit plays (validated on construction), and its ``estimates``.
 
     ``shots`` is records per prompt (per ensemble for rnm/esa); ``ensembles``
     is m for rnm/esa and must be 1 otherwise. The settings own every default,
@@ -78,6 +120,9 @@ class AuditSettings:
     ``temperature=0`` is greedy. ``judge_model`` (judge mechanism only, else None) is the model
     that judges outputs: a registry name or GGUF path whose engine ``run_audit`` takes as
     ``judge=``, or None for the audited model judging itself.
+
+    Every field but ``estimates`` shapes the trials and is part of a trial log's identity
+    (:meth:`game_params`); the log form of the whole (:meth:`params`) is one flat object.
     """
 
     DP_DEFAULTS = {"epsilons": (1.0, 2.0, 4.0, 8.0, math.inf), "shots": 2, "ensembles": 10}
@@ -102,16 +147,11 @@ class AuditSettings:
     max_new_tokens: int = 24
     clip_norm: float = 1.0
     zero_shot_candidates: int = 8
-    confidence: float = 0.95
-    fpr: float = 0.1
-    split_fraction: float = 0.5
-    bound: BoundKind = BoundKind.CORNER_GRID
     utility_queries: int = 20
     resample_data: bool = False
-    accounting_queries: int | None = None
-    sampling_rate: float = 1.0
     judge_model: str | None = "smollm2-135m-instruct"
     seed: int = 0
+    estimates: EstimateSettings = field(default_factory=EstimateSettings)
 
     def __post_init__(self):
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
@@ -136,12 +176,8 @@ class AuditSettings:
             raise InvalidParameter("the injection baseline needs a text-output mechanism (none, prompt-l1/l2, judge)")
         if not 0 < self.delta < 1:
             raise InvalidParameter(f"delta must be in (0, 1), got {self.delta}")
-        if not 0 < self.confidence < 1:
-            raise InvalidParameter(f"confidence must be in (0, 1), got {self.confidence}")
-        if not 0 < self.fpr < 1:
-            raise InvalidParameter(f"fpr must be in (0, 1), got {self.fpr}")
-        if not 0 < self.split_fraction < 1:
-            raise InvalidParameter(f"split_fraction must be in (0, 1), got {self.split_fraction}")
+        if not isinstance(self.estimates, EstimateSettings):
+            raise InvalidParameter(f"estimates must be EstimateSettings, got {type(self.estimates).__name__}")
         if self.trials < 4:
             raise InvalidParameter(f"trials must be >= 4 (two per side at least), got {self.trials}")
         if self.shots < 1:
@@ -162,15 +198,8 @@ class AuditSettings:
             raise InvalidParameter("max_new_tokens and zero_shot_candidates must be >= 1, utility_queries >= 0")
         if not (self.clip_norm > 0 and math.isfinite(self.clip_norm)):
             raise InvalidParameter(f"clip_norm must be finite and > 0, got {self.clip_norm}")
-        if self.accounting_queries is not None:
-            if not self.mechanism.is_dp:
-                raise InvalidParameter("accounting_queries needs a DP mechanism (rnm or esa)")
-            if self.accounting_queries < 1:
-                raise InvalidParameter(f"accounting_queries must be >= 1, got {self.accounting_queries}")
-        if not 0 < self.sampling_rate <= 1:
-            raise InvalidParameter(f"sampling_rate must be in (0, 1], got {self.sampling_rate}")
-        if self.sampling_rate < 1 and self.accounting_queries is None:
-            raise InvalidParameter("sampling_rate only enters the subsampled accounting: set accounting_queries too")
+        if self.estimates.accounting_queries is not None and not self.mechanism.is_dp:
+            raise InvalidParameter("accounting_queries needs a DP mechanism (rnm or esa)")
         if self.mechanism is not MechanismKind.JUDGE:
             s("judge_model", None)
         elif self.judge_model is not None and not (isinstance(self.judge_model, str) and self.judge_model.strip()):
@@ -179,30 +208,33 @@ class AuditSettings:
             raise InvalidParameter("template_index and seed must be >= 0")
 
     @property
-    def alpha(self) -> float:
-        return 1.0 - self.confidence
-
-    @property
     def private_size(self) -> int:
         return self.ensembles * self.shots
 
-    REPORT_ONLY = ("confidence", "fpr", "split_fraction", "bound", "accounting_queries", "sampling_rate")
-    """Settings that change the estimates but no trial: a resume may change them."""
-
-    def params(self) -> dict:
-        """JSON-ready parameters (all of them: the report's ``settings``)."""
+    def game_params(self) -> dict:
+        """The game's JSON-ready parameters: the settings part of a trial log's identity."""
         out = {}
-        for k, v in asdict(self).items():
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "estimates":
+                continue
             if isinstance(v, enum.Enum):
                 v = v.value
-            elif k == "epsilons":
+            elif f.name == "epsilons":
                 v = [("inf" if math.isinf(e) else e) for e in v]
-            out[k] = v
+            out[f.name] = v
         return out
 
-    def log_params(self) -> dict:
-        """The settings part of a trial log's identity (``params`` less ``REPORT_ONLY``)."""
-        return {k: v for k, v in self.params().items() if k not in self.REPORT_ONLY}
+    def params(self) -> dict:
+        """The log form of every parameter (the report's ``settings``): the game's and the estimates', flat."""
+        return {**self.game_params(), **self.estimates.params()}
+
+    @classmethod
+    def from_params(cls, params: dict) -> AuditSettings:
+        """The inverse of :meth:`params` (a report's ``settings``; strict-JSON ``"inf"`` epsilons read back)."""
+        estimate_keys = {f.name for f in fields(EstimateSettings)}
+        estimates = EstimateSettings(**{k: v for k, v in params.items() if k in estimate_keys})
+        return cls(**{k: v for k, v in params.items() if k not in estimate_keys}, estimates=estimates)
 
 
 BUNDLED_AUDIT_DATA = ("semantic_canaries.txt", "templates/audit_templates.json")
@@ -224,7 +256,7 @@ def audit_identity(
     fmt = fmt or AuditFormat.builtin(settings.task.value)
     return {
         **engine_identity,
-        "settings": settings.log_params(),
+        "settings": settings.game_params(),
         "format": fmt.identity(),
         "judge_model": judge_identity,
         "data": content_hash(list(records)),

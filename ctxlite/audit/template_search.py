@@ -52,7 +52,7 @@ def search_template(
             utility_queries=0,
         )
         report = run_audit(engine, records, small, None, embedder=embedder, fmt=fmt)
-        accs.append(float(report.rows[0]["audit_accuracy"]))
+        accs.append(float(report.rows[0].audit_accuracy))
     best = max(range(n), key=lambda i: (accs[i], -i))
     return TemplateSearch(
         kind=kind.value, best_index=best, accuracies=tuple(accs), trials=trials, seed=settings.seed + seed_offset

@@ -12,7 +12,9 @@ import sys
 import click
 
 from ctxlite._version import __version__
+from ctxlite.cli import audit, models, progress, report, score, verify, version
 from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
+from ctxlite.visible import visible
 
 INTERRUPTED = "ctxlite: interrupted; finished records are kept, re-run the same command to resume"
 
@@ -22,8 +24,6 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CtxliteError as exc:
-            from ctxlite.reporting.visible import visible
-
             click.echo(f"ctxlite: error: {visible(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
@@ -77,28 +77,11 @@ def main(quiet):
     On a terminal a progress line (examples, ablations, trials; rate and ETA) is drawn on
     stderr; give --quiet before the command to turn it off, e.g. ctxlite --quiet audit ...
     """
-    from ctxlite.cli import progress
-
     progress.QUIET = quiet
 
 
-def _register() -> None:
-    from ctxlite.cli.audit import audit
-    from ctxlite.cli.models import models
-    from ctxlite.cli.report import report
-    from ctxlite.cli.score import score
-    from ctxlite.cli.verify import verify
-    from ctxlite.cli.version import version
-
-    main.add_command(models)
-    main.add_command(score)
-    main.add_command(audit)
-    main.add_command(report)
-    main.add_command(verify)
-    main.add_command(version)
-
-
-_register()
+for _command in (models.models, score.score, audit.audit, report.report, verify.verify, version.version):
+    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -3,41 +3,41 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from types import SimpleNamespace
 
 import click
 
 from ctxlite.audit.canaries import CanaryKind
-from ctxlite.audit.formats import Task
+from ctxlite.audit.dataset import load_records
+from ctxlite.audit.formats import Task, load_format
 from ctxlite.audit.queries import QueryKind
-from ctxlite.audit.settings import Attack, AuditSettings, BoundKind, DetectorKind, MechanismKind
+from ctxlite.audit.settings import Attack, AuditSettings, BoundKind, DetectorKind, EstimateSettings, MechanismKind
 from ctxlite.cli.options import (
     TEXT,
     NumberList,
-    build_engine,
     choice,
     conclude,
     default,
     emit_json,
     emit_plan,
-    engine_config,
-    engine_kwargs,
     engine_options,
     fail_above_epsilon_option,
-    finish_log,
     given_explicitly,
-    hold_out_lock,
     json_option,
     junit_option,
+    local_model,
     open_server,
     plan_option,
-    progress,
     server_options,
-    verdict_json,
     wants_json,
 )
 from ctxlite.cli.progress import progress_line
+from ctxlite.gates import EpsilonGate
 from ctxlite.outputs import refuse_same_files
+from ctxlite.reporting.json_output import audit_json
+from ctxlite.reporting.terminal import audit_table
+from ctxlite.runs.audit import plan_audit, run_audit
 
 _DP, _PLAIN, _QPT = AuditSettings.DP_DEFAULTS, AuditSettings.PLAIN_DEFAULTS, AuditSettings.QUERIES_PER_TRIAL
 
@@ -46,19 +46,12 @@ def _d(name: str):
     return default(AuditSettings, name)
 
 
+def _e(name: str):
+    return default(EstimateSettings, name)
+
+
 def _list(values) -> str:
     return ",".join("inf" if math.isinf(v) else f"{v:g}" for v in values)
-
-
-def _jsonable(obj):
-    """inf -> "inf" so stdout stays strict JSON."""
-    if isinstance(obj, float) and math.isinf(obj):
-        return "inf" if obj > 0 else "-inf"
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
 
 
 @click.command()
@@ -128,9 +121,6 @@ def _jsonable(obj):
     default=_d("query"),
     show_default=True,
     help="The audit query asked about the canary.",
-)
-@click.option(
-    "--query", "query_alias", type=choice(QueryKind), default=None, hidden=True, help="Old name of --query-kind."
 )
 @click.option(
     "--template-index",
@@ -216,14 +206,14 @@ def _jsonable(obj):
 @click.option(
     "--confidence",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=_d("confidence"),
+    default=_e("confidence"),
     show_default=True,
     help="Confidence 1 - α of the epsilon lower bound.",
 )
 @click.option(
     "--bound",
     type=choice(BoundKind),
-    default=_d("bound"),
+    default=_e("bound"),
     show_default=True,
     help="How the epsilon lower bound picks its threshold: corner-grid (most power), split, multi-split, "
     "bonferroni (all valid at the confidence).",
@@ -238,7 +228,7 @@ def _jsonable(obj):
 @click.option(
     "--sampling-rate",
     type=click.FloatRange(0, 1, min_open=True),
-    default=_d("sampling_rate"),
+    default=_e("sampling_rate"),
     show_default=True,
     help="Poisson rate q at which each of those T queries samples a record.",
 )
@@ -305,17 +295,41 @@ def audit(**options):
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8 --fail-above-epsilon 1 --junit audit.xml
       ctxlite audit --data private.jsonl --mechanism none --trials 200 --plan
     """
-    from dataclasses import fields, replace
-
-    from ctxlite.audit import settings as audit_settings
-    from ctxlite.audit.dataset import load_records, resolve_format
-    from ctxlite.audit.formats import load_format
-    from ctxlite.audit.game import run_audit
-    from ctxlite.audit.template_search import search_template
-    from ctxlite.gates import audit_verdict, check_epsilon_unit
-    from ctxlite.records import RecordLog
-
     o = SimpleNamespace(**options)
+    fmt = _format(o)
+    settings = _settings(o)
+    gate = None if o.fail_above_epsilon is None else EpsilonGate(o.fail_above_epsilon, o.epsilon_unit)
+    records = load_records(o.data_path, fmt)
+    server = open_server(options)  # --backend openai: connected now, its identity names the server
+    backend = server or local_model(options)
+    embed = local_model(options, o.embed_model, embeddings=True) if _embeds(o) else None
+    judge = local_model(options, settings.judge_model) if settings.judge_model else None
+    models = dict(fmt=fmt, embedder=embed, judge=judge, search=o.search_template)
+    if o.plan:
+        emit_plan(plan_audit(backend, records, settings, **models), o.as_json)
+        return
+    line = progress_line(server)
+    try:
+        run = run_audit(backend, records, settings, out=o.out_path, resume=o.resume, progress=line, gate=gate, **models)
+    finally:
+        line.close()
+    _show(run, o.as_json)
+    conclude(run.verdict, o.junit)
+
+
+def _show(run, as_json: bool) -> None:
+    """The verdict and its basis, then the table: on stdout, or on stderr with the JSON on stdout."""
+    table = "\n".join([*run.verdict.lines(), audit_table(run.report)])
+    if wants_json(as_json):
+        click.echo(table, err=True)
+        emit_json(audit_json(run))  # the verdict first
+    else:
+        click.echo(table)
+
+
+def _format(o):
+    """The deployment's prompt format (--format, else the --task built-in), with --chat; the files
+    named first checked to be distinct (an output never overwrites an input)."""
     refuse_same_files(
         [("--data", o.data_path), ("--format", o.format_spec), ("--model", o.model)]
         + [("--embed-model", o.embed_model), ("--judge-model", o.judge_model)],
@@ -326,68 +340,16 @@ def audit(**options):
         raise click.UsageError(f"--task {o.task} contradicts --format {o.format_spec}, a {fmt.task.value} format")
     o.task = fmt.task
     _check_options(o)
-    lock = hold_out_lock(o.out_path) if o.out_path and not o.plan else None  # one writer per log, for the whole run
-    if o.out_path and not o.resume and _nonempty(o.out_path):  # checked under the lock: not another run's log
-        raise click.BadParameter(
-            f"{o.out_path} exists: pass --resume to continue it or choose another file", param_hint="--out"
-        )
+    return fmt.with_chat(True) if o.chat else fmt
+
+
+def _settings(o) -> AuditSettings:
+    """The audit's settings from the options; None (an option left out) is the library's default."""
     if o.judge_model == "audited":
         o.judge_model = None
-    # None = the library's default for this mechanism: AuditSettings is the one source of truth
-    settings = audit_settings.AuditSettings(
-        **{f.name: getattr(o, f.name) for f in fields(audit_settings.AuditSettings) if hasattr(o, f.name)}
-    )
-    if o.fail_above_epsilon is not None:  # a budget in another unit than the audit's is refused before any work
-        check_epsilon_unit(o.epsilon_unit, settings.queries_per_trial)
-    records = load_records(o.data_path, fmt)
-    fmt = resolve_format(fmt, records)
-    if o.chat:
-        fmt = fmt.with_chat(True)
-    ekw = engine_kwargs(vars(o))
-    server = open_server(vars(o))  # --backend openai: connected now, its identity names the server
-    identity = _identity(o, ekw, settings, records, fmt, server)
-    if o.out_path and o.resume:  # refuse a mismatched log before any model work (the search may change the template)
-        ignore = ("settings.template_index",) if o.search_template else ()
-        RecordLog.check_existing(o.out_path, identity, kind="audit", ignore=ignore)
-    engine = server or build_engine(**ekw, kv_slots=4)
-    embedder = build_engine(**{**ekw, "model": o.embed_model or ekw["model"]}, embeddings=True) if _embeds(o) else None
-    judge = build_engine(**{**ekw, "model": settings.judge_model}) if settings.judge_model else None
-    if o.plan:
-        _plan(o, engine, embedder, judge, records, settings, fmt)
-        return
-    if o.search_template:
-        found = search_template(engine, records, settings, embedder=embedder, fmt=fmt)
-        accuracies = [round(a, 3) for a in found.accuracies]
-        progress(f"template search ({found.kind}): accuracies {accuracies} -> template {found.best_index}")
-        settings = replace(settings, template_index=found.best_index)
-        identity = _identity(o, ekw, settings, records, fmt, server)
-    log = RecordLog(o.out_path, identity, kind="audit", lock=lock) if o.out_path else None
-    line = progress_line(server)
-    try:
-        report = run_audit(engine, records, settings, log, embedder=embedder, progress=line.tick, fmt=fmt, judge=judge)
-        if report.rereport_warning:
-            progress(f"ctxlite: warning: {report.rereport_warning}")
-        for note in report.notes:
-            if note.startswith(("answers: sampled by the server", "texts: sampled by the server")):
-                progress(f"ctxlite: note: {note}")  # the table does not show the notes
-        result = _jsonable(report.to_dict())
-        if log is not None:
-            finish_log(log, {"report": result})
-    finally:
-        line.close()
-        if log is not None:
-            log.close()
-    verdict = audit_verdict(result, o.fail_above_epsilon, identity, o.epsilon_unit)
-    if log is not None:
-        verdict.properties["log.head"] = log.head
-    table = "\n".join([*verdict.lines(), report.table()])  # the verdict and its basis first
-    if wants_json(o.as_json):
-        click.echo(table, err=True)
-        head = {"log_head": log.head} if log is not None else {}
-        emit_json({**verdict_json(verdict), **result, **head})  # the verdict first
-    else:
-        click.echo(table)
-    conclude(verdict, o.junit)
+    game = {f.name: getattr(o, f.name) for f in fields(AuditSettings) if hasattr(o, f.name)}
+    estimates = EstimateSettings(**{f.name: getattr(o, f.name) for f in fields(EstimateSettings) if hasattr(o, f.name)})
+    return AuditSettings(**game, estimates=estimates)
 
 
 def _embeds(o) -> bool:
@@ -397,10 +359,6 @@ def _embeds(o) -> bool:
 
 def _check_options(o) -> None:
     """Parse the kinds into their enums and refuse what has no effect or contradicts itself (exit 2)."""
-    if o.query_alias is not None:
-        if given_explicitly("query"):
-            raise click.UsageError("give --query-kind only (--query is its old name)")
-        o.query = o.query_alias
     o.mechanism = MechanismKind(o.mechanism)
     o.attack, o.detector = Attack(o.attack), DetectorKind(o.detector)
     if o.epsilons is not None and not o.mechanism.is_dp:
@@ -411,50 +369,10 @@ def _check_options(o) -> None:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
     if given_explicitly("epsilon_unit") and o.fail_above_epsilon is None:
         raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
-    _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template, o.query_alias is not None)
+    _check_combination(o.task, o.mechanism, o.attack, o.detector, o.search_template)
 
 
-def _identity(o, ekw: dict, settings, records, fmt, server=None) -> dict:
-    """The trial log's identity, computed without loading a model (the model files are hashed; a
-    server's identity is the server's)."""
-    from ctxlite.audit.settings import audit_identity
-    from ctxlite.identity import engine_part
-    from ctxlite.runtime.models import model_identity, resolve_model
-
-    config = engine_config(**{k: v for k, v in ekw.items() if k != "model"}, kv_slots=4)
-    embed = model_identity(resolve_model(o.embed_model or ekw["model"])) if _embeds(o) else None
-    judge = model_identity(resolve_model(settings.judge_model)) if settings.judge_model else None
-    runtime = server.identity() if server else engine_part(resolve_model(ekw["model"]), config)
-    return audit_identity(runtime, settings, records, embed, fmt, judge)
-
-
-def _nonempty(path: str) -> bool:
-    from pathlib import Path
-
-    p = Path(path)
-    return p.is_file() and p.stat().st_size > 0
-
-
-def _plan(o, engine, embedder, judge, records, settings, fmt) -> None:
-    """What the audit (the template search included) would cost: every trial, none read from a log."""
-    from dataclasses import replace
-
-    from ctxlite.audit.game import run_audit
-    from ctxlite.audit.settings import Attack, Task
-    from ctxlite.audit.template_search import search_template
-    from ctxlite.runtime.planning import plan_run
-
-    def job():
-        s = settings
-        if o.search_template:
-            s = replace(s, template_index=search_template(engine, records, s, embedder=embedder, fmt=fmt).best_index)
-        run_audit(engine, records, s, None, embedder=embedder, fmt=fmt, judge=judge)
-
-    sampled = settings.task is Task.GENERATE or settings.attack is Attack.INJECTION
-    emit_plan(plan_run([engine, embedder, judge], job, sampled), o.as_json)
-
-
-def _check_combination(task, mechanism, attack, detector, search_template, old_query_flag) -> None:
+def _check_combination(task, mechanism, attack, detector, search_template) -> None:
     """An option that has no effect in this combination is a usage error, never silently ignored."""
     injection = attack is Attack.INJECTION
     text_outputs = task is Task.GENERATE or injection
@@ -484,6 +402,6 @@ def _check_combination(task, mechanism, attack, detector, search_template, old_q
         "search_template": "the injection baseline asks its own question" if injection else None,
     }
     for name, why in unused.items():
-        if why and (given_explicitly(name) or (name == "query" and old_query_flag)):
+        if why and given_explicitly(name):
             flag = "--query-kind" if name == "query" else "--" + name.replace("_", "-")
             raise click.UsageError(f"{flag} has no effect here: {why}")

@@ -11,6 +11,16 @@ import sys
 
 import click
 
+from ctxlite.cli.progress import say
+from ctxlite.errors import EXIT_GATE, EXIT_INCONCLUSIVE
+from ctxlite.gates import Outcome
+from ctxlite.records import unencodable
+from ctxlite.reporting.junit import write_junit
+from ctxlite.reporting.terminal import verdict_line
+from ctxlite.runtime.backend import BackendKind
+from ctxlite.runtime.engine import Engine, EngineConfig, LocalModel
+from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+
 
 class NumberList(click.ParamType):
     """Comma-separated numbers, e.g. ``0,0.5,1`` or ``1,8,inf``, with a lower bound."""
@@ -48,8 +58,6 @@ class Text(click.ParamType):
     name = "TEXT"
 
     def convert(self, value, param, ctx):
-        from ctxlite.records import unencodable
-
         value = value if isinstance(value, str) else str(value)
         if unencodable(value):
             self.fail("is not valid UTF-8 text (the shell passed bytes that are not UTF-8)", param, ctx)
@@ -126,61 +134,23 @@ def engine_options(f):
     return functools.reduce(lambda acc, d: d(acc), reversed(decorators), f)
 
 
-def engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, kv_slots: int = 2):
-    """The ``EngineConfig`` of the engine options (built without loading anything)."""
-    from ctxlite.runtime.engine import EngineConfig
-
-    return EngineConfig(
-        n_ctx=n_ctx,
-        n_batch=n_batch,
-        n_threads=threads,
-        n_gpu_layers=n_gpu_layers,
-        flash_attn=flash_attn,
-        kv_slots=kv_slots,
+def local_model(kwargs: dict, model: str | None = None, *, embeddings: bool = False) -> LocalModel:
+    """The llama.cpp model of the engine options in a command's ``kwargs`` (``model`` for another one,
+    e.g. the embedding model), not loaded yet: the engine's settings are the library's defaults but
+    for what the options set, the same as a library caller's ``Engine()`` gets."""
+    config = EngineConfig(
+        n_ctx=kwargs["n_ctx"],
+        n_batch=kwargs["n_batch"],
+        n_threads=kwargs["threads"],
+        n_gpu_layers=kwargs["n_gpu_layers"],
+        flash_attn=kwargs["flash_attn"],
     )
-
-
-def build_engine(
-    model, n_ctx, n_batch, threads, n_gpu_layers, flash_attn, *, embeddings: bool = False, kv_slots: int = 2
-):
-    from ctxlite.runtime.engine import Engine
-
-    config = engine_config(n_ctx, n_batch, threads, n_gpu_layers, flash_attn, kv_slots=kv_slots)
-    return Engine(model, config, embeddings=embeddings)
-
-
-def engine_kwargs(kwargs: dict) -> dict:
-    """Pop the engine options out of a command's kwargs."""
-    return {k: kwargs.pop(k) for k in ("model", "n_ctx", "n_batch", "threads", "n_gpu_layers", "flash_attn")}
+    return LocalModel(model or kwargs["model"], config, embeddings)
 
 
 def emit_json(obj) -> None:
     """Machine-readable result on stdout (progress and messages go to stderr)."""
     click.echo(json.dumps(obj, indent=2, default=float, allow_nan=False))
-
-
-def progress(message: str) -> None:
-    """A message on stderr (on its own line, below the progress line's last state); the private text
-    it quotes (an id, an n-gram) with its control and bidi characters as visible escapes."""
-    from ctxlite.cli.progress import erase
-    from ctxlite.reporting.visible import visible
-
-    erase()
-    click.echo(visible(message, keep="\n"), err=True)
-    sys.stderr.flush()
-
-
-def finish_log(log, end: dict) -> None:
-    """Write the log's end line. A finished log re-reported from a read-only file (nothing new to
-    append) keeps its earlier end line: said on stderr, not an error."""
-    from ctxlite.errors import OutputError
-
-    try:
-        log.finish(end)
-    except OutputError as exc:
-        if log.appended:
-            raise
-        progress(f"{log.path}: its end line keeps the earlier run's summary ({exc})")
 
 
 def json_option(f):
@@ -241,20 +211,12 @@ def junit_option(f):
     )(f)
 
 
-def verdict_json(verdict) -> dict:
-    """The ``verdict`` key of a command's JSON output (only when a gate was set)."""
-    return {} if verdict.gate is None else {"verdict": verdict.to_dict()}
-
-
 def conclude(verdict, junit: str | None) -> None:
     """Write the JUnit file, say the gate's verdict on stderr, and exit with its code: 8 (fail),
     10 (inconclusive) or 0 (pass).
 
     Called after every other output is written, so a tripped gate loses nothing.
     """
-    from ctxlite.errors import EXIT_GATE, EXIT_INCONCLUSIVE
-    from ctxlite.gates import Outcome, write_junit
-
     if junit:
         write_junit(junit, verdict)
     if verdict.gate is None:
@@ -265,26 +227,7 @@ def conclude(verdict, junit: str | None) -> None:
     if verdict.outcome is Outcome.INCONCLUSIVE:
         click.echo(f"ctxlite: gate inconclusive: {verdict_line(verdict)}", err=True)
         sys.exit(EXIT_INCONCLUSIVE)
-    progress(verdict_line(verdict))
-
-
-def verdict_line(verdict) -> str:
-    """The verdict's one line, ending with the chain head of the log it was formed from (if any), with
-    control and bidi characters shown as visible escapes (a person reads it)."""
-    from ctxlite.reporting.visible import visible
-
-    head = verdict.properties.get("log.head")
-    return visible(verdict.summary()) + (f" [log head {head}]" if head else "")
-
-
-def hold_out_lock(path):
-    """Take the write lock of the ``--out`` log now, for the rest of the command (exit 11 if another
-    run holds it); it is released when the command ends, however it ends."""
-    from ctxlite.lock import LogLock
-
-    lock = LogLock(path).acquire()
-    click.get_current_context().call_on_close(lock.release)
-    return lock
+    say(verdict_line(verdict))
 
 
 def plan_option(f):
@@ -308,18 +251,12 @@ SERVER_OPTIONS = ("backend", "base_url", "model_name", "concurrency", "request_t
 LOCAL_ONLY = ("model", "n_ctx", "n_batch", "threads", "n_gpu_layers", "flash_attn")
 
 
-def _backend_choice() -> click.Choice:
-    from ctxlite.runtime.backend import BackendKind
-
-    return choice(BackendKind)
-
-
 def server_options(f):
     """--backend local|openai, --base-url, --model-name, --concurrency, --request-timeout, --retries."""
     decorators = [
         click.option(
             "--backend",
-            type=_backend_choice(),
+            type=choice(BackendKind),
             default="local",
             show_default=True,
             help="local: llama.cpp in this process; openai: an OpenAI-compatible server at --base-url (vLLM or "
@@ -365,8 +302,6 @@ def open_server(kwargs: dict):
     must equal (:meth:`~ctxlite.runtime.openai_server.OpenAIServer.check_tokenizer`, exit 2 otherwise)."""
     opts = {k: kwargs.pop(k) for k in SERVER_OPTIONS}
     server_flags = [f"--{k.replace('_', '-')}" for k in SERVER_OPTIONS[1:] if given_explicitly(k)]
-    from ctxlite.runtime.backend import BackendKind
-
     if BackendKind.parse(opts["backend"]) is not BackendKind.OPENAI:
         if server_flags:
             raise click.UsageError(f"{', '.join(server_flags)}: no effect without --backend openai")
@@ -380,8 +315,6 @@ def open_server(kwargs: dict):
         raise click.UsageError(f"{flags}: no effect with --backend openai (the server chooses its model and settings)")
     if not opts["base_url"] or not opts["model_name"]:
         raise click.UsageError("--backend openai needs --base-url and --model-name")
-    from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
-
     config = ServerConfig(
         opts["base_url"],
         opts["model_name"],
@@ -397,8 +330,5 @@ def open_server(kwargs: dict):
 def _server_checked_against(config, model: str):
     """The server of ``config``, connected once its tokenizer is found to be ``model``'s (the GGUF's
     vocabulary; its weights are mapped, not computed with)."""
-    from ctxlite.runtime.engine import Engine, EngineConfig
-    from ctxlite.runtime.openai_server import OpenAIServer
-
     with Engine(model, EngineConfig(n_ctx=16, kv_slots=1)) as local:
         return OpenAIServer(config, tokenizer=local, tokenizer_name=local.model_path.name)

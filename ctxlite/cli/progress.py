@@ -18,7 +18,9 @@ from __future__ import annotations
 import sys
 import time
 
-from ctxlite.reporting.visible import visible
+import click
+
+from ctxlite.visible import visible
 
 QUIET = False
 """Set by ``ctxlite -q``: no progress output for this invocation."""
@@ -31,6 +33,14 @@ def erase() -> None:
     """Erase the progress line before a message is printed (it is redrawn by the next count)."""
     if _active is not None:
         _active.close()
+
+
+def say(message: str) -> None:
+    """A message on stderr (on its own line, below the progress line's last state); the private text
+    it quotes (an id, an n-gram) with its control and bidi characters as visible escapes."""
+    erase()
+    click.echo(visible(message, keep="\n"), err=True)
+    sys.stderr.flush()
 
 
 def _clock(seconds: float) -> str:
@@ -54,8 +64,9 @@ class _Counter:
 
 class ProgressLine:
     """The progress line of one command: an outer counter (e.g. examples) and an inner one (the
-    ablations or trials of the current step). ``enabled=None``: on when ``stream`` is a terminal
-    and not quiet."""
+    ablations or trials of the current step), and the run's notes (:meth:`note`): the
+    :class:`ctxlite.runs.Progress` of the command line. ``enabled=None``: on when ``stream`` is a
+    terminal and not quiet."""
 
     def __init__(self, stream=None, enabled: bool | None = None, clock=time.monotonic, requests=None):
         """``requests``: a function returning the server's request counts now (an object with
@@ -95,6 +106,10 @@ class ProgressLine:
             self.inner = _Counter(label, total, now)
         self.inner.done = int(done)
         self._draw(now, force=done >= total)
+
+    def note(self, message: str) -> None:
+        """A note of the run, on stderr (:func:`say`), whether or not the line is drawn."""
+        say(message)
 
     def refresh(self) -> None:
         """Redraw the line with the counts as they are (at most every redraw interval)."""

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import click
@@ -12,35 +11,34 @@ import click
 from ctxlite.cli.options import (
     TEXT,
     NumberList,
-    build_engine,
     conclude,
     default,
     emit_json,
     emit_plan,
-    engine_config,
-    engine_kwargs,
     engine_options,
     fail_above_influence_option,
-    finish_log,
     given_explicitly,
-    hold_out_lock,
     json_option,
     junit_option,
+    local_model,
     open_server,
     plan_option,
-    progress,
     server_options,
-    verdict_json,
     wants_json,
 )
-from ctxlite.cli.progress import ProgressLine, progress_line
+from ctxlite.cli.progress import progress_line, say
 from ctxlite.errors import DataError
-from ctxlite.influence.scorer import InfluenceSettings
+from ctxlite.gates import InfluenceGate
+from ctxlite.influence.dataset import load_examples
+from ctxlite.influence.scorer import Example, InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
 from ctxlite.outputs import refuse_same_files
-from ctxlite.reporting.labels import result_label
-from ctxlite.runtime.backend import require_teacher_forcing
+from ctxlite.records import read_text
+from ctxlite.reporting.json_output import score_json
+from ctxlite.reporting.terminal import score_table, summary_lines
+from ctxlite.runs.score import plan_score, run_score
 from ctxlite.runtime.sampling import SamplingSettings
+from ctxlite.runtime.templates import get_template
 
 
 def _s(name: str):
@@ -53,7 +51,7 @@ def _i(name: str):
     return default(InfluenceSettings, name)
 
 
-def _settings(o):
+def _settings(o) -> InfluenceSettings:
     sampling = SamplingSettings(
         temperature=o.temperature,
         top_k=o.top_k,
@@ -72,19 +70,17 @@ def _settings(o):
         sampling=sampling,
         top_spans=o.top,
         context_sizes=o.context_sizes or (),
-        # a gate needs every n-gram measured: auto then means exhaustive
-        search="exhaustive" if o.search == "auto" and o.fail_above_influence is not None else o.search,
+        search=o.search,
         refine_ratio=o.refine_ratio,
     )
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
+def _template(o):
+    template = get_template(o.template)
+    return replace(template, chat=True) if o.chat else template
 
 
 def _read_context(path: str) -> str:
-    from ctxlite.records import read_text
-
     if path == "-":
         data = sys.stdin.buffer.read()
         try:
@@ -94,55 +90,37 @@ def _read_context(path: str) -> str:
     return read_text(path, "context file")
 
 
-def _examples(o):
-    """(key, Example) pairs from --data or from --context/--query/--response."""
-    from ctxlite.influence.scorer import Example
-    from ctxlite.records import read_jsonl, read_text
-
+def _examples(o) -> Example | list[Example]:
+    """The data set of --data (its first --limit), or the one example of --context/--query/--response."""
     if o.data:
-        lines = read_jsonl(
-            o.data, required=("context",), strings=("id", "context", "query", "response", "source", "answer")
-        )
-        seen = set()
-        for line in lines:
-            d = line.data
-            key = str(d.get("id") or f"line-{line.number}")
-            if key in seen:
-                raise DataError(f"{o.data}:{line.number}: duplicate id {key!r}")
-            seen.add(key)
-            try:
-                example = Example(
-                    context=d["context"],
-                    query=d.get("query") or "",
-                    response=d.get("response"),
-                    source=d.get("source"),
-                    id=key,
-                    answer=d.get("answer"),
-                )
-            except DataError as exc:
-                raise DataError(f"{o.data}:{line.number}: {exc}") from None
-            yield key, example
-        return
-    context = _read_context(o.context)
+        return load_examples(o.data, o.limit)
     source = read_text(o.source, "source file") if o.source else None
-    yield (
-        "example",
-        Example(
-            context=context, query=o.query or "", response=o.response, source=source, id="example", answer=o.answer
-        ),
+    context = _read_context(o.context)
+    return Example(
+        context=context, query=o.query or "", response=o.response, source=source, id="example", answer=o.answer
     )
 
-
-ADAPTIVE_PLAN = (
-    "adaptive search refines where the logits say; a plan computes none, so its ablations were counted "
-    "on the search's shortest path: K blocks refined down to K n-grams"
-)
-"""What a plan of adaptive search counts."""
 
 GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_tokens", "seed")
 """Options that only shape a generated response (scoring a given one ignores them)."""
 NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_influence", "search", "refine_ratio")
 """Options that only shape the n-gram ablations (--doc has none)."""
+
+
+def _check_usage(o) -> None:
+    """Refuse what cannot be read one way only, before any input is read."""
+    refuse_same_files(
+        [("--data", o.data), ("--context", o.context), ("--source", o.source), ("--template", o.template)]
+        + [("--model", o.model)],
+        [("--out", o.out), ("--junit", o.junit)],
+    )
+    _check_query_is_text(o.query)
+    if bool(o.data) == bool(o.context):
+        raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
+    if o.data and (o.query or o.response or o.source or o.answer):
+        raise click.UsageError(
+            "--query/--response/--source/--answer go with --context; in --data they are fields of each line"
+        )
 
 
 def _check_combination(o, examples) -> None:
@@ -160,7 +138,8 @@ def _check_combination(o, examples) -> None:
         )
     if o.limit is not None and not o.data:
         raise click.UsageError("--limit: no effect without --data")
-    if all(ex.response is not None for _, ex in examples) and given & set(GENERATION_ONLY):
+    examples = [examples] if isinstance(examples, Example) else examples
+    if all(ex.response is not None for ex in examples) and given & set(GENERATION_ONLY):
         flags = ", ".join(_flag(n) for n in GENERATION_ONLY if n in given)
         raise click.UsageError(
             f"{flags}: no effect, every example has a response to score (these options shape a generated response only)"
@@ -182,27 +161,6 @@ def _check_query_is_text(query: str | None) -> None:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _plan(log, examples, out: str, data: str | None):
-    """Which examples to compute: a logged result is reused only for the identical input.
-
-    A log whose finished results match none of the inputs is another input's
-    log and is refused; an example whose input changed since it was logged is
-    computed again (and its new record supersedes the old one).
-    """
-    if log is None:
-        return [], []
-    finished = [key for key, _ in examples if log.done(key)]
-    reused = [key for key, ex in examples if log.get(key, ex.input_hash()) is not None]
-    if len(log) and not reused:
-        what = f"--data {data}" if data else "this --context/--query/--response"
-        raise DataError(
-            f"{out} holds results for other inputs (none of its {len(log)} finished example(s) has the "
-            f"context, query, response and source of {what}): choose another --out"
-        )
-    changed = [key for key in finished if key not in reused]
-    return reused, changed
 
 
 @click.command()
@@ -372,144 +330,32 @@ def score(**options):
       ctxlite score --context note.txt -q "Who is the patient?" --search adaptive --top 3
       ctxlite score --context note.txt -q "What was prescribed?" --lam 1,1.5 --epsilon 1,4 --answer "Lisinopril."
     """
-    from ctxlite.gates import score_verdict
-    from ctxlite.identity import engine_part
-    from ctxlite.influence.analysis import score_table, summarize
-    from ctxlite.influence.scorer import InfluenceScorer
-    from ctxlite.records import RecordLog
-    from ctxlite.runtime.models import resolve_model
-    from ctxlite.runtime.planning import plan_run
-    from ctxlite.runtime.templates import get_template
-
     o = SimpleNamespace(**options)
-    refuse_same_files(
-        [("--data", o.data), ("--context", o.context), ("--source", o.source), ("--template", o.template)]
-        + [("--model", o.model)],
-        [("--out", o.out), ("--junit", o.junit)],
-    )
-    _check_query_is_text(o.query)
-    if bool(o.data) == bool(o.context):
-        raise click.UsageError("give exactly one of --context (one example) or --data (a JSONL dataset)")
-    if o.data and (o.query or o.response or o.source or o.answer):
-        raise click.UsageError(
-            "--query/--response/--source/--answer go with --context; in --data they are fields of each line"
-        )
-    settings = _settings(o)
-    template = get_template(o.template)
-    if o.chat:
-        template = replace(template, chat=True)
-    examples = list(_examples(o))[: o.limit]  # validate the whole input before loading the model
+    _check_usage(o)
+    settings, template = _settings(o), _template(o)
+    examples = _examples(o)  # the whole input validated before the model is loaded
     _check_combination(o, examples)
-    ekw = engine_kwargs(vars(o))
-    server = open_server(vars(o))  # --backend openai: connected now, its identity names the server
-    if server is not None:  # refused before a log is opened
-        require_teacher_forcing(server, "scoring")
-    config = engine_config(**{k: v for k, v in ekw.items() if k != "model"})
-    runtime = server.identity() if server else engine_part(resolve_model(ekw["model"]), config)
-    identity = {**runtime, "template": template.text, "settings": asdict(settings)}
-    if template.chat:  # the conversation the model reads, besides the template text
-        identity["chat"] = {"system": template.system}
-    planning_only = o.plan and not (o.out and Path(o.out).exists())  # a plan writes no new log
-    lock = hold_out_lock(o.out) if o.out and not planning_only else None  # one writer per log, for the whole run
-    log = RecordLog(o.out, identity, kind="score-run", lock=lock) if lock else None  # before the model
+    server = open_server(options)  # --backend openai: connected now, its identity names the server
+    backend = server or local_model(options)
+    gate = None if o.fail_above_influence is None else InfluenceGate(o.fail_above_influence)
+    args = dict(template=template, out=o.out, gate=gate, data=o.data)
+    if o.plan:
+        emit_plan(plan_score(backend, examples, settings, progress=progress_line(), **args), o.as_json)
+        return
+    line = progress_line(server)
     try:
-        reused, changed = _plan(log, examples, o.out, o.data)
-        for key in changed:
-            progress(f"{key}: its input changed since it was logged; scoring it again")
-        engine = server or build_engine(**ekw)
-        if o.plan:
-            scorer = InfluenceScorer(engine, template, settings)
-            todo = [ex for key, ex in examples if key not in reused]
-            job = lambda: [scorer.score(ex) for ex in todo]  # noqa: E731
-            searched = any(settings.search_for(len(scorer.encode(ex).context)) == "adaptive" for ex in todo)
-            estimate = ADAPTIVE_PLAN if searched and settings.ngram is not None else None
-            emit_plan(plan_run([engine], job, any(ex.response is None for ex in todo), estimate), o.as_json)
-            return
-        meta = {
-            "ctxlite": identity["software"]["ctxlite"],
-            "engine": engine.describe(),
-            "template": asdict(template),
-            "settings": identity["settings"],
-            "identity": identity,
-        }
-        line = progress_line(server)
-        try:
-            records = _score_all(
-                InfluenceScorer(engine, template, settings, progress=line.tick), examples, log, reused, line
-            )
-        finally:
-            line.close()
-        summary = summarize(records) if o.data else None
-        if log is not None:
-            finish_log(log, {"examples": [key for key, _ in examples], "summary": summary})
+        run = run_score(backend, examples, settings, progress=line, **args)
     finally:
-        if log is not None:
-            log.close()
-    keys = [key for key, _ in examples]
-    verdict = score_verdict(keys, records, o.fail_above_influence, identity)
-    if log is not None:
-        verdict.properties["log.head"] = log.head
-    if summary is not None:
-        _say_summary(summary)
-    if not wants_json(o.as_json):
-        click.echo("\n".join([*verdict.lines(), score_table(keys, records)]))  # the verdict and its basis first
-    elif not o.data:
-        head = {"log_head": log.head} if log is not None else {}
-        emit_json({**verdict_json(verdict), "run": meta, "result": records[0], **head})
+        line.close()
+    _show(run, o.as_json)
+    conclude(run.verdict, o.junit)
+
+
+def _show(run, as_json: bool) -> None:
+    """The data set's summary on stderr; the JSON, or the verdict and its basis then the table, on stdout."""
+    for text in summary_lines(run.summary) if run.summary is not None else ():
+        say(text)
+    if wants_json(as_json):
+        emit_json(score_json(run))
     else:
-        scored = [key for key in keys if key not in reused]  # scored by this run; the rest read from the log
-        emit_json(
-            {
-                **verdict_json(verdict),  # first: what a reader of the JSON needs before the numbers
-                "run": meta,
-                "summary": summary,
-                "examples": len(records),
-                "scored": scored,
-                "reused": [key for key in keys if key in reused],
-                "out": o.out,
-                "log_head": log.head if log is not None else None,
-            }
-        )
-    conclude(verdict, o.junit)
-
-
-def _score_all(scorer, examples, log, reused: list[str], line: ProgressLine) -> list[dict]:
-    """Each example's result: read from the log when its input is unchanged, else scored and
-    appended to the log as it finishes (so Ctrl-C keeps it)."""
-    records = []
-    for i, (key, example) in enumerate(examples):
-        if key in reused:
-            records.append(log.records[key]["result"])
-            continue
-        line.step("examples", i, len(examples), key)
-        result = scorer.score(example).to_dict(scorer.settings.top_spans)
-        _say_exhaustive(key, result)
-        records.append(result)
-        if log is not None:
-            log.append(key, {"type": "example", "result": result}, input_hash=example.input_hash())
-    return records
-
-
-def _say_exhaustive(key: str, result: dict) -> None:
-    """A note when adaptive search measured every n-gram window (a context too short for blocks)."""
-    for r in result["results"]:
-        search = r.get("search") or {}
-        if search.get("method") == "adaptive" and search.get("measured_every_window"):
-            progress(
-                f"ctxlite: note: {key}: --search adaptive measured all {search['windows']} n-gram windows (a "
-                "context this short has no blocks to search): the search was exhaustive"
-            )
-            return
-
-
-def _say_summary(summary: dict) -> None:
-    """One line per λ (and context size and ε) on stderr: the data set's mean document influence with
-    its bootstrap CI, and the mean utility where the data has answers."""
-    for s in summary.values():
-        d, u = s["document_influence"], s.get("utility")
-        utility = "" if not u else f", ROUGE-L F {u['mean']:.3f} (95% CI {u['ci'][0]:.3f}–{u['ci'][1]:.3f})"
-        progress(
-            f"{result_label(s)}: document influence {d['mean']:.2f} (95% CI {d['ci'][0]:.2f}–{d['ci'][1]:.2f}), "
-            f"n-gram max-of-mean {_fmt(s['ngram_influence']['max_of_mean'])}, "
-            f"Repeat {s['regurgitation']['repeat']}, Rouge {s['regurgitation']['rouge']} of {s['examples']}{utility}"
-        )
+        click.echo("\n".join([*run.verdict.lines(), score_table(run.keys, run.results, ansi=sys.stdout.isatty())]))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ctxlite.cli.options import progress
-from ctxlite.errors import DataError
+from ctxlite.cli.progress import say
+from ctxlite.runs.report import verify_log
 
 
 @click.command()
@@ -31,28 +31,9 @@ def verify(log_path, head):
       ctxlite verify runs/scores.jsonl
       ctxlite verify runs/audit.jsonl --head sha256:5f0c…
     """
-    from ctxlite.chain import FIELD
-    from ctxlite.records import read_run_log, read_text
-
-    run = read_run_log(log_path)
-    if not run.chained:
-        raise DataError(f"{log_path} has no hash chain (written before ctxlite chained its logs): nothing to verify")
+    run = verify_log(log_path, head)
     state = "finished" if run.complete else "partial (it did not finish)"
-    if head is not None and head != run.head:
-        import json
-
-        heads = [json.loads(line).get(FIELD) for line in read_text(log_path, "result log").split("\n")[: run.lines]]
-        if head in heads:
-            at = heads.index(head) + 1
-            raise DataError(
-                f"{log_path}: the kept head {head} is line {at}'s; the log has {run.lines - at} line(s) after it "
-                f"(it was resumed or appended to since; its head is now {run.head})"
-            )
-        raise DataError(
-            f"{log_path}: its head is {run.head}, not the kept {head}: the log is not the one whose head was "
-            "kept (rewritten, truncated, or another log)"
-        )
-    progress(
+    say(
         f"{log_path}: hash chain intact over {run.lines} line(s), {len(run.records)} record(s), {state}; "
         f"head {run.head}" + (" (the kept head)" if head is not None else "")
     )

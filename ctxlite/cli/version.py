@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from ctxlite.cli.options import emit_json
+from ctxlite.identity import software
+from ctxlite.runtime.build import describe, llama_build
 
 
 @click.command()
@@ -20,9 +22,6 @@ def version(verbose, as_json):
     ctxlite version
     ctxlite version --verbose --json
     """
-    from ctxlite.identity import software
-    from ctxlite.runtime.build import describe, llama_build
-
     build = llama_build()
     info = {"ctxlite": software()["ctxlite"], **build}
     if not verbose:

@@ -48,6 +48,10 @@ may take, beyond ``MIN_PAIRS``."""
 MIN_PAIRS = 2
 """Probe pairs every floor gets (fewer only when ``null_ablations`` asks for fewer)."""
 
+RETILED = "retiled probes"
+"""The ``method`` of a floor measured by probes in other batch tilings (an older log's floor of null
+ablations re-decoded in the canonical tiling reads ``"null ablations"``, :mod:`ctxlite.logformat`)."""
+
 
 @dataclass
 class NoiseFloor:
@@ -64,18 +68,35 @@ class NoiseFloor:
     sums: list[float]
     per_token: list[float] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
-    method: str = "retiled probes"
+    method: str = RETILED
 
     @property
     def max(self) -> float:
         if self.per_token:
             return 2.0 * float(sum(self.per_token))
-        return max(self.sums) if self.sums else 0.0  # an older floor (null ablations only)
+        return max(self.sums) if self.sums else 0.0  # a floor of null ablations only (ctxlite.logformat)
 
     @property
     def mean(self) -> float:
         """The mean Σ_t |δ_t| of one probe."""
         return float(np.mean(self.sums)) if self.sums else 0.0
+
+    def to_dict(self) -> dict:
+        """The log form: the probes, and the floor's ``mean`` and ``max`` for readers of the JSON."""
+        return {
+            "split_points": list(self.split_points),
+            "sums": list(self.sums),
+            "per_token": list(self.per_token),
+            "kinds": list(self.kinds),
+            "method": self.method,
+            "mean": self.mean,
+            "max": self.max,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NoiseFloor:
+        """The inverse of :meth:`to_dict` (``mean`` and ``max`` are computed again, not read)."""
+        return cls(list(d["split_points"]), list(d["sums"]), list(d["per_token"]), list(d["kinds"]), d["method"])
 
 
 def floor_from_probes(split_points: Sequence[int], kinds: Sequence[str], deltas: Sequence[np.ndarray]) -> NoiseFloor:

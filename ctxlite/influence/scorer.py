@@ -29,11 +29,22 @@ import numpy as np
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
-from ctxlite.influence.noise import NoiseFloor, floor_from_probes, probe_spans, tilings_for
+from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
+from ctxlite.influence.results import (
+    Block,
+    ExampleResult,
+    Generation,
+    LambdaResult,
+    NgramInfluence,
+    SearchRecord,
+    Utility,
+)
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.runtime import kernels
-from ctxlite.runtime.backend import Capability, logprobs_many, require, require_teacher_forcing
+from ctxlite.runtime.backend import CountsDecodes, LogitRows, PrefixReuse, Streams, TeacherForcing, require
+from ctxlite.runtime.chat import render_chat
+from ctxlite.runtime.planning import dry_count
 from ctxlite.runtime.sampling import SamplingSettings
 from ctxlite.runtime.templates import PromptTemplate, get_template
 
@@ -147,71 +158,6 @@ class Example:
         return content_hash(fields)
 
 
-@dataclass
-class NgramInfluence:
-    """τ_i for one removed n-gram: tokens [start, start+n) of D, chars [char_start, char_end)."""
-
-    start: int
-    n: int
-    char_start: int
-    char_end: int
-    text: str
-    influence: float
-    per_token: list[float]
-    above_noise: bool | None = None
-
-
-@dataclass
-class LambdaResult:
-    """Everything measured for one λ (and, for ε-bounded CID, one ε) on one example."""
-
-    lam: float
-    response: str
-    response_ids: list[int]
-    generated: bool
-    token_logprob: list[float]  # log p̄_λ(y_t | D)
-    token_logprob_without: list[float]  # log p_T(y_t | ∅)
-    token_pmi: list[float]  # log q_D(y_t) − log q_∅(y_t)
-    token_influence: list[float]  # document-level τ_t (response-position profile)
-    response_token_chars: list[tuple[int, int]]  # [start, end) of each response token in ``response``
-    document_influence: float  # Σ_t τ_t
-    ngrams: list[NgramInfluence]
-    noise_floor: NoiseFloor | None
-    regurgitation: dict
-    generation: dict | None = None
-    utility: dict | None = None  # ROUGE-L {precision, recall, f} of the response against the reference answer
-    context_tokens: int = 0  # tokens of D actually used
-    context_size: int | None = None  # the requested truncation (None = whole context)
-    search: dict | None = None  # which n-grams were ablated and what that cost (``_Ablations.record``)
-    epsilon: float | None = None  # ε of the ε-bounded CID that generated the response (None: unbounded or given)
-
-    @property
-    def max_ngram_influence(self) -> float:
-        return max((g.influence for g in self.ngrams), default=0.0)
-
-    def top_spans(self, k: int = 5) -> list[NgramInfluence]:
-        return sorted(self.ngrams, key=lambda g: -g.influence)[:k]
-
-
-@dataclass
-class ExampleResult:
-    """One scored example: its id, context length in tokens, query, and one result per λ (× context size × ε)."""
-
-    id: str
-    context_tokens: int
-    query: str
-    results: list[LambdaResult]
-
-    def to_dict(self, top_spans: int = 5) -> dict:
-        d = asdict(self)
-        for r, out in zip(self.results, d["results"]):
-            out["top_spans"] = [asdict(g) for g in r.top_spans(top_spans)]
-            out["max_ngram_influence"] = r.max_ngram_influence
-            if r.noise_floor is not None:
-                out["noise_floor"].update(mean=r.noise_floor.mean, max=r.noise_floor.max)
-        return d
-
-
 def ngram_starts(n_tokens: int, n: int, stride: int) -> list[int]:
     """Start offsets of the n-gram windows; the tail is covered by a last window [L−n, L)."""
     if n > n_tokens:
@@ -274,9 +220,8 @@ class _ResponsePasses:
     """
 
     def __init__(self, engine, empty: list[int], y: list[int], keys, T: float, ban_rows, step_lambdas):
-        caps = engine.capabilities
         self.engine, self.keys, self.T, self.ban_rows, self.step_lambdas = engine, keys, T, ban_rows, step_lambdas
-        self.rows, self.reuse = Capability.LOGIT_ROWS in caps, Capability.PREFIX_REUSE in caps
+        self.rows, self.reuse = isinstance(engine, LogitRows), isinstance(engine, PrefixReuse)
         self.targets = np.asarray(y, dtype=np.int32)
         self.banned = engine.eog_ids if ban_rows is not None else None
         self.without_request = (empty + y, len(empty))
@@ -299,13 +244,13 @@ class _ResponsePasses:
         pass is sent with it (its request first, as when they were sent one by one)."""
         if not self.batched:
             return self.run(tokens, targets_from)
-        without, base = logprobs_many(self.engine, [self.without_request, (tokens, targets_from)], self.T)
+        without, base = self.engine.logprobs_many([self.without_request, (tokens, targets_from)], self.T)
         self.logp_without = without
         return {1.0: base}
 
     def run_many(self, requests: Sequence[tuple[list[int], int]], on_done=None) -> list[dict]:
         """``run`` of each (tokens, targets_from), all at once (``batched`` only), in the order given."""
-        return [{1.0: out} for out in logprobs_many(self.engine, requests, self.T, on_done)]
+        return [{1.0: out} for out in self.engine.logprobs_many(requests, self.T, on_done)]
 
     def run(
         self, tokens: list[int], targets_from: int, shared: int | None = None, exact: bool = False, tiling=None
@@ -347,13 +292,11 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
-        require_teacher_forcing(engine, "scoring")
+        require(engine, [TeacherForcing], "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
-            require(engine, [Capability.LOGIT_ROWS], "mixing with lambda != 1 (or an epsilon bound)")
+            require(engine, [LogitRows], "mixing with lambda != 1 (or an epsilon bound)")
         self._render = None
         if self.template.chat:  # the model's own chat template; refused now when it has none
-            from ctxlite.runtime.chat import render_chat
-
             self._render = lambda messages: render_chat(engine, messages)
             self.template.parts("", self._render)
 
@@ -404,7 +347,7 @@ class InfluenceScorer:
             self.engine.check_fits(len(enc.with_context) + len(y))
             results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None)
         else:
-            require(self.engine, [Capability.LOGIT_ROWS, Capability.STREAMS], "generating a response")
+            require(self.engine, [LogitRows, Streams], "generating a response")
             for lam in st.lambdas:
                 for eps in st.epsilons or (None,):
                     gen = generate(self.engine, enc.with_context, enc.without_context, lam, st.sampling, eps)
@@ -421,9 +364,9 @@ class InfluenceScorer:
                     results += scored
         source = example.source or example.context
         for r in results:
-            r.regurgitation = regurgitation(r.response, source).to_dict()
+            r.regurgitation = regurgitation(r.response, source)
             if example.answer is not None:
-                r.utility = {"metric": "rouge_l", **rouge_l(example.answer, r.response)}
+                r.utility = Utility(**rouge_l(example.answer, r.response))
         return results
 
     def _score_response(
@@ -479,18 +422,18 @@ class InfluenceScorer:
                     ngrams=grams,
                     noise_floor=floor,
                     search=_search_record(search, key, spans, ctx_text),
-                    regurgitation={},
                     generation=None
                     if generation is None
-                    else {
-                        "stop_reason": generation.stop_reason,
-                        "epsilon": generation.epsilon,
-                        "step_lambdas": generation.step_lambdas,
-                        "realised_epsilon": generation.realised_epsilon,
-                        "seed": st.sampling.seed,
-                    },
+                    else Generation(
+                        generation.stop_reason,
+                        generation.epsilon,
+                        generation.step_lambdas,
+                        generation.realised_epsilon,
+                        st.sampling.seed,
+                    ),
                 )
             )
+            results[-1].top = results[-1].top_spans(st.top_spans)
         return results
 
     def _ablate(self, enc: EncodedPrompt, y: list[int], windows: list[int], passes, base: dict, drive: list):
@@ -535,10 +478,8 @@ class InfluenceScorer:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the
         engine in dry-run mode (nothing decoded; the cache is cleared after); None where the
         backend has no prefix reuse or cannot run dry."""
-        from ctxlite.runtime.planning import dry_count
-
         eng, n, p, full = self.engine, self.settings.ngram, len(enc.prefix), enc.with_context
-        if Capability.PREFIX_REUSE not in eng.capabilities:
+        if not isinstance(eng, PrefixReuse):
             return None
 
         def job():
@@ -552,18 +493,18 @@ class InfluenceScorer:
         return dry_count(eng, job)
 
 
-def _search_record(search: dict | None, key, spans, ctx_text: str) -> dict | None:
+def _search_record(search: dict | None, key, spans, ctx_text: str) -> SearchRecord | None:
     """One λ's copy of a response's search record: each measured block as a span of D with its
     τ_B for this λ (``key``)."""
-    if search is None or "blocks" not in search:
-        return search
+    if search is None:
+        return None
+    if "blocks" not in search:
+        return SearchRecord(**search)
     blocks = []
     for a, b, tau in search["blocks"]:
         cs, ce = spans[a][0], spans[b - 1][1]
-        blocks.append(
-            {"start": a, "end": b, "char_start": cs, "char_end": ce, "text": ctx_text[cs:ce], "influence": tau[key]}
-        )
-    return {**search, "blocks": blocks}
+        blocks.append(Block(a, b, cs, ce, ctx_text[cs:ce], tau[key]))
+    return SearchRecord(**{**search, "blocks": blocks})
 
 
 class _Ablations:
@@ -614,12 +555,12 @@ class _Ablations:
             on_done = None if tick is None else lambda k: tick("ablations", first + k, total)
             if tick is not None:
                 tick("ablations", first, total)
-            before = getattr(self.engine, "tokens_decoded", 0)
+            before = self._decoded()
             sent = self.passes.run_many([sequence(*job[:3]) for job in jobs], on_done)
-            self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+            self.tokens += self._decoded() - before
         for j, (a, kind, i, tiling) in enumerate(jobs):
             shared = p + a
-            before = getattr(self.engine, "tokens_decoded", 0)
+            before = self._decoded()
             if sent is not None:
                 out = sent[j]
             else:
@@ -630,21 +571,25 @@ class _Ablations:
             if kind == self.ABLATION:
                 outs[i] = out
                 self.count += 1
-                self.tokens += getattr(self.engine, "tokens_decoded", 0) - before
+                self.tokens += self._decoded() - before
             else:
                 canonical = self.base if kind == self.NULL_PROBE else outs[i]
                 self.nulls.setdefault("points", []).append(a)
                 self.nulls.setdefault("kinds", []).append("null" if kind == self.NULL_PROBE else "ablation")
                 for k in self.base:
                     self.nulls.setdefault(k, []).append(out[k] - canonical[k])
-                self.null_tokens += getattr(self.engine, "tokens_decoded", 0) - before
+                self.null_tokens += self._decoded() - before
             self.done += 1
         if self.progress is not None and sent is None:  # a batch ticked as its requests ended
             self.progress("ablations", self.done, self.done)
         return outs
 
+    def _decoded(self) -> int:
+        """The tokens the backend decoded so far (0 where it counts none: a server)."""
+        return self.engine.tokens_decoded if isinstance(self.engine, CountsDecodes) else 0
+
     def record(self, method: str, n_windows: int) -> dict:
-        counted = hasattr(self.engine, "tokens_decoded")
+        counted = isinstance(self.engine, CountsDecodes)
         return {
             "method": method,
             "windows": n_windows,

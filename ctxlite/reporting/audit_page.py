@@ -11,24 +11,29 @@ below it.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from ctxlite.audit.settings import AuditSettings
+from ctxlite.audit.report import AuditReport, AuditRow
 from ctxlite.privacy.estimators import CanaryScoreAuditor
 from ctxlite.reporting.page import Redactor, esc, page, table, verdict_html
 from ctxlite.reporting.score_page import identity_table
 from ctxlite.reporting.svg import histogram_plot, line_plot
+from ctxlite.runs.audit import AuditRun
 
 _OPEN, _CLOSE = "[[CANARY]]", "[[/CANARY]]"
 
 
-def _num(v) -> float:
-    if v in ("inf", "-inf"):
-        return float(v)
+def _num(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
-def _eps_key(eps) -> str:
-    return "inf" if eps in (None, "inf") or (isinstance(eps, float) and math.isinf(eps)) else f"{float(eps):g}"
+def _eps_key(eps: float | None) -> str:
+    return "inf" if eps is None or math.isinf(eps) else f"{float(eps):g}"
+
+
+def _eps_cell(eps: float | None):
+    """A theoretical ε as the report's table shows it (strict JSON: ``inf`` as a word)."""
+    return "inf" if eps is not None and math.isinf(eps) else eps
 
 
 def _prompt(text: str | None, redact: Redactor) -> str:
@@ -43,18 +48,11 @@ def _prompt(text: str | None, redact: Redactor) -> str:
     return f'<h2>The audited prompt (Z = 1; the canary marked)</h2><div class="text">{body}</div>'
 
 
-def _scores(run) -> dict[str, tuple[list[float], list[float]]]:
-    out: dict[str, tuple[list, list]] = {}
-    for key, rec in sorted(run.records.items()):
-        if "/trial=" in key:
-            out.setdefault(key.split("/")[0].removeprefix("eps="), ([], []))[0 if rec["z"] else 1].append(rec["score"])
-    return out
-
-
-def _row_section(row: dict, ins: list[float], outs: list[float]) -> str:
-    eps = row["epsilon"]
-    name = "no privacy parameter" if eps is None else f"theoretical ε = {esc(eps)}"
-    parts = [f'<section data-epsilon="{esc(_eps_key(eps))}"><h3>{name}</h3>']
+def _row_section(shown, key: str, row: AuditRow | None, scores) -> str:
+    """The trials of one theoretical ε (``shown``: as its heading names it; ``key``: its log key)."""
+    ins, outs = (scores.ins, scores.outs) if scores is not None else ([], [])
+    name = "no privacy parameter" if shown is None else f"theoretical ε = {esc(shown)}"
+    parts = [f'<section data-epsilon="{esc(key)}"><h3>{name}</h3>']
     if len(ins) >= 1 and len(outs) >= 1:
         _, fpr, tpr = CanaryScoreAuditor(ins, outs).roc()
         roc = line_plot(
@@ -68,7 +66,8 @@ def _row_section(row: dict, ins: list[float], outs: list[float]) -> str:
         )
         step = max(1, len(fpr) // 25)
         rows = [[float(f), float(t)] for f, t in zip(fpr[::step], tpr[::step])]
-        parts.append(f"<figure>{roc}<figcaption>AUROC {row.get('auroc', math.nan):.3f}</figcaption></figure>")
+        auroc = math.nan if row is None else row.auroc
+        parts.append(f"<figure>{roc}<figcaption>AUROC {auroc:.3f}</figcaption></figure>")
         parts.append(table(["FPR", "TPR"], rows))
         hist, edges, counts = histogram_plot(f"Trial scores ({name})", [("IN (canary)", ins), ("OUT", outs)], "score")
         parts.append(f"<figure>{hist}</figure>")
@@ -82,16 +81,16 @@ def _row_section(row: dict, ins: list[float], outs: list[float]) -> str:
     return "".join(parts)
 
 
-def _bound_terms(rows: list[dict]) -> tuple[str, str]:
+def _bound_terms(rows: list[AuditRow]) -> tuple[str, str]:
     """The lower bound's confidence (e.g. "95%") and threshold-selection method, as logged per row."""
-    confidences = {r.get("confidence") for r in rows} - {None}
-    methods = {r.get("lower_bound_method") for r in rows} - {None}
+    confidences = {r.confidence for r in rows}
+    methods = {r.lower_bound_method for r in rows}
     conf = "/".join(f"{c:.0%}" for c in sorted(confidences)) or "unlogged"
     return conf, "; ".join(sorted(methods)) or "not logged"
 
 
-def _epsilon_plot(rows: list[dict]) -> str:
-    dp = [r for r in rows if r["epsilon"] is not None and math.isfinite(_num(r["epsilon"]))]
+def _epsilon_plot(rows: list[AuditRow]) -> str:
+    dp = [r for r in rows if r.epsilon is not None and math.isfinite(r.epsilon)]
     conf, method = _bound_terms(rows)
     fields = [
         (f"lower bound ({conf} conf.)", "epsilon_lower_bound"),
@@ -99,13 +98,11 @@ def _epsilon_plot(rows: list[dict]) -> str:
         ("GDP estimate (no bound)", "epsilon_gdp"),
         ("ε of pair (exact/upper)", "epsilon_upper_bound"),
     ]
-    table_rows = [
-        [esc(_eps_key(r["epsilon"]))] + [r.get(k) if r.get(k) is not None else "n/a" for _, k in fields] for r in rows
-    ]
+    table_rows = [[esc(_eps_key(r.epsilon))] + [_cell(getattr(r, k)) for _, k in fields] for r in rows]
     out = "<h2>Empirical against theoretical ε</h2>"
     if len(dp) >= 1:
-        xs = [_num(r["epsilon"]) for r in dp]
-        series = [(label, xs, [_num(r.get(k)) for r in dp]) for label, k in fields]
+        xs = [_num(r.epsilon) for r in dp]
+        series = [(label, xs, [_num(getattr(r, k)) for r in dp]) for label, k in fields]
         out += "<figure>" + line_plot(
             "Empirical ε against theoretical ε", series, "theoretical ε", "ε", diagonal="ε = ε"
         )
@@ -118,24 +115,29 @@ def _epsilon_plot(rows: list[dict]) -> str:
     return out + table(["theoretical ε"] + [label for label, _ in fields], table_rows, 1)
 
 
-def _estimation_settings(report: dict) -> str:
+def _cell(v):
+    if v is None:
+        return "n/a"
+    return "inf" if isinstance(v, float) and math.isinf(v) else v
+
+
+def _estimation_settings(report: AuditReport) -> str:
     """The settings that shape the estimates but no trial (a resume may change them, so the run
     identity does not hold them), with the lower bound's method."""
-    settings = report.get("settings", {})
-    keys = ["delta", *AuditSettings.REPORT_ONLY]
-    rows = [[esc(k), esc(settings[k])] for k in keys if k in settings]
-    rows.append(["lower bound method", esc(_bound_terms(report.get("rows", []))[1])])
+    settings = {"delta": report.settings.delta, **report.settings.estimates.params()}
+    rows = [[esc(k), esc(v)] for k, v in settings.items()]
+    rows.append(["lower bound method", esc(_bound_terms(report.rows)[1])])
     return "<h2>Settings of the estimates</h2>" + table(["setting", "value"], rows, left=2)
 
 
-def _utility_plot(rows: list[dict], metric: str) -> str:
-    pts = [(r, _num(r["epsilon"])) for r in rows if r.get("utility") is not None and r["epsilon"] is not None]
+def _utility_plot(rows: list[AuditRow], metric: str) -> str:
+    pts = [(r, _num(r.epsilon)) for r in rows if r.utility is not None and r.epsilon is not None]
     finite = [(r, e) for r, e in pts if math.isfinite(e)]
     if len(finite) < 2:
         return ""
     plot = line_plot(
         "Privacy–utility trade-off",
-        [(metric, [e for _, e in finite], [r["utility"] for r, _ in finite])],
+        [(metric, [e for _, e in finite], [r.utility for r, _ in finite])],
         "theoretical ε",
         metric,
     )
@@ -143,44 +145,43 @@ def _utility_plot(rows: list[dict], metric: str) -> str:
         "<h2>Privacy–utility</h2><figure>"
         + plot
         + "</figure>"
-        + table(["theoretical ε", metric], [[esc(_eps_key(r["epsilon"])), r["utility"]] for r, _ in pts], 1)
+        + table(["theoretical ε", metric], [[esc(_eps_key(r.epsilon)), r.utility] for r, _ in pts], 1)
     )
 
 
-def audit_html(run, no_text: bool = False, verdict=None) -> str:
-    """The report of an audit log (``records.read_run_log``): a finished one, or a partial one's
-    trials so far (no estimates until it ends); the gate's ``verdict`` (a ``gates.Verdict``) on top."""
+def audit_html(run: AuditRun, no_text: bool = False) -> str:
+    """The report of an audit run read from its log (:func:`ctxlite.runs.report_log`): a finished
+    one, or a partial one's trials so far (no estimates until it ends); the gate's verdict on top."""
     redact = Redactor(no_text)
-    parts = [f"<h1>ctxlite audit report: {esc(run.path.name)}</h1>", verdict_html(verdict and verdict.to_dict())]
-    scores = _scores(run)
+    name = Path(run.log.path).name
+    parts = [f"<h1>ctxlite audit report: {esc(name)}</h1>", verdict_html(run.verdict)]
     if no_text:
         parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')
-    report = (run.end or {}).get("report") if run.complete else None
+    report = run.report
     if report is None:
-        n = sum(len(a) + len(b) for a, b in scores.values())
+        n = sum(len(t.ins) + len(t.outs) for t in run.scores.values())
         parts.append(
             f'<p class="note" data-partial="1">Partial run: {n} trial(s) logged; estimates are formed when it ends.</p>'
         )
-        rows = [{"epsilon": None if k == "inf" else k} for k in scores]
+        sections = [(None if k == "inf" else k, k, None) for k in run.scores]
     else:
-        canary = report["canary"]
+        canary = report.canary
         parts.append(
-            f"<p>Mechanism {esc(report['settings']['mechanism'])} · canary {esc(canary['kind'])} "
-            f"(label {redact(str(canary['label']), 'canary label')}) · {esc(report['epsilon_kind'])}</p>"
+            f"<p>Mechanism {esc(report.settings.mechanism.value)} · canary {esc(canary.kind.value)} "
+            f"(label {redact(str(canary.label), 'canary label')}) · {esc(report.epsilon_kind)}</p>"
         )
-        parts.append(_prompt(report.get("example_prompt"), redact))
-        rows = report["rows"]
-        parts.append(_epsilon_plot(rows))
-        parts.append(_utility_plot(rows, report.get("utility_metric", "utility")))
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in report.get("notes", [])) + "</ul>")
+        parts.append(_prompt(report.example_prompt, redact))
+        parts.append(_epsilon_plot(report.rows))
+        parts.append(_utility_plot(report.rows, report.utility_metric))
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in report.notes) + "</ul>")
+        sections = [(_eps_cell(r.epsilon), _eps_key(r.epsilon), r) for r in report.rows]
     parts.append("<h2>Trials per ε</h2>")
-    for row in rows:
-        ins, outs = scores.get(_eps_key(row["epsilon"]), ([], []))
-        parts.append(_row_section(row, ins, outs))
+    for shown, key, row in sections:
+        parts.append(_row_section(shown, key, row, run.scores.get(key)))
     if report is not None:
         parts.append(_estimation_settings(report))
     parts.append(identity_table(run.identity, redact))
-    return page(f"ctxlite audit report: {run.path.name}", "".join(parts))
+    return page(f"ctxlite audit report: {name}", "".join(parts))
 
 
 __all__ = ["audit_html"]

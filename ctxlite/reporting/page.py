@@ -15,8 +15,9 @@ import hashlib
 import html
 import os
 
+from ctxlite.gates import Verdict
 from ctxlite.outputs import write_atomic
-from ctxlite.reporting.visible import visible
+from ctxlite.visible import visible
 
 HEAT_LEVELS = 8
 """Influence is shaded in this many steps (classes ``h0`` … ``h7``), a luminance ramp that reads in greyscale."""
@@ -92,21 +93,21 @@ def legend(top: float, unit: str) -> str:
     return f'<p class="legend">{esc(unit)}: {" ".join(cells)}</p>'
 
 
-def verdict_html(verdict: dict | None) -> str:
-    """The gate's verdict (``Verdict.to_dict()``) for the top of a report: the outcome, the gate, and
-    each case's verdict and basis with its message (numbers and positions, no private text); a
-    line saying no gate was set for None or a verdict without a gate."""
-    if not verdict or verdict.get("verdict") is None:
+def verdict_html(verdict: Verdict | None) -> str:
+    """The gate's verdict for the top of a report: the outcome, the gate, and each case's verdict
+    and basis with its message (numbers and positions, no private text); a line saying no gate was
+    set for None or a verdict without a gate."""
+    if verdict is None or verdict.outcome is None:
         return (
             '<section class="verdict" data-role="verdict" data-verdict="none"><h2>Verdict: no gate set</h2>'
             '<p class="note">Give --fail-above-influence or --fail-above-epsilon for a verdict (fail, pass or '
             "inconclusive) and its basis.</p></section>"
         )
-    outcome = verdict["verdict"]
-    rows = [[esc(c["name"]), esc(c["verdict"]), esc(c["basis"]), esc(c["message"])] for c in verdict["results"]]
+    outcome = verdict.outcome.value
+    rows = [[esc(c.name), esc(c.outcome.value), esc(c.basis.value), esc(c.message)] for c in verdict.cases]
     return (
         f'<section class="verdict verdict-{esc(outcome)}" data-role="verdict" data-verdict="{esc(outcome)}">'
-        f"<h2>Verdict: {esc(outcome)}</h2><p>Gate: {esc(verdict['gate'])} · {verdict['cases']} case(s)</p>"
+        f"<h2>Verdict: {esc(outcome)}</h2><p>Gate: {esc(verdict.gate)} · {len(verdict.cases)} case(s)</p>"
         + table(["case", "verdict", "basis", "why"], rows, left=4)
         + "</section>"
     )

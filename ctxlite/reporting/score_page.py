@@ -15,10 +15,13 @@ over the examples that have it).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from ctxlite.reporting.labels import result_epsilon
+from ctxlite.influence.analysis import RealisedEpsilon, Summary
+from ctxlite.influence.results import Block, ExampleResult, LambdaResult, NgramInfluence
 from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table, verdict_html
 from ctxlite.reporting.svg import line_plot
+from ctxlite.runs.score import ScoreRun
 
 
 def _eps_tag(eps: float | None, sep: str = ", ") -> str:
@@ -26,76 +29,71 @@ def _eps_tag(eps: float | None, sep: str = ", ") -> str:
     return "" if eps is None else f"{sep}ε = {eps:g}"
 
 
-def _by_epsilon(items: list[dict]) -> dict:
+def _by_epsilon(items: list) -> dict:
     """Results (or summary entries) grouped by their ε, unbounded first, then by increasing ε."""
     groups: dict = {}
     for item in items:
-        groups.setdefault(result_epsilon(item), []).append(item)
+        groups.setdefault(item.epsilon, []).append(item)
     return dict(sorted(groups.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0.0)))
 
 
-def _segments(ngrams: list[dict]) -> list[tuple[int, int, dict]]:
+def _segments(ngrams: list[NgramInfluence]) -> list[tuple[int, int, NgramInfluence]]:
     """The context cut at every window boundary: (char start, char end, the covering window of
     largest τ_i) in order."""
-    cuts = sorted({g["char_start"] for g in ngrams} | {g["char_end"] for g in ngrams})
+    cuts = sorted({g.char_start for g in ngrams} | {g.char_end for g in ngrams})
     out = []
     for a, b in zip(cuts, cuts[1:]):
-        cover = [g for g in ngrams if g["char_start"] <= a and b <= g["char_end"]]
+        cover = [g for g in ngrams if g.char_start <= a and b <= g.char_end]
         if cover:
-            out.append((a, b, max(cover, key=lambda g: g["influence"])))
+            out.append((a, b, max(cover, key=lambda g: g.influence)))
     return out
 
 
-def _floor_word(g: dict) -> str:
-    return {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}[
-        g.get("above_noise")
-    ]
+def _floor_word(g: NgramInfluence) -> str:
+    return {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}[g.above_noise]
 
 
 def _count(n: int | None) -> str:
     return "n/a (this backend counts no tokens)" if n is None else str(n)
 
 
-def _unmeasured(blocks: list[dict], ngrams: list[dict]) -> list[tuple[int, int, dict]]:
+def _unmeasured(blocks: list[Block], ngrams: list[NgramInfluence]) -> list[tuple[int, int, Block]]:
     """Adaptive search: the parts of the context no measured n-gram covers, each with the smallest
     measured block holding it (its n-grams were not measured)."""
-    covered = [(g["char_start"], g["char_end"]) for g in ngrams]
-    cuts = sorted({x for blk in blocks for x in (blk["char_start"], blk["char_end"])} | {x for c in covered for x in c})
+    covered = [(g.char_start, g.char_end) for g in ngrams]
+    cuts = sorted({x for blk in blocks for x in (blk.char_start, blk.char_end)} | {x for c in covered for x in c})
     out = []
     for a, b in zip(cuts, cuts[1:]):
         if any(s <= a and b <= e for s, e in covered):
             continue
-        holding = [blk for blk in blocks if blk["char_start"] <= a and b <= blk["char_end"]]
+        holding = [blk for blk in blocks if blk.char_start <= a and b <= blk.char_end]
         if holding:
-            out.append((a, b, min(holding, key=lambda blk: blk["end"] - blk["start"])))
+            out.append((a, b, min(holding, key=lambda blk: blk.end - blk.start)))
     return out
 
 
-def page_scale(results: list[dict]) -> float:
+def page_scale(results: list[LambdaResult]) -> float:
     """The one colour scale of a page: its darkest step is the largest τ_i or τ_t (both nats) of every
     example and λ on it, so equal shades mean equal influence anywhere on the page."""
-    taus = [g["influence"] for r in results for g in r.get("ngrams") or ()]
-    taus += [t for r in results for t in r.get("token_influence") or ()]
+    taus = [g.influence for r in results for g in r.ngrams]
+    taus += [t for r in results for t in r.token_influence]
     return max(taus, default=0.0)
 
 
-def _heatmap(ngrams: list[dict], redact: Redactor, top: float, blocks: list[dict] = ()) -> str:
+def _heatmap(ngrams: list[NgramInfluence], redact: Redactor, top: float, blocks: list[Block] = ()) -> str:
     """Shaded n-grams on the page's scale ``top``; with adaptive search also the unmeasured rest,
     dotted, each piece telling its block's τ_B."""
     spans = []
     for a, b, blk in _unmeasured(list(blocks), ngrams):
-        tip = (
-            f"not measured as n-grams · in the block of tokens {blk['start']}–{blk['end']}, "
-            f"τ_B = {blk['influence']:.4f} nats"
-        )
-        body = esc(f"[{a}–{b}]") if redact.no_text else esc(blk["text"][a - blk["char_start"] : b - blk["char_start"]])
+        tip = f"not measured as n-grams · in the block of tokens {blk.start}–{blk.end}, τ_B = {blk.influence:.4f} nats"
+        body = esc(f"[{a}–{b}]") if redact.no_text else esc(blk.text[a - blk.char_start : b - blk.char_start])
         spans.append((a, f'<span class="tok unmeasured" tabindex="0" data-chars="{a} {b}" title="{tip}">{body}</span>'))
     for a, b, g in _segments(ngrams):
-        piece = g["text"][a - g["char_start"] : b - g["char_start"]]
-        where = f"n-gram at tokens {g['start']}–{g['start'] + g['n']}, chars {g['char_start']}–{g['char_end']}"
-        shown = redact(g["text"], f"chars {g['char_start']}–{g['char_end']}")
-        tip = f"τ_i = {g['influence']:.4f} nats · {where} · {_floor_word(g)}\n{shown}"
-        cls = f"tok {heat_class(g['influence'], top)}" + (" above" if g.get("above_noise") else "")
+        piece = g.text[a - g.char_start : b - g.char_start]
+        where = f"n-gram at tokens {g.start}–{g.start + g.n}, chars {g.char_start}–{g.char_end}"
+        shown = redact(g.text, f"chars {g.char_start}–{g.char_end}")
+        tip = f"τ_i = {g.influence:.4f} nats · {where} · {_floor_word(g)}\n{shown}"
+        cls = f"tok {heat_class(g.influence, top)}" + (" above" if g.above_noise else "")
         body = esc(f"[{a}–{b}]") if redact.no_text else esc(piece)
         spans.append(
             (a, f'<span class="{cls}" tabindex="0" data-chars="{a} {b}" data-tip="{tip}" title="{tip}">{body}</span>')
@@ -105,15 +103,15 @@ def _heatmap(ngrams: list[dict], redact: Redactor, top: float, blocks: list[dict
     return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{body}</div>'
 
 
-def _response_tokens(result: dict, redact: Redactor, top: float) -> str:
-    """The response with each token shaded by its τ_t on the page's scale ``top`` (older logs without
-    token spans: plain)."""
-    text, spans, tau = result["response"], result.get("response_token_chars"), result["token_influence"]
+def _response_tokens(result: LambdaResult, redact: Redactor, top: float) -> str:
+    """The response with each token shaded by its τ_t on the page's scale ``top`` (a result without
+    token spans, from an older log: plain)."""
+    text, spans, tau = result.response, result.response_token_chars, result.token_influence
     if redact.no_text or not spans or len(spans) != len(tau):
         return f'<div class="text">{redact(text, "response")}</div>'
     out = []
     for t, ((a, b), v) in enumerate(zip(spans, tau)):
-        tip = f"token {t}: τ_t = {v:.4f} nats · PMI {result['token_pmi'][t]:.4f}"
+        tip = f"token {t}: τ_t = {v:.4f} nats · PMI {result.token_pmi[t]:.4f}"
         out.append(
             f'<span class="tok {heat_class(v, top)}" tabindex="0" data-t="{t}" data-tip="{tip}" '
             f'title="{tip}">{esc(text[a:b])}</span>'
@@ -121,9 +119,9 @@ def _response_tokens(result: dict, redact: Redactor, top: float) -> str:
     return legend(top, "τ_t (nats)") + f'<div class="text" data-role="response">{"".join(out)}</div>'
 
 
-def _response(result: dict, redact: Redactor, top: float) -> str:
-    tau = result["token_influence"]
-    rows = [[t, v, result["token_pmi"][t]] for t, v in enumerate(tau)]
+def _response(result: LambdaResult, redact: Redactor, top: float) -> str:
+    tau = result.token_influence
+    rows = [[t, v, result.token_pmi[t]] for t, v in enumerate(tau)]
     plot = line_plot(
         "Response-position profile: document-level influence of each response token",
         [("τ_t", list(range(len(tau))), tau)],
@@ -134,48 +132,42 @@ def _response(result: dict, redact: Redactor, top: float) -> str:
         "<h4>Response, shaded by τ_t</h4>"
         + _response_tokens(result, redact, top)
         + f"<figure>{plot}<figcaption>τ_t = |log p(y_t | D) − log p(y_t | ∅)|, summed to the document influence "
-        f"{result['document_influence']:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
+        f"{result.document_influence:.4f} nats</figcaption></figure>" + table(["t", "τ_t (nats)", "PMI"], rows)
     )
 
 
-def _ngram_profile(result: dict, redact: Redactor) -> str:
-    ngrams = result["ngrams"]
+def _ngram_profile(result: LambdaResult, redact: Redactor) -> str:
+    ngrams = result.ngrams
     if not ngrams:
         return '<p class="note">Document level only: no n-gram ablations were run.</p>'
     plot = line_plot(
         "N-gram-position profile: influence of each n-gram by its position in the context",
-        [("τ_i", [g["start"] for g in ngrams], [g["influence"] for g in ngrams])],
+        [("τ_i", [g.start for g in ngrams], [g.influence for g in ngrams])],
         "n-gram start (token of D)",
         "τ_i (nats)",
     )
     rows = [
-        [
-            g["start"],
-            g["n"],
-            g["influence"],
-            _floor_word(g),
-            redact(g["text"], f"chars {g['char_start']}–{g['char_end']}"),
-        ]
-        for g in sorted(ngrams, key=lambda g: -g["influence"])
+        [g.start, g.n, g.influence, _floor_word(g), redact(g.text, f"chars {g.char_start}–{g.char_end}")]
+        for g in sorted(ngrams, key=lambda g: -g.influence)
     ]
     return f"<figure>{plot}</figure>" + table(["start", "n", "τ_i (nats)", "noise floor", "n-gram"], rows, left=0)
 
 
-def _sweep(results: list[dict]) -> str:
+def _sweep(results: list[LambdaResult]) -> str:
     """Document and largest n-gram influence against λ: a pair of curves per ε (one pair without)."""
     groups = _by_epsilon(results)
-    if max(len({r["lam"] for r in rs}) for rs in groups.values()) < 2:
+    if max(len({r.lam for r in rs}) for rs in groups.values()) < 2:
         return ""
     series = []
     for eps, rs in groups.items():
-        lams = [r["lam"] for r in rs]
-        series.append((f"document influence{_eps_tag(eps)}", lams, [r["document_influence"] for r in rs]))
-        series.append((f"largest τ_i{_eps_tag(eps)}", lams, [r["max_ngram_influence"] for r in rs]))
+        lams = [r.lam for r in rs]
+        series.append((f"document influence{_eps_tag(eps)}", lams, [r.document_influence for r in rs]))
+        series.append((f"largest τ_i{_eps_tag(eps)}", lams, [r.max_ngram_influence for r in rs]))
     plot = line_plot("Influence across the λ sweep", series, "λ", "nats")
     with_eps = any(eps is not None for eps in groups)
     head = ["λ", *(["ε"] if with_eps else []), "document influence", "largest τ_i"]
     rows = [
-        [r["lam"], *([_eps_cell(eps)] if with_eps else []), r["document_influence"], r["max_ngram_influence"]]
+        [r.lam, *([_eps_cell(eps)] if with_eps else []), r.document_influence, r.max_ngram_influence]
         for eps, rs in groups.items()
         for r in rs
     ]
@@ -186,47 +178,47 @@ def _eps_cell(eps: float | None) -> object:
     return "none" if eps is None else eps
 
 
-def _realised(result: dict) -> dict | None:
+def _realised(result: LambdaResult) -> RealisedEpsilon | None:
     """The per-step bound 2·λ_t·max|pmi| one generated response had: mean and max (None if not generated)."""
-    steps = (result.get("generation") or {}).get("realised_epsilon") or []
+    steps = (result.generation.realised_epsilon if result.generation is not None else None) or []
     if not steps:
         return None
-    return {"mean": sum(steps) / len(steps), "max": max(steps), "steps": len(steps)}
+    return RealisedEpsilon(sum(steps) / len(steps), max(steps), len(steps))
 
 
-def _example_epsilon_points(results: list[dict]) -> list[dict]:
+def _example_epsilon_points(results: list[LambdaResult]) -> list[dict]:
     """One example's results as points of the ε plots (whole contexts only)."""
     return [
         {
-            "lam": r["lam"],
-            "epsilon": result_epsilon(r),
+            "lam": r.lam,
+            "epsilon": r.epsilon,
             "examples": 1,
-            "influence": r["document_influence"],
+            "influence": r.document_influence,
             "influence_ci": None,
-            "utility": (r.get("utility") or {}).get("f"),
+            "utility": None if r.utility is None else r.utility.f,
             "utility_ci": None,
             "realised": _realised(r),
         }
         for r in results
-        if r.get("context_size") is None
+        if r.context_size is None
     ]
 
 
-def _summary_epsilon_points(summary: dict) -> list[dict]:
+def _summary_epsilon_points(summary: Summary) -> list[dict]:
     """The data set's summary entries as points of the ε plots (whole contexts only)."""
     return [
         {
-            "lam": s["lam"],
-            "epsilon": s.get("epsilon"),
-            "examples": s["examples"],
-            "influence": s["document_influence"]["mean"],
-            "influence_ci": s["document_influence"]["ci"],
-            "utility": (s.get("utility") or {}).get("mean"),
-            "utility_ci": (s.get("utility") or {}).get("ci"),
-            "realised": s.get("realised_epsilon"),
+            "lam": s.lam,
+            "epsilon": s.epsilon,
+            "examples": s.examples,
+            "influence": s.document_influence.mean,
+            "influence_ci": list(s.document_influence.ci),
+            "utility": None if s.utility is None else s.utility.mean,
+            "utility_ci": None if s.utility is None else list(s.utility.ci),
+            "realised": s.realised_epsilon,
         }
-        for s in summary.values()
-        if s.get("context_size") is None
+        for s in summary
+        if s.context_size is None
     ]
 
 
@@ -265,10 +257,9 @@ def _epsilon_sweep(points: list[dict], mean: bool) -> str:
         out.append(f"<figure>{plot}<figcaption>{EPSILON_CAPTION}</figcaption></figure>")
     ci_head = ["95% CI low", "95% CI high"] if mean else []
     head = ["λ", "ε", "examples", what.lower(), *ci_head, "realised ε mean", "realised ε max"]
-    realised = [p["realised"] or {} for p in points]
     rows = [
-        [p["lam"], p["epsilon"], p["examples"], p["influence"], *ci(p, "influence_ci"), r.get("mean"), r.get("max")]
-        for p, r in zip(points, realised)
+        [p["lam"], p["epsilon"], p["examples"], p["influence"], *ci(p, "influence_ci"), *_mean_max(p["realised"])]
+        for p in points
     ]
     out.append(table(head, rows))
     useful = [p for p in points if p["utility"] is not None]
@@ -287,70 +278,77 @@ def _epsilon_sweep(points: list[dict], mean: bool) -> str:
     return "".join(out)
 
 
+def _mean_max(realised: RealisedEpsilon | None) -> list:
+    return [None, None] if realised is None else [realised.mean, realised.max]
+
+
 def example_anchor(index: int) -> str:
     """The ``id`` of the page's ``index``-th example (0-based): ``report.html#example-1`` links to the
     first. Built from the position, not the id, so no private text lands in a URL."""
     return f"example-{index + 1}"
 
 
-def _example(key: str, result: dict, redact: Redactor, top: float, anchor: str) -> str:
+def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anchor: str) -> str:
     out = [f'<section id="{anchor}" data-example="{esc(key)}"><h2>Example {esc(key)} <a href="#{anchor}">#</a></h2>']
-    out.append(f"<p>Query: {redact(result['query'], 'query')} · {result['context_tokens']} context tokens</p>")
-    for r in result["results"]:
-        floor = r.get("noise_floor") or {}
-        eps = result_epsilon(r)
+    out.append(f"<p>Query: {redact(result.query, 'query')} · {result.context_tokens} context tokens</p>")
+    for r in result.results:
+        floor = r.noise_floor
+        eps = r.epsilon
         eps_attr = "" if eps is None else f' data-epsilon="{eps}"'
+        floor_text = (
+            "0 nats (0 null ablations)" if floor is None else f"{floor.max:.3g} nats ({len(floor.sums)} {floor.method})"
+        )
         out.append(
-            f'<h3 data-lambda="{r["lam"]}"{eps_attr}>λ = {r["lam"]:g}{_eps_tag(eps, " · ")}</h3>'
-            f"<p>Document influence {r['document_influence']:.4f} nats · largest τ_i "
-            f"{r['max_ngram_influence']:.4f} nats · noise floor {floor.get('max', 0.0):.3g} nats "
-            f"({len(floor.get('sums', []))} {floor.get('method', 'null ablations')})</p>"
+            f'<h3 data-lambda="{r.lam}"{eps_attr}>λ = {r.lam:g}{_eps_tag(eps, " · ")}</h3>'
+            f"<p>Document influence {r.document_influence:.4f} nats · largest τ_i "
+            f"{r.max_ngram_influence:.4f} nats · noise floor {floor_text}</p>"
         )
         realised = _realised(r) if eps is not None else None
         if realised:
             out.append(
                 f"<p>ε-bounded CID at ε = {eps:g}: realised per-step ε (2·λ_t·max|pmi|) mean "
-                f"{realised['mean']:.4g}, max {realised['max']:.4g} over {realised['steps']} steps</p>"
+                f"{realised.mean:.4g}, max {realised.max:.4g} over {realised.steps} steps</p>"
             )
-        if r.get("utility"):
-            u = r["utility"]
+        if r.utility is not None:
+            u = r.utility
             out.append(
-                f"<p>Utility against the reference answer: ROUGE-L F {u['f']:.3f} "
-                f"(precision {u['precision']:.3f}, recall {u['recall']:.3f})</p>"
+                f"<p>Utility against the reference answer: ROUGE-L F {u.f:.3f} "
+                f"(precision {u.precision:.3f}, recall {u.recall:.3f})</p>"
             )
-        search = r.get("search") or {}
-        if search.get("method") == "adaptive":
+        search = r.search
+        if search is not None and search.adaptive:
             out.append(
-                f"<p>Adaptive search for the {search['top']} largest τ_i: {search['ablations']} ablations of "
-                f"{search['windows']} n-grams, {_count(search['tokens_decoded'])} tokens decoded against "
-                f"exhaustive search's {_count(search['exhaustive_tokens'])}; dotted text was measured only as "
+                f"<p>Adaptive search for the {search.top} largest τ_i: {search.ablations} ablations of "
+                f"{search.windows} n-grams, {_count(search.tokens_decoded)} tokens decoded against "
+                f"exhaustive search's {_count(search.exhaustive_tokens)}; dotted text was measured only as "
                 "part of a block.</p>"
             )
-        if r["ngrams"]:
-            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r["ngrams"], redact, top, search.get("blocks", [])))
+        if r.ngrams:
+            blocks = (search.blocks if search is not None else None) or []
+            out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r.ngrams, redact, top, blocks))
         out.append(_response(r, redact, top))
         out.append("<h4>N-grams</h4>" + _ngram_profile(r, redact))
-        reg = r.get("regurgitation") or {}
-        if reg:
+        if r.regurgitation is not None:
+            reg = r.regurgitation.to_dict()
             out.append("<h4>Regurgitation</h4>" + table(["metric", "value"], [[esc(k), v] for k, v in reg.items()], 1))
-    out.append(_sweep(result["results"]))
-    out.append(_epsilon_sweep(_example_epsilon_points(result["results"]), mean=False))
+    out.append(_sweep(result.results))
+    out.append(_epsilon_sweep(_example_epsilon_points(result.results), mean=False))
     out.append("</section>")
     return "".join(out)
 
 
-def _summary(summary: dict | None) -> str:
+def _summary(summary: Summary | None) -> str:
     if not summary:
         return ""
     rows = []
-    for lam, s in summary.items():
-        d, ngram = s["document_influence"], s.get("ngram_influence") or {}
-        rows.append([esc(lam), s["examples"], d["mean"], d["ci"][0], d["ci"][1], ngram.get("max_of_mean")])
+    for s in summary:
+        d = s.document_influence
+        rows.append([esc(s.key), s.examples, d.mean, d.ci[0], d.ci[1], s.ngram_influence.max_of_mean])
     head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
     out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary) + _context_sizes(summary)
     # the λ sweep over whole contexts, a curve per ε (the context-size entries have their own plot)
-    groups = _by_epsilon([s for s in summary.values() if s.get("context_size") is None])
-    curves = {eps: sorted((s["lam"], s["document_influence"]["mean"]) for s in ss) for eps, ss in groups.items()}
+    groups = _by_epsilon([s for s in summary if s.context_size is None])
+    curves = {eps: sorted((s.lam, s.document_influence.mean) for s in ss) for eps, ss in groups.items()}
     if any(len(c) > 1 for c in curves.values()):
         with_eps = any(eps is not None for eps in curves)
         series = [
@@ -368,21 +366,20 @@ def _summary(summary: dict | None) -> str:
     return out + _epsilon_sweep(_summary_epsilon_points(summary), mean=True) + _dataset_profiles(summary)
 
 
-def _dataset_profiles(summary: dict) -> str:
+def _dataset_profiles(summary: Summary) -> str:
     """The data set's mean τ_t at each response step t and mean τ_i at each n-gram start, one line
     per λ (whole contexts only), each mean over the examples that have that position."""
     whole = sorted(
-        (s for s in summary.values() if s.get("context_size") is None),
-        key=lambda s: (s["lam"], result_epsilon(s) is not None, result_epsilon(s) or 0.0),
+        (s for s in summary if s.context_size is None),
+        key=lambda s: (s.lam, s.epsilon is not None, s.epsilon or 0.0),
     )
     response, ngram, why = {}, {}, []
     for s in whole:
-        name = f"{s['lam']:g}{_eps_tag(result_epsilon(s))}"  # "1.5", or "1.5, ε = 2"
-        profile = s.get("response_position_profile") or []
+        name = f"{s.lam:g}{_eps_tag(s.epsilon)}"  # "1.5", or "1.5, ε = 2"
+        profile = s.response_position_profile
         response[name] = (list(range(len(profile))), profile)
-        starts = s.get("ngram_position_profile") or {}
-        ngram[name] = (starts.get("starts") or [], starts.get("means") or [])
-        why.append((s.get("ngram_influence") or {}).get("not_measured"))
+        ngram[name] = (s.ngram_position_profile.starts, s.ngram_position_profile.means)
+        why.append(s.ngram_influence.not_measured)
     reasons = "; ".join(dict.fromkeys(w for w in why if w))  # e.g. adaptive search: averages need every n-gram
     return (
         "<h3>Response-position profile</h3>"
@@ -412,14 +409,14 @@ def _by_position(title: str, x_label: str, y_label: str, curves: dict[str, tuple
     return f"<figure>{plot}</figure>" + table([x_label] + [f"λ = {lam}" for lam in curves], rows)
 
 
-def _context_sizes(summary: dict) -> str:
+def _context_sizes(summary: Summary) -> str:
     """Mean document influence against the number of context tokens scored (keys "λ@k"), a curve per
     λ (and ε)."""
     curves: dict[str, list[tuple[int, float]]] = {}
-    for s in summary.values():
-        if s.get("context_size") is not None:
-            name = f"{s['lam']:g}{_eps_tag(result_epsilon(s))}"
-            curves.setdefault(name, []).append((s["context_size"], s["document_influence"]["mean"]))
+    for s in summary:
+        if s.context_size is not None:
+            name = f"{s.lam:g}{_eps_tag(s.epsilon)}"
+            curves.setdefault(name, []).append((s.context_size, s.document_influence.mean))
     if not curves:
         return ""
     series = [(f"λ = {lam}", [k for k, _ in sorted(c)], [v for _, v in sorted(c)]) for lam, c in curves.items()]
@@ -428,26 +425,25 @@ def _context_sizes(summary: dict) -> str:
     return "<h3>Context size</h3><figure>" + plot + "</figure>" + table(["λ", "k", "mean document influence"], rows, 1)
 
 
-def _tradeoff(summary: dict) -> str:
+def _tradeoff(summary: Summary) -> str:
     """Utility (ROUGE-L F against the reference answers) against influence across the λ sweep, a
     curve per ε of ε-bounded CID (one without)."""
-    rows = [(k, s) for k, s in summary.items() if s.get("utility")]
+    rows = [s for s in summary if s.utility is not None]
     if not rows:
         return ""
-    groups = _by_epsilon([s for _, s in rows])
+    groups = _by_epsilon(rows)
     order = [id(s) for ss in groups.values() for s in ss]  # the entries of each ε together, in summary order
-    rows.sort(key=lambda row: order.index(id(row[1])))
+    rows.sort(key=lambda s: order.index(id(s)))
     table_rows = [
-        [esc(k), s["document_influence"]["mean"], s["utility"]["mean"], *s["utility"]["ci"], s["utility"]["examples"]]
-        for k, s in rows
+        [esc(s.key), s.document_influence.mean, s.utility.mean, *s.utility.ci, s.utility.examples] for s in rows
     ]
     out = "<h3>Privacy–utility across λ</h3>"
     if len(rows) > 1:
         series = [
             (
                 f"λ sweep{_eps_tag(eps)}",
-                [s["document_influence"]["mean"] for s in ss],
-                [s["utility"]["mean"] for s in ss],
+                [s.document_influence.mean for s in ss],
+                [s.utility.mean for s in ss],
             )
             for eps, ss in groups.items()
         ]
@@ -489,14 +485,16 @@ def _contents(keys: list[str]) -> str:
     return f'<nav data-role="contents"><p>Examples: {links}</p></nav>' if len(keys) > 1 else ""
 
 
-def score_html(run, no_text: bool = False, verdict=None) -> str:
-    """The report of a score log (``records.read_run_log``), finished or partial: the gate's ``verdict``
-    (a ``gates.Verdict``) on top, then one colour scale for the whole page (:func:`page_scale`) in
-    its legend, links to each example's anchor, the summary and the examples."""
+def score_html(run: ScoreRun, no_text: bool = False) -> str:
+    """The report of a score run read from its log (:func:`ctxlite.runs.report_log`), finished or
+    partial: the gate's verdict on top, then one colour scale for the whole page
+    (:func:`page_scale`) in its legend, links to each example's anchor, the summary (of a finished
+    run) and the examples."""
     redact = Redactor(no_text)
-    keys = [k for k in (run.end or {}).get("examples") or list(run.records) if k in run.records]
-    top = page_scale([r for k in keys for r in run.records[k]["result"]["results"]])
-    parts = [f"<h1>ctxlite score report: {esc(run.path.name)}</h1>", verdict_html(verdict and verdict.to_dict())]
+    name = Path(run.log.path).name
+    keys, results = run.keys, run.results
+    top = page_scale([r for rec in results for r in rec.results])
+    parts = [f"<h1>ctxlite score report: {esc(name)}</h1>", verdict_html(run.verdict)]
     parts.append(
         '<div data-role="scale"><p class="note">One colour scale for the whole page: the darkest step is the '
         f"largest influence on it, {top:.4g} nats; τ_i and τ_t are shaded alike.</p>"
@@ -506,15 +504,15 @@ def score_html(run, no_text: bool = False, verdict=None) -> str:
     parts.append(_contents(keys))
     if not run.complete:
         parts.append(
-            f'<p class="note" data-partial="1">Partial run: {len(run.records)} example(s) finished; it did not end.</p>'
+            f'<p class="note" data-partial="1">Partial run: {len(keys)} example(s) finished; it did not end.</p>'
         )
     if no_text:
         parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')
-    parts.append(_summary((run.end or {}).get("summary")))
-    for i, key in enumerate(keys):
-        parts.append(_example(key, run.records[key]["result"], redact, top, example_anchor(i)))
+    parts.append(_summary(run.summary if run.complete else None))
+    for i, (key, result) in enumerate(zip(keys, results)):
+        parts.append(_example(key, result, redact, top, example_anchor(i)))
     parts.append(identity_table(run.identity, redact))
-    return page(f"ctxlite score report: {run.path.name}", "".join(parts))
+    return page(f"ctxlite score report: {name}", "".join(parts))
 
 
 __all__ = ["score_html", "identity_table", "flatten"]

@@ -6,16 +6,22 @@ characters none covers show as "…". Per example and λ (and ε) one line: an e
 characters either side of each of the ``spans`` n-grams of largest τ_i, in reading order,
 overlapping excerpts merged, each span marked in reverse video on a terminal (``ansi``; the
 largest also bold) and in [brackets] otherwise. Control and bidi characters of the private text
-are shown as visible stand-ins (:mod:`ctxlite.reporting.visible`), so the text can never drive the
+are shown as visible stand-ins (:mod:`ctxlite.visible`), so the text can never drive the
 terminal or reorder what it shows.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from ctxlite.reporting.labels import result_label
-from ctxlite.reporting.visible import visible
+from ctxlite.audit.report import AuditReport
+from ctxlite.gates import Verdict
+from ctxlite.influence.analysis import Summary
+from ctxlite.influence.results import ExampleResult, LambdaResult
+from ctxlite.runs.audit import AuditRun
+from ctxlite.runs.score import ScoreRun
+from ctxlite.visible import visible
 
 BOLD_REVERSE, REVERSE, RESET = "\x1b[1;7m", "\x1b[7m", "\x1b[0m"
 GAP = "…"
@@ -23,35 +29,30 @@ GAP = "…"
 
 def printable(text: str) -> str:
     """``text`` safe to print on a terminal: a newline as ⏎, every other control, bidi control or
-    line separator as a visible stand-in (:func:`ctxlite.reporting.visible.visible`: ESC as ␛,
+    line separator as a visible stand-in (:func:`ctxlite.visible.visible`: ESC as ␛,
     U+202E as ⟨U+202E⟩)."""
     return visible(text.replace("\n", "⏎"))
 
 
-def _top(result: dict, spans: int) -> list[dict]:
-    grams = result.get("top_spans")
-    if grams is None:  # a record without the scorer's own choice: rank its n-grams
-        grams = sorted(result.get("ngrams") or [], key=lambda g: -g["influence"])
-    return list(grams)[:spans]
-
-
-def spans_in_context(result: dict, spans: int = 3, margin: int = 12, width: int = 32, ansi: bool = False) -> str:
+def spans_in_context(
+    result: LambdaResult, spans: int = 3, margin: int = 12, width: int = 32, ansi: bool = False
+) -> str:
     """One λ result's top spans marked in excerpts of its context ("" when it has no n-grams). A
     character of two top spans belongs to the one of larger τ_i; each span is marked on its own
     (the largest bold reverse, the others reverse); a span longer than ``width`` characters keeps
     its head and tail around "…"."""
-    top = _top(result, spans)
+    top = result.top[:spans]
     if not top:
         return ""
-    blocks = (result.get("search") or {}).get("blocks") or []  # adaptive search: text measured as blocks
-    known = [*(result.get("ngrams") or []), *top, *blocks]
-    chars = {g["char_start"] + i: c for g in known for i, c in enumerate(g["text"])}
+    blocks = (result.search.blocks if result.search is not None else None) or []  # adaptive search's blocks
+    known = [*result.ngrams, *top, *blocks]
+    chars = {g.char_start + i: c for g in known for i, c in enumerate(g.text)}
     lo, hi = min(chars), max(chars) + 1
     owner: dict[int, int] = {}  # character -> rank of the top span it is shown in
     for rank, g in reversed(list(enumerate(top))):
-        owner.update(dict.fromkeys(range(g["char_start"], g["char_end"]), rank))
+        owner.update(dict.fromkeys(range(g.char_start, g.char_end), rank))
     windows: list[list[int]] = []
-    for a, b in sorted((max(lo, g["char_start"] - margin), min(hi, g["char_end"] + margin)) for g in top):
+    for a, b in sorted((max(lo, g.char_start - margin), min(hi, g.char_end + margin)) for g in top):
         if windows and a <= windows[-1][1]:
             windows[-1][1] = max(windows[-1][1], b)
         else:
@@ -82,19 +83,215 @@ def spans_in_context(result: dict, spans: int = 3, margin: int = 12, width: int 
     return " ".join(pieces)
 
 
-def top_spans_block(keys: Sequence[str], records: Sequence[dict], spans: int = 3, ansi: bool = False) -> list[str]:
+def top_spans_block(
+    keys: Sequence[str], records: Sequence[ExampleResult], spans: int = 3, ansi: bool = False
+) -> list[str]:
     """The lines under the score table: a heading, then per example and λ (and ε) its top spans in context
     (nothing when no result has n-grams, e.g. ``--doc``)."""
     lines = []
     for key, rec in zip(keys, records):
-        for r in rec["results"]:
+        for r in rec.results:
             excerpt = spans_in_context(r, spans, ansi=ansi)
             if excerpt:
-                lines.append(f"{printable(key)} {result_label(r)}: {excerpt}")
+                lines.append(f"{printable(key)} {r.name}: {excerpt}")
     if not lines:
         return []
     how = "the largest bold" if ansi else "each [in brackets]"
     return ["", f"top {spans} n-grams by τ_i in their context ({how}; {GAP} = not shown):", *lines]
 
 
-__all__ = ["printable", "spans_in_context", "top_spans_block"]
+def score_table(keys: Sequence[str], records: Sequence[ExampleResult], ansi: bool, width: int = 36) -> str:
+    """A readable table of example results: per example and λ (and ε, in a column of its own when
+    some result has one), the document influence, the largest n-gram influence τ_i with its
+    character span and text, the noise floor, and how many n-grams stand above it (``-`` where a
+    value was not measured, e.g. ``--doc`` or ``--null-ablations 0``); then the top spans marked in
+    their context, in reverse video when ``ansi`` (a terminal), else in brackets."""
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    with_eps = any(r.epsilon is not None for rec in records for r in rec.results)
+    eps_head = ("ε",) if with_eps else ()
+    rows = [("example", "λ", *eps_head, "tokens", "doc τ", "max τ_i", "floor", "above", "top n-gram (chars: text)")]
+    for key, rec in zip(keys, records):
+        for r in rec.results:
+            name = (r.label, r.epsilon_label or "-") if with_eps else (r.label,)
+            flags = [g.above_noise for g in r.ngrams]
+            above = "-" if not r.ngrams or None in flags else f"{sum(flags)}/{len(r.ngrams)}"
+            top = max(r.ngrams, key=lambda g: g.influence, default=None)
+            span = "-"
+            if top is not None:
+                text = printable(top.text)
+                text = text if len(text) <= width else text[: width - 1] + "…"
+                span = f"{top.char_start}–{top.char_end}: {text}"
+            floor = None if r.noise_floor is None else r.noise_floor.max
+            rows.append(
+                (printable(key), *name, str(r.context_tokens), num(r.document_influence),
+                 num(max((g.influence for g in r.ngrams), default=None)), num(floor), above, span)
+            )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join([*cells, row[-1]]))
+    return "\n".join(lines + top_spans_block(keys, records, ansi=ansi))
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def summary_lines(summary: Summary) -> list[str]:
+    """One line per λ (and context size and ε): the data set's mean document influence with its
+    bootstrap CI, and the mean utility where the data has answers."""
+    lines = []
+    for s in summary:
+        d, u = s.document_influence, s.utility
+        utility = "" if u is None else f", ROUGE-L F {u.mean:.3f} (95% CI {u.ci[0]:.3f}–{u.ci[1]:.3f})"
+        lines.append(
+            f"{s.name}: document influence {d.mean:.2f} (95% CI {d.ci[0]:.2f}–{d.ci[1]:.2f}), "
+            f"n-gram max-of-mean {_num(s.ngram_influence.max_of_mean)}, "
+            f"Repeat {s.regurgitation.repeat}, Rouge {s.regurgitation.rouge} of {s.examples}{utility}"
+        )
+    return lines
+
+
+def verdict_line(verdict: Verdict) -> str:
+    """The verdict's one line, ending with the chain head of the log it was formed from (if any), with
+    control and bidi characters shown as visible escapes (a person reads it)."""
+    head = verdict.properties.get("log.head")
+    return visible(verdict.summary()) + (f" [log head {head}]" if head else "")
+
+
+def score_headline(run: ScoreRun) -> str:
+    """The line a person reads first: the largest n-gram influence, where and how it stands against
+    the noise floor."""
+    best = None
+    for key, rec in zip(run.keys, run.results):
+        for r in rec.results:
+            if r.top and (best is None or r.max_ngram_influence > best[1].max_ngram_influence):
+                best = (key, r)
+    if best is None:
+        return "score: document level only (no n-grams scored)"
+    key, r = best
+    span = r.top[0]
+    text = " ".join(span.text.split())
+    floor = {True: "above", False: "within", None: "no"}[span.above_noise]
+    at = f"λ = {r.lam:g}" + (f", ε = {r.epsilon_label}" if r.epsilon is not None else "")
+    return (
+        f"score: largest n-gram influence {r.max_ngram_influence:.2f} nats in {key} at {at}, "
+        f'"{text[:40]}{"…" if len(text) > 40 else ""}" ({floor} noise floor)'
+    )
+
+
+def audit_table(report: AuditReport) -> str:
+    """A readable table of an audit's rows; an estimate that could not be formed prints n/a, with its
+    reason below."""
+    e = report.settings.estimates
+    sub = e.accounting_queries is not None
+    head = (
+        f"{'eps':>6} {'eps/trial':>9} {'sigma':>7} {'acc*':>6} {'TPR':>6} {'FPR':>6} {'eps_pt':>7} "
+        f"{'eps_lb':>7} {'eps_max':>7} {'mu_lb':>6} {'AUROC':>6} {'gdp_est':>8} {'utility':>8}"
+    )
+    head += f" {'eps_T':>7}" if sub else ""
+    lines = [head]
+    missing = []
+
+    def f(v, w, p=3):
+        if v is None:
+            return f"{'-':>{w}}"
+        return f"{v:>{w}.{p}f}" if math.isfinite(v) else f"{'inf':>{w}}"
+
+    def est(r, key, w):
+        if getattr(r, key) is None and key in r.reasons:
+            missing.append((r.epsilon, key, r.reasons[key]))
+            return f"{'n/a':>{w}}"
+        return f(getattr(r, key), w)
+
+    for r in report.rows:
+        cells = [
+            f(r.epsilon, 6, 2),
+            f(r.epsilon_per_trial, 9, 2),
+            f(r.sigma, 7),
+            f(r.audit_accuracy, 6),
+            f(r.tpr, 6),
+            f(r.fpr, 6),
+            est(r, "epsilon_point", 7),
+            f(r.epsilon_lower_bound, 7),
+            est(r, "epsilon_upper_bound", 7),
+            f(r.mu_lower_bound, 6),
+            f(r.auroc, 6),
+            est(r, "epsilon_gdp", 8),
+            f(r.utility, 8),
+        ]
+        lines.append(" ".join(cells + ([f(r.epsilon_subsampled, 7)] if sub else [])))
+    method = report.rows[0].lower_bound_method if report.rows else "split"
+    lines.append(
+        f"acc* = audit accuracy with the threshold optimised on the same trials (optimistic); "
+        f"eps_lb = Clopper-Pearson lower bound at {e.confidence:.2f} ({method}; the guarantee); "
+        f"eps_max = the audited pair's eps at delta = {report.settings.delta:g}, "
+        f"{_profile_kinds(report)} (the most a valid eps_lb can reach); "
+        f"mu_lb = Gaussian-DP mu lower bound at the same confidence; "
+        f"gdp_est = GDP estimate (model-based, not a bound); "
+        f"theoretical eps: {report.epsilon_kind}"
+        + (
+            f"; eps_T = the same sigma subsampled over T = {e.accounting_queries} queries at q = {e.sampling_rate:g}"
+            if sub
+            else ""
+        )
+    )
+    names = {"epsilon_point": "eps_pt", "epsilon_gdp": "gdp_est", "epsilon_upper_bound": "eps_max"}
+    for eps, key, why in missing:
+        at = "-" if eps is None else ("inf" if math.isinf(eps) else f"{eps:g}")
+        lines.append(f"n/a: {names[key]} at eps = {at}: {why}")
+    return "\n".join(lines)
+
+
+def _profile_kinds(report: AuditReport) -> str:
+    """How the rows' eps_max were computed: "exact", "an upper bound", or both, by theoretical ε."""
+    kinds = {r.privacy_profile_kind for r in report.rows} - {None}
+    if kinds == {"exact"}:
+        return "exact"
+    if kinds == {"upper bound"}:
+        return "an upper bound on it"
+    if not kinds:
+        return "not known"
+    return "exact or an upper bound (see privacy_profile_kind)"
+
+
+def audit_headline(run: AuditRun) -> str:
+    """The line a person reads first: the strongest certified ε, at which theoretical ε and
+    confidence, and what the audited pair's ε is."""
+    report = run.report
+    top = max(report.rows, key=lambda r: r.epsilon_lower_bound)
+    at = "" if top.epsilon is None else f" at theoretical ε = {_eps_text(top.epsilon)}"
+    ceiling = top.epsilon_upper_bound
+    kind = top.privacy_profile_kind or "exact"
+    exact_text = (
+        ""
+        if ceiling is None
+        else f"; the audited pair's {'exact ε' if kind == 'exact' else 'ε is at most'}: "
+        f"{'inf' if math.isinf(ceiling) else f'{ceiling:.3g}'}"
+    )
+    return (
+        f"audit ({report.settings.mechanism.value}): certified ε ≥ {top.epsilon_lower_bound:.3f}{at} "
+        f"at {report.settings.estimates.confidence:.0%} confidence{exact_text}"
+    )
+
+
+def _eps_text(eps: float) -> str:
+    """A theoretical ε as the report's JSON writes it: ``inf``, or the number."""
+    return "inf" if math.isinf(eps) else f"{eps}"
+
+
+__all__ = [
+    "audit_headline",
+    "audit_table",
+    "printable",
+    "score_headline",
+    "score_table",
+    "spans_in_context",
+    "summary_lines",
+    "top_spans_block",
+    "verdict_line",
+]

@@ -1,35 +1,38 @@
-"""The seam between the two methods and a model: what the scorer and the audit need from it.
+"""The seam between the two methods and a model: small capability Protocols, checked with ``isinstance``.
 
-:class:`Backend` is a structural Protocol: the local llama.cpp :class:`~ctxlite.runtime.engine.Engine`
-implements it, and any other model runtime (an inference server, say) plugs in by implementing the
-same methods; ``ctxlite.influence`` and ``ctxlite.audit`` use nothing else.
+A backend is any object with the methods of the capabilities it has; ``ctxlite.influence`` and
+``ctxlite.audit`` use nothing else. Every backend is a :class:`Backend` (tokenization, the prompt
+budget, and its identity for the run log); the rest it may or may not offer:
 
-A backend declares what it can do in ``capabilities``. Everything needs tokenization; scoring
-needs teacher forcing (log p(y_t | y_<t, prompt) of given tokens), which every backend has but a
-server whose completions carry no log-probabilities (:func:`teacher_forcing`), and a
-classification audit reads its exact label distributions through it where it can (else it
-samples its answers: ``SAMPLES``). The rest is optional:
-
-* ``LOGIT_ROWS`` -- full next-token logit rows. The λ-mixture of Context Influence Decoding,
-  log softmax((λ·l_D + (1−λ)·l_∅)/T), needs both rows over the whole vocabulary, so λ ≠ 1, CID
-  generation and the audit's exact label distribution need them.
-* ``PREFIX_REUSE`` -- variants that share a prefix with a base are decoded from their split point
-  (``load_base`` / ``score_variant``). Without it every variant is decoded whole, the way the
+* :class:`TeacherForcing` -- log p(y_t | y_<t, prompt) of given tokens, one sequence or several
+  (``logprobs_many``: concurrently on a server). Scoring needs it; a classification audit reads its
+  exact label distributions through it, and samples its answers from a backend without it
+  (a server whose completions carry no log-probabilities).
+* :class:`Vocabulary` -- the vocabulary's size (the unigram canary draws rare tokens of it).
+* :class:`LogitRows` -- full next-token logit rows (and the end-of-generation ids they are banned
+  by). The λ-mixture of Context Influence Decoding, log softmax((λ·l_D + (1−λ)·l_∅)/T), needs both
+  rows over the whole vocabulary, so λ ≠ 1, CID generation and the audit's exact label
+  distribution from rows need them.
+* :class:`PrefixReuse` -- variants that share a prefix with a base are decoded from their split
+  point (``load_base`` / ``score_variant``). Without it every variant is decoded whole, the way the
   scorer's exact mode does; with it, ``score_variant(tiling=...)`` repeats a decode in another
   batch tiling (``Tiling``), which the noise floor's probes measure rounding with.
-* ``STREAMS`` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
-* ``EMBEDDINGS`` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
-* ``SAMPLES`` -- continuations sampled by the backend itself (``sample_texts(requests, temperature,
-  max_new_tokens)`` with ``requests`` a list of (prompt tokens, seed)): what a server offers
-  instead of ``LOGIT_ROWS`` + ``STREAMS`` for the texts of generation audits.
+* :class:`Streams` -- lock-step sampling of several prompts (``streams``, ``held_logits``).
+* :class:`Embeddings` -- a pooled embedding of a text (``embed``): ESA and the generation detector.
+* :class:`SampledCompletions` -- continuations sampled by the backend itself (``sample_texts(requests,
+  temperature, max_new_tokens)`` with ``requests`` a list of (prompt tokens, seed)): what a server
+  offers instead of rows and streams for the texts of generation audits.
+* :class:`CountsDecodes` -- the tokens it decoded so far (a cost the search records), and
+  :class:`DryRun` -- decodes counted, not run (``--plan``).
+* :class:`ChatModel` -- the model's own metadata, where its chat template is read.
 
-A command that needs a capability the backend lacks fails through :func:`require`, with a message
-that names the backend, the capability and what needed it.
+What needs a capability the backend lacks fails through :func:`require`, naming the backend, the
+capability and what needed it.
 """
 
 from __future__ import annotations
 
-import enum
+import codecs
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -61,16 +64,6 @@ class Tiling:
             raise InvalidParameter(f"a tiling needs offset >= 1 and batch >= 1, got {self}")
 
 
-class Capability(enum.Enum):
-    """What a backend can do beyond tokenization and teacher forcing."""
-
-    LOGIT_ROWS = "full next-token logit rows"
-    PREFIX_REUSE = "prefix-shared variants (KV-cache reuse)"
-    STREAMS = "lock-step sampling of several prompts"
-    EMBEDDINGS = "text embeddings"
-    SAMPLES = "sampled completions"
-
-
 class BackendKind(Choice):
     """Which model runtime a command drives: llama.cpp in this process, or an OpenAI-compatible server."""
 
@@ -80,33 +73,56 @@ class BackendKind(Choice):
 
 @runtime_checkable
 class Backend(Protocol):
-    """A language model as ctxlite uses it (see the module docstring for the capabilities)."""
+    """What every backend does: tokenize (its own vocabulary), check a sequence fits its window, and
+    say what it is (``identity`` for the run log, ``describe`` for a person)."""
 
-    n_vocab: int
-
-    @property
-    def capabilities(self) -> frozenset[Capability]: ...
-
-    # tokenizer
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]: ...
     def detokenize(self, tokens: Sequence[int]) -> str: ...
     def token_bytes(self, token: int) -> bytes: ...
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]: ...
     @property
     def bos_id(self) -> int | None: ...
+    def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None: ...
+    def identity(self) -> dict: ...
+    def describe(self) -> dict: ...
+
+
+@runtime_checkable
+class TeacherForcing(Protocol):
+    """log p_T(tokens[t] | tokens[:t]) for t >= targets_from; ``logprobs_many`` does several, in the
+    order given (``on_done(k)`` after the k-th ends, in any order of requests)."""
+
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray: ...
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list: ...
+
+
+@runtime_checkable
+class Vocabulary(Protocol):
+    """The size of the vocabulary (its tokens are ``token_bytes`` of 0 .. ``n_vocab`` − 1)."""
+
+    n_vocab: int
+
+
+@runtime_checkable
+class LogitRows(Protocol):
+    """Full next-token logit rows over the vocabulary, and the end-of-generation ids a generation bans."""
+
+    def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray: ...
+    def next_logits(self, prompt: Sequence[int], *, exact: bool = False) -> np.ndarray: ...
     @property
     def eog_ids(self) -> np.ndarray: ...
     def is_eog(self, token: int) -> bool: ...
-    def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None: ...
 
-    # teacher forcing (always)
-    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray: ...
 
-    # LOGIT_ROWS
-    def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray: ...
-    def next_logits(self, prompt: Sequence[int], *, exact: bool = False) -> np.ndarray: ...
+@runtime_checkable
+class PrefixReuse(Protocol):
+    """Variants of a base decoded from their split point (with logit rows: handed to ``on_rows``)."""
 
-    # PREFIX_REUSE (with LOGIT_ROWS: the rows are handed to ``on_rows``)
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None: ...
     def score_variant(
         self,
@@ -119,59 +135,118 @@ class Backend(Protocol):
         tiling: Tiling | None = None,
     ) -> None: ...
 
-    # STREAMS
+
+@runtime_checkable
+class Streams(Protocol):
+    """Lock-step sampling of several prompts, and prompts kept by key."""
+
     def streams(self, prompts: Sequence[Sequence[int]]): ...
     def held_logits(self, tokens: Sequence[int], key) -> np.ndarray: ...
     @property
     def max_streams(self) -> int: ...
 
-    # EMBEDDINGS
+
+@runtime_checkable
+class Embeddings(Protocol):
+    """A pooled embedding of a text."""
+
     def embed(self, text: str) -> np.ndarray: ...
 
-    # the run record
-    def identity(self) -> dict: ...
-    def describe(self) -> dict: ...
+
+@runtime_checkable
+class SampledCompletions(Protocol):
+    """One completion per (prompt tokens, seed), sampled by the backend at ``temperature``."""
+
+    def sample_texts(
+        self, requests: Sequence[tuple[Sequence[int], int]], temperature: float, max_new_tokens: int
+    ) -> list[str]: ...
 
 
-def require(backend, needed: Iterable[Capability], for_what: str) -> None:
-    """Refuse (InvalidParameter) unless ``backend`` declares every capability in ``needed``."""
-    have = backend.capabilities
-    missing = [c for c in needed if c not in have]
+@runtime_checkable
+class CountsDecodes(Protocol):
+    """The tokens decoded so far (every token through the model: a cost counter)."""
+
+    tokens_decoded: int
+
+
+@runtime_checkable
+class DryRun(Protocol):
+    """Decodes that can be counted without being run (``dry_run``: flat logits), and an empty cache."""
+
+    dry_run: bool
+    decode_calls: int
+    tokens_decoded: int
+
+    def clear(self) -> None: ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """The model's GGUF metadata (its chat template is one value of it)."""
+
+    def metadata(self, key: str) -> str | None: ...
+
+
+CAPABILITIES = {
+    Vocabulary: "the vocabulary's size",
+    TeacherForcing: "log-probabilities of given tokens",
+    LogitRows: "full next-token logit rows",
+    PrefixReuse: "prefix-shared variants (KV-cache reuse)",
+    Streams: "lock-step sampling of several prompts",
+    Embeddings: "text embeddings",
+    SampledCompletions: "sampled completions",
+    ChatModel: "the model's metadata (its chat template)",
+}
+"""What each capability is, as a refusal names it."""
+
+
+def require(backend, needed: Iterable[type], for_what: str) -> None:
+    """Refuse (InvalidParameter) unless ``backend`` has every capability in ``needed``."""
+    missing = [CAPABILITIES[c] for c in needed if not isinstance(backend, c)]
     if missing:
         name = backend.describe().get("backend", type(backend).__name__)
+        raise InvalidParameter(f"{for_what} needs {' and '.join(missing)}, which the {name} backend does not provide")
+
+
+def check_targets(backend: Backend, tokens: Sequence[int], targets_from: int) -> None:
+    """Refuse a teacher-forced request whose first target is not in ``[1, len(tokens))`` or that does
+    not fit the backend's window."""
+    if not 1 <= targets_from < len(tokens):
+        raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+    backend.check_fits(len(tokens))
+
+
+def check_variant(base: Sequence[int] | None, tokens: Sequence[int], shared: int, targets_from: int) -> None:
+    """Refuse a :class:`PrefixReuse` variant that does not share its first ``shared`` tokens with the
+    ``base`` (None: no base loaded) or whose split is not before its first target."""
+    if base is None:
+        raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
+    if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != list(base[:shared]):
         raise InvalidParameter(
-            f"{for_what} needs {' and '.join(c.value for c in missing)}, which the {name} backend does not provide"
+            f"variant must share its first {shared} tokens with the base and "
+            f"1 <= shared < targets_from ({targets_from})"
         )
 
 
-def teacher_forcing(backend) -> bool:
-    """Whether ``backend`` returns log-probabilities of given tokens: every backend but a server whose
-    completions carry none (``prompt_logprobs = False``; ``ctxlite.runtime.openai_server``)."""
-    return getattr(backend, "prompt_logprobs", True) is not False
+def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
+    from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    spans, n_chars = [], 0
+    for t in tokens:
+        start = n_chars
+        n_chars += len(decoder.decode(token_bytes(t)))
+        spans.append((start, n_chars))
+    return spans
 
 
-def require_teacher_forcing(backend, for_what: str) -> None:
-    """Refuse (InvalidParameter) a backend without teacher forcing, naming what needed it."""
-    if not teacher_forcing(backend):
-        name = backend.describe().get("backend", type(backend).__name__)
-        raise InvalidParameter(
-            f"{for_what} needs log-probabilities of given tokens, which the {name} backend does not return "
-            "(its completions carry no logprobs)"
-        )
-
-
-def logprobs_many(
-    backend,
+def sequential_logprobs(
+    backend: TeacherForcing,
     requests: Sequence[tuple[Sequence[int], int]],
     temperature: float = 1.0,
     on_done: Callable[[int], None] | None = None,
 ) -> list:
-    """``backend.logprobs(tokens, targets_from, temperature)`` of each request, in the order given,
-    concurrently where the backend can (a server's ``logprobs_many``), else one after the other;
-    ``on_done(k)`` after the k-th request ends (in the calling thread, in any order of requests)."""
-    many = getattr(backend, "logprobs_many", None)
-    if many is not None:
-        return many(requests, temperature, on_done)
+    """``logprobs_many`` of a backend that decodes one sequence at a time: each in turn."""
     out = []
     for tokens, targets_from in requests:
         out.append(backend.logprobs(tokens, targets_from, temperature))

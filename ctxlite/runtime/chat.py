@@ -21,15 +21,13 @@ import ctypes
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import llama_cpp as _llama
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.runtime.backend import ChatModel, require
+from ctxlite.runtime.engine import Engine, model_metadata
 from ctxlite.runtime.models import verified_entry
-
-if TYPE_CHECKING:
-    from ctxlite.runtime.engine import Engine
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 
@@ -43,14 +41,14 @@ def _model_name(engine: Engine) -> str:
 def chat_template(engine_or_model: Engine | str | os.PathLike) -> str | None:
     """The model's chat template (its GGUF's ``tokenizer.chat_template``), or None when it has none.
 
-    Takes a loaded :class:`~ctxlite.runtime.engine.Engine` (anything with its ``metadata(key)``),
-    a registry name or a GGUF path (read without loading the weights).
+    Takes a loaded :class:`~ctxlite.runtime.engine.Engine` (any backend with the model's metadata,
+    :class:`~ctxlite.runtime.backend.ChatModel`), a registry name or a GGUF path (read without
+    loading the weights).
     """
-    if hasattr(engine_or_model, "metadata"):
-        return engine_or_model.metadata(TEMPLATE_KEY)
-    from ctxlite.runtime.engine import model_metadata  # only for a path: an engine's caller needs no engine import
-
-    return model_metadata(engine_or_model, TEMPLATE_KEY)
+    if isinstance(engine_or_model, (str, os.PathLike)):
+        return model_metadata(engine_or_model, TEMPLATE_KEY)
+    require(engine_or_model, [ChatModel], "a chat template")
+    return engine_or_model.metadata(TEMPLATE_KEY)
 
 
 def _messages(messages: Sequence[Mapping[str, str]]) -> list[tuple[bytes, bytes]]:

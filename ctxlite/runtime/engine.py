@@ -37,12 +37,13 @@ cannot be rolled back to an earlier split point).
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # import llama_cpp lazily-but-once: it loads a shared library and prints nothing.
@@ -50,9 +51,19 @@ import llama_cpp as _llama
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, DecodeError, InvalidParameter, ModelError
-from ctxlite.runtime.backend import Capability, RowsCallback, Tiling
+from ctxlite.identity import software
+from ctxlite.runtime import kernels, models
+from ctxlite.runtime.backend import (
+    RowsCallback,
+    Tiling,
+    char_spans_of,
+    check_targets,
+    check_variant,
+    sequential_logprobs,
+)
+from ctxlite.runtime.build import llama_build
 from ctxlite.runtime.kv import BASE_SEQ, KVCache, common_prefix
-from ctxlite.runtime.models import resolve_model
+from ctxlite.runtime.models import model_identity, resolve_model
 
 _backend_ready = False
 
@@ -63,9 +74,7 @@ def _init_backend() -> None:
         return
     if not os.environ.get("CTXLITE_LLAMA_LOG"):
         # a C callback: a Ctrl-C landing in a Python one would be swallowed by ctypes
-        from ctxlite.runtime.kernels import drop_log_address
-
-        _llama.llama_log_set(ctypes.cast(drop_log_address(), _llama.llama_log_callback), ctypes.c_void_p())
+        _llama.llama_log_set(ctypes.cast(kernels.drop_log_address(), _llama.llama_log_callback), ctypes.c_void_p())
     _llama.llama_backend_init()
     _backend_ready = True
 
@@ -96,9 +105,6 @@ def _load_progress(progress, user_data):  # pragma: no cover - called from C
 def _load_model(path: Path, n_gpu_layers: int, vocab_only: bool = False):
     """``llama_model_load_from_file`` that a Ctrl-C aborts promptly (``KeyboardInterrupt``);
     ``vocab_only``: the metadata and vocabulary without the weights."""
-    import signal
-    import threading
-
     mparams = _llama.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
     mparams.vocab_only = vocab_only
@@ -193,9 +199,15 @@ class EngineConfig:
     """llama.cpp settings (names mirror llama.cpp's CLI flags).
 
     ``n_ctx`` is the window one sequence may use (prompt + response); the KV
-    cache holds ``kv_slots`` such windows so variants and streams fit beside the
-    base sequence. Flash attention is off by default: on vs off changes
-    log-probs by ~0.05-0.09 nats (design notes: docs/design.md) and CPU tests pin it.
+    cache holds ``kv_slots`` such windows so variants, streams and an audit's keyed
+    prompts fit beside the base sequence. Every setting but the thread count is part
+    of a run's identity (:func:`local_identity`), so the defaults are the ones every
+    run uses, the command line's and a library caller's alike: ``kv_slots`` 4 leaves
+    an audit's continuation trees three windows of keyed prompts (with 2 a generation
+    audit evicts and re-decodes them, 1.7x slower, and its rows round differently;
+    scoring uses two windows and gives the same bits with either). Flash attention is
+    off by default: on vs off changes log-probs by ~0.05-0.09 nats (design notes:
+    docs/design.md) and CPU tests pin it.
     """
 
     n_ctx: int = 2048
@@ -203,7 +215,7 @@ class EngineConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     flash_attn: bool = False
-    kv_slots: int = 2
+    kv_slots: int = 4
     n_seq_max: int = 8
 
     def __post_init__(self):
@@ -223,12 +235,19 @@ class EngineConfig:
 
 
 class Engine:
-    """One loaded GGUF model and a llama.cpp context over it.
+    """One loaded GGUF model and a llama.cpp context over it: a backend with every capability of
+    :mod:`ctxlite.runtime.backend` but embeddings, which ``Engine(..., embeddings=True)`` has (it
+    makes an :class:`EmbeddingEngine`, whose context pools its hidden states).
 
     >>> eng = Engine("gemma-3-270m")                       # doctest: +SKIP
     >>> toks = eng.tokenize("Paris is the capital of France")  # doctest: +SKIP
     >>> eng.logprobs(toks, targets_from=3)                 # doctest: +SKIP
     """
+
+    def __new__(cls, model=None, config=None, *, embeddings: bool = False):
+        if embeddings and cls is Engine:
+            cls = EmbeddingEngine
+        return super().__new__(cls)
 
     def __init__(
         self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, *, embeddings: bool = False
@@ -255,12 +274,6 @@ class Engine:
         self.decode_calls = 0  # llama_decode calls (the other cost counter)
         self.dry_run = False  # count the decodes a run needs without running them (planning): flat logits
         self._eog_ids: np.ndarray | None = None
-
-    # ----- what this backend can do ---------------------------------------
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        caps = {Capability.LOGIT_ROWS, Capability.PREFIX_REUSE, Capability.STREAMS}
-        return frozenset(caps | {Capability.EMBEDDINGS} if self.embeddings else caps)
 
     @property
     def max_streams(self) -> int:
@@ -375,13 +388,7 @@ class Engine:
 
         A character split over several tokens belongs to the token that completes it.
         """
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        spans, n_chars = [], 0
-        for t in tokens:
-            start = n_chars
-            n_chars += len(decoder.decode(self.token_bytes(t)))
-            spans.append((start, n_chars))
-        return spans
+        return char_spans_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:
@@ -506,8 +513,6 @@ class Engine:
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p_T(tokens[t] | tokens[:t]) for t >= targets_from, in one forward pass."""
-        from ctxlite.runtime import kernels
-
         targets = np.asarray(tokens[targets_from:], dtype=np.int32)
         out = np.empty(len(targets))
 
@@ -518,6 +523,15 @@ class Engine:
 
         self.score_tokens(tokens, targets_from, take)
         return out
+
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[np.ndarray]:
+        """:meth:`logprobs` of each (tokens, targets_from), one after the other, in the order given."""
+        return sequential_logprobs(self, requests, temperature, on_done)
 
     def logits_rows(self, tokens: Sequence[int], targets_from: int) -> np.ndarray:
         """Copy of the (n_targets, V) float32 logits predicting ``tokens[targets_from:]``."""
@@ -530,9 +544,7 @@ class Engine:
         return out
 
     def _check_targets(self, tokens: Sequence[int], targets_from: int) -> None:
-        if not 1 <= targets_from < len(tokens):
-            raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
-        self.check_fits(len(tokens))
+        check_targets(self, tokens, targets_from)
 
     # ----- 2. prefix-shared variants --------------------------------------
     def load_base(self, tokens: Sequence[int], targets_from: int, on_rows: RowsCallback | None = None) -> None:
@@ -580,15 +592,8 @@ class Engine:
             self.kv.clear(keep_base=True)
             start = 0
         else:
-            base = self.kv.base
-            if base is None:
-                raise InvalidParameter("score_variant needs load_base() first (or exact=True)")
             # the row predicting the first target sits at targets_from - 1: it must be re-decoded
-            if not 1 <= shared < targets_from or shared > len(base) or list(tokens[:shared]) != base[:shared]:
-                raise InvalidParameter(
-                    f"variant must share its first {shared} tokens with the base and "
-                    f"1 <= shared < targets_from ({targets_from})"
-                )
+            check_variant(self.kv.base, tokens, shared, targets_from)
             reusable = min(shared, self.kv.valid)
             if tiling is not None:  # the other alignment (position 0 when no such position is shared)
                 start = reusable - (reusable - tiling.offset) % ROW_TILE if reusable >= tiling.offset else 0
@@ -688,22 +693,6 @@ class Engine:
         entry.tokens, entry.row = tokens, row
         return row.copy()
 
-    # ----- embeddings -----------------------------------------------------
-    def embed(self, text: str) -> np.ndarray:
-        """Mean-pooled final hidden state of ``text`` (engine built with ``embeddings=True``)."""
-        if not self.embeddings:
-            raise InvalidParameter("this engine was not created with embeddings=True")
-        tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
-        self.check_fits(len(tokens), "text to embed")
-        self.clear()
-        self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
-        if self.dry_run:
-            return np.full(self.n_embd, 1.0 / math.sqrt(self.n_embd))
-        ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
-        if not ptr:
-            raise DecodeError("llama.cpp returned no pooled embedding")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
-
     # ----- metadata -------------------------------------------------------
     def metadata(self, key: str) -> str | None:
         """The model's GGUF metadata value under ``key`` (e.g. ``tokenizer.chat_template``), or None.
@@ -713,15 +702,11 @@ class Engine:
         return _meta_str(self._model, key)
 
     def identity(self) -> dict:
-        """What identifies this engine's numbers in a run log (see :func:`ctxlite.identity.engine_part`)."""
-        from ctxlite.identity import engine_part
-
-        return engine_part(self.model_path, self.config)
+        """What identifies this engine's numbers in a run log (:func:`local_identity`)."""
+        return local_identity(self.model_path, self.config)
 
     def describe(self) -> dict:
         """Run metadata: model file, llama.cpp build and engine settings."""
-        from ctxlite.runtime import models
-
         info = models.describe(self.model_path)
         info.update(
             backend="llama.cpp",
@@ -734,6 +719,63 @@ class Engine:
             flash_attn=self.config.flash_attn,
         )
         return info
+
+
+class EmbeddingEngine(Engine):
+    """An :class:`Engine` whose context pools the final hidden states: it has embeddings too
+    (``Engine(model, config, embeddings=True)`` makes one)."""
+
+    def __init__(self, model: str | os.PathLike | None = None, config: EngineConfig | None = None, **_):
+        super().__init__(model, config, embeddings=True)
+
+    def embed(self, text: str) -> np.ndarray:
+        """Mean-pooled final hidden state of ``text``."""
+        tokens = self.tokenize(text, add_bos=True) or [self.bos_id or 0]
+        self.check_fits(len(tokens), "text to embed")
+        self.clear()
+        self.decode_sequence(tokens, BASE_SEQ, 0, len(tokens), None)
+        if self.dry_run:
+            return np.full(self.n_embd, 1.0 / math.sqrt(self.n_embd))
+        ptr = _llama.llama_get_embeddings_seq(self._ctx, BASE_SEQ)
+        if not ptr:
+            raise DecodeError("llama.cpp returned no pooled embedding")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).astype(np.float64)
+
+
+def local_identity(model_path, config: EngineConfig) -> dict:
+    """Identity of the model runtime: software versions, the model file's content, the engine settings.
+
+    The thread count is left out: it changes speed, not the numbers. Everything
+    else of ``EngineConfig`` can change rounding (batch shapes, offloaded
+    layers, flash attention, the KV room an audit's keyed prompts have) and is part
+    of the identity, and so are the instruction sets llama.cpp was compiled for
+    (``software.llama_build``): an AVX-512 build rounds differently from an AVX2 one,
+    so a log is resumed only by the build that wrote it.
+    """
+    cfg = {k: v for k, v in asdict(config).items() if k != "n_threads"}
+    build = llama_build()
+    return {
+        "software": {**software(), "llama_build": {"features": build["features"]}},
+        "model": model_identity(model_path),
+        "engine": cfg,
+    }
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A llama.cpp model not loaded yet: its identity is known (the file is hashed) without loading
+    it, and :meth:`open` loads it. A run (:mod:`ctxlite.runs`) takes one where it may refuse its log
+    before any model work, and opens it only then; an open :class:`Engine` serves the same."""
+
+    model: str | os.PathLike | None = None
+    config: EngineConfig = field(default_factory=EngineConfig)
+    embeddings: bool = False
+
+    def identity(self) -> dict:
+        return local_identity(resolve_model(self.model), self.config)
+
+    def open(self) -> Engine:
+        return Engine(self.model, self.config, embeddings=self.embeddings)
 
 
 class Streams:

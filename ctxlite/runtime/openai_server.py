@@ -1,40 +1,44 @@
 """A model behind an OpenAI-compatible HTTP server (llama-cpp-python's, llama.cpp's, vLLM) as a Backend.
 
 ctxlite sends requests; the server batches, caches prefixes and spreads over its GPUs. What such a
-server offers is *teacher forcing* and its own *sampled completions*, so :class:`OpenAIServer`
-declares one optional capability, ``SAMPLES`` (see :mod:`ctxlite.runtime.backend`):
+server offers is *teacher forcing* and its own *sampled completions*: :class:`OpenAIServer` has those
+two capabilities of :mod:`ctxlite.runtime.backend` (``TeacherForcing``, ``SampledCompletions``):
 
 * log p(y_t | y_<t) of given tokens: one ``/v1/completions`` request with the token ids as the
   prompt, ``echo`` and ``logprobs``, ``max_tokens = 1`` (the one generated token is ignored). The
   server reports log softmax of the raw logits, i.e. temperature 1: log p_T for T ≠ 1 needs the
   normaliser Σ_v exp(l_v / T) over the whole vocabulary, which no endpoint returns, so T ≠ 1 is
   refused rather than approximated.
-* no ``LOGIT_ROWS``: λ ≠ 1, CID generation and a self-judging judge are refused through
+* no ``LogitRows``: λ ≠ 1, CID generation and a self-judging judge are refused through
   :func:`~ctxlite.runtime.backend.require`. A classification audit's label distribution is exact
   anyway: P(label) is a product of teacher-forced token probabilities (``ctxlite.audit.oracle``).
-* no ``PREFIX_REUSE``: every ablation is sent whole; the server's own prefix cache (vLLM
+* no ``PrefixReuse``: every ablation is sent whole; the server's own prefix cache (vLLM
   ``--enable-prefix-caching``, llama.cpp's slot cache) is what saves the shared prefix.
-* ``SAMPLES``: a generation audit's texts are the server's own sampled completions
+* ``SampledCompletions``: a generation audit's texts are the server's own sampled completions
   (:meth:`OpenAIServer.sample_texts`), one request per text, with the temperature, ``max_tokens`` and
   a seed per text, and every other filter of the server turned off (top-p 1, top-k and min-p off,
   no repetition penalty), so the text is a sample of softmax(logits / T), as locally.
 
 Tokens must be the server's: tokenization goes through its tokenize/detokenize endpoints, probed
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
-with none is refused. Given a local model's tokenizer (``OpenAIServer(config, tokenizer=...)``,
-the CLI's ``--model`` with ``--backend openai``), the server must tokenize :data:`PARITY_TEXTS` as
-it does, or the connection is refused (:func:`tokenizer_mismatch`). The test suite runs the
-llama-cpp-python dialect (tests/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on
-the CPU); the llama.cpp dialect follows llama.cpp's documentation and meets only a fake server.
+with none is refused. What each server spells its own way (those endpoints, text or token-id
+prompts, the echo's alignment, its sampling filters) is its dialect,
+:mod:`ctxlite.runtime.server_dialects`. Given a local model's tokenizer
+(``OpenAIServer(config, tokenizer=...)``, the CLI's ``--model`` with ``--backend openai``), the
+server must tokenize :data:`PARITY_TEXTS` as it does, or the connection is refused
+(:func:`tokenizer_mismatch`). The test suite runs the llama-cpp-python dialect
+(tests/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on the CPU); the llama.cpp
+dialect follows llama.cpp's documentation and meets only a fake server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
 ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
 request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
 flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
 
-A server whose completions carry no ``logprobs`` is found at connection (``prompt_logprobs`` is
-then False): teacher forcing, hence scoring, is refused naming the missing capability, and a
-classification audit takes its answers from sampled completions instead (``ctxlite.audit.oracle``).
+A server whose completions carry no ``logprobs`` is found at connection: it is a :class:`ServedModel`
+(``prompt_logprobs`` False), without teacher forcing, so scoring is refused naming the missing
+capability, and a classification audit takes its answers from sampled completions instead
+(``ctxlite.audit.oracle``).
 
 Every answer is checked before it is used (:func:`check_logprobs` and the checks of each
 endpoint): it is a JSON object without an ``error`` member (some servers answer HTTP 200 with
@@ -50,7 +54,8 @@ times out like a silent one), and an answer larger than ``ServerConfig.max_answe
 (``MAX_ANSWER_BYTES``, 64 MiB) is refused while it streams in, so a runaway answer never fills
 the memory.
 
-Robustness: requests run on a thread pool of ``concurrency`` workers, each with a timeout, retried
+Robustness (:mod:`ctxlite.runtime.server_transport`, the HTTP side): requests run on a thread pool
+of ``concurrency`` workers, each with a timeout, retried
 on connection errors, timeouts, 429 and 5xx with exponential backoff and full jitter
 (delay = U(0, 1) · min(max_backoff, backoff · 2^attempt), or the server's Retry-After). A request
 that exhausts its retries opens the circuit breaker: every later request fails at once with the
@@ -66,364 +71,24 @@ import codecs
 import itertools
 import json
 import math
-import os
-import queue
-import random
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, as_completed
-from dataclasses import dataclass
+from concurrent.futures import as_completed
 
-import httpcore
-import httpx
 import numpy as np
 
 from ctxlite.errors import ContextOverflow, InvalidParameter, ServerError
-from ctxlite.runtime.backend import Capability
+from ctxlite.identity import software
+from ctxlite.runtime.server_dialects import Dialect, answer_field, probe_dialect
+from ctxlite.runtime.server_transport import Http, Pool, RequestStats, ServerConfig
 
-API_KEY_VARIABLES = ("CTXLITE_API_KEY", "OPENAI_API_KEY")
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-MAX_ANSWER_BYTES = 64 * 2**20
-"""The largest answer ctxlite reads (64 MiB, decoded): an echoed prompt of 100,000 tokens with its
-log-probabilities is a few MiB. A larger one is refused while it streams in (exit 9)."""
 LOGPROB_TOLERANCE = 1e-4
 """How far above 0 a served log-probability may be (nats): float32 log-softmax of a token of
 probability ~1 rounds to a few 1e-7 above 0. Anything larger is an impossible answer (exit 9)."""
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    """Where the server is and how hard to try. ``base_url`` ends in the API root (``.../v1``)."""
-
-    base_url: str
-    model_name: str
-    concurrency: int = 4
-    timeout: float = 120.0
-    retries: int = 4
-    backoff: float = 0.5
-    max_backoff: float = 10.0
-    n_ctx: int | None = None  # the server's context window when it does not report one
-    max_answer_bytes: int = MAX_ANSWER_BYTES
-
-    def __post_init__(self):
-        if not self.base_url.startswith(("http://", "https://")):
-            raise InvalidParameter(f"--base-url must start with http:// or https://, got {self.base_url!r}")
-        if not self.model_name.strip():
-            raise InvalidParameter("--model-name must name the served model")
-        if self.concurrency < 1 or self.retries < 0 or not self.timeout > 0 or not self.backoff >= 0:
-            raise InvalidParameter("need concurrency >= 1, retries >= 0, timeout > 0 and backoff >= 0")
-        if self.max_answer_bytes < 1:
-            raise InvalidParameter(f"max_answer_bytes must be >= 1, got {self.max_answer_bytes}")
-
-    @property
-    def root(self) -> str:
-        """The server's root (tokenize endpoints live there, not under ``/v1``)."""
-        url = self.base_url.rstrip("/")
-        return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def api_key() -> str | None:
-    """The API key from the environment (``CTXLITE_API_KEY`` first), or None."""
-    for name in API_KEY_VARIABLES:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-@dataclass(frozen=True)
-class RequestStats:
-    """The HTTP requests of one backend so far: ``in_flight`` now (sent, not answered), the most
-    that were ever in flight together, how many ended (answered or failed, retries included) and the
-    prompt tokens the server reported processing (``usage.prompt_tokens`` of completions; None while
-    it reported none)."""
-
-    in_flight: int
-    max_in_flight: int
-    ended: int
-    prompt_tokens: int | None
-
-
 class NoPromptLogprobs(InvalidParameter):
     """The server returns no log-probabilities for completions."""
-
-
-class _Pool:
-    """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
-    (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout)."""
-
-    def __init__(self, n: int):
-        self._n, self._jobs = n, queue.SimpleQueue()
-        for i in range(n):
-            threading.Thread(target=self._work, name=f"ctxlite-http-{i}", daemon=True).start()
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, fn, item = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(item))
-                except BaseException as exc:  # handed to the caller, who re-raises it
-                    future.set_exception(exc)
-
-    def submit(self, fn, item) -> Future:
-        future: Future = Future()
-        self._jobs.put((future, fn, item))
-        return future
-
-    def shutdown(self) -> None:
-        for _ in range(self._n):
-            self._jobs.put(None)
-
-
-_deadline = threading.local()
-"""``_deadline.at``: the monotonic time by which the request this thread is sending must be answered."""
-
-
-def _within_deadline(timeout: float | None) -> float | None:
-    """The timeout of one network operation, cut to what is left of this thread's request deadline."""
-    at = getattr(_deadline, "at", None)
-    if at is None:
-        return timeout
-    left = at - time.monotonic()
-    if left <= 0:
-        raise httpcore.ReadTimeout("the request's deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every read and write waits at most until the request's deadline: httpx's
-    own timeout applies to each read, so an answer dripped a byte at a time would never end."""
-
-    def __init__(self, stream: httpcore.NetworkStream):
-        self._stream = stream
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _within_deadline(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _within_deadline(timeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _within_deadline(timeout)))
-
-    def get_extra_info(self, info: str):
-        return self._stream.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's network backend with :class:`_DeadlineStream` connections."""
-
-    def __init__(self, backend: httpcore.NetworkBackend):
-        self._backend = backend
-
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        stream = self._backend.connect_tcp(host, port, _within_deadline(timeout), local_address, socket_options)
-        return _DeadlineStream(stream)
-
-    def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        return _DeadlineStream(self._backend.connect_unix_socket(path, _within_deadline(timeout), socket_options))
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-def _transport(limits: httpx.Limits) -> httpx.HTTPTransport:
-    """httpx's transport with the deadline-bounded network backend (httpx exposes no option for it:
-    its connection pool's backend is replaced; tests/test_server_answers.py fails if that stops working)."""
-    transport = httpx.HTTPTransport(limits=limits, trust_env=False)
-    pool = transport._pool
-    pool._network_backend = _DeadlineBackend(pool._network_backend)
-    return transport
-
-
-class _TooLarge(Exception):
-    """An answer grew beyond the cap while it streamed in."""
-
-
-class _Http:
-    """JSON over HTTP with timeouts, retries (backoff + jitter) and a circuit breaker."""
-
-    def __init__(self, config: ServerConfig, sleep=time.sleep):
-        self.config = config
-        key = api_key()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
-        self._client = httpx.Client(
-            headers=headers, timeout=config.timeout, transport=_transport(limits), trust_env=False
-        )
-        self._sleep = sleep
-        self._open: str | None = None  # the breaker's message once open
-        self._lock = threading.Lock()
-        self.requests = 0  # HTTP requests sent (retries included): a cost counter
-        self.retried = 0
-        self.in_flight = self.max_in_flight = self.ended = 0
-        self.prompt_tokens: int | None = None
-
-    def stats(self) -> RequestStats:
-        with self._lock:
-            return RequestStats(self.in_flight, self.max_in_flight, self.ended, self.prompt_tokens)
-
-    def count_prompt_tokens(self, body: dict) -> None:
-        """Add a completion's ``usage.prompt_tokens``, where the server reports it."""
-        usage = body.get("usage")
-        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
-            with self._lock:
-                self.prompt_tokens = (self.prompt_tokens or 0) + n
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _trip(self, message: str) -> ServerError:
-        with self._lock:
-            if self._open is None:
-                self._open = message
-        return ServerError(self._open)
-
-    def post(self, url: str, payload: dict, *, what: str, probe: bool = False) -> dict:
-        """POST ``payload`` to ``url``; the decoded JSON object. ``probe``: an HTTP error status is
-        returned as ``{"_status": code}`` instead of retried or raised (does the endpoint exist, can
-        it decode this); timeouts and connection errors are retried either way."""
-        cfg = self.config
-        attempts = cfg.retries + 1
-        last = ""
-        for attempt in range(attempts):
-            if self._open is not None:
-                raise ServerError(self._open)
-            delay = None
-            try:
-                with self._lock:
-                    self.requests += 1
-                    self.in_flight += 1
-                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                try:
-                    status, headers, content = self.send("POST", url, payload)
-                finally:
-                    with self._lock:
-                        self.in_flight -= 1
-                        self.ended += 1
-            except httpx.TimeoutException:
-                last = f"no answer within {cfg.timeout:g} s (--request-timeout bounds the whole request)"
-            except httpx.TransportError as exc:
-                last = f"cannot connect ({type(exc).__name__})"
-            except _TooLarge:
-                raise ServerError(
-                    f"{what}: the answer of the server at {url} is larger than {cfg.max_answer_bytes:,} bytes, "
-                    "the most ctxlite reads: refused while it streamed in"
-                ) from None
-            else:
-                if status < 400:
-                    body = _json(content, url, what)
-                    message = _error_message(body)
-                    if message is not None:
-                        if probe:
-                            return {"_status": status}
-                        raise ServerError(
-                            f"{what}: the server at {url} answered HTTP {status} with an error: {message}"
-                        )
-                    return body
-                if probe:
-                    return {"_status": status}
-                detail = _error_detail(content)
-                if status not in RETRY_STATUS:
-                    raise ServerError(f"{what}: the server at {url} answered HTTP {status}: {detail}")
-                last = f"HTTP {status}: {detail}"
-                delay = _retry_after(headers)
-            if attempt + 1 < attempts:
-                with self._lock:
-                    self.retried += 1
-                cap = min(cfg.max_backoff, cfg.backoff * 2**attempt)
-                self._sleep(min(cfg.max_backoff, delay) if delay is not None else random.uniform(0, cap))
-        raise self._trip(
-            f"the server at {cfg.base_url} failed {attempts} attempt(s) for {what} ({last}); stopped sending "
-            f"requests (finished work is in the --out log: start the server and --resume)"
-        )
-
-    def send(self, method: str, url: str, payload: dict | None = None) -> tuple[int, httpx.Headers, bytes]:
-        """One HTTP exchange, bounded: (status, headers, body) within ``timeout`` seconds in all
-        (``_DeadlineStream``) and at most ``max_answer_bytes`` of body (``_TooLarge`` as soon as the
-        declared length or the bytes read so far exceed it). httpx's exceptions pass through."""
-        cap = self.config.max_answer_bytes
-        _deadline.at = time.monotonic() + self.config.timeout
-        try:
-            with self._client.stream(method, url, json=payload) as response:
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > cap:
-                    raise _TooLarge
-                chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > cap:
-                        raise _TooLarge
-                    chunks.append(chunk)
-                return response.status_code, response.headers, b"".join(chunks)
-        finally:
-            _deadline.at = None
-
-    def get_json(self, url: str) -> dict | None:
-        """GET ``url`` once, bounded like every request: its JSON object, or None on any failure (for
-        optional information: a version, a context size)."""
-        try:
-            status, _, content = self.send("GET", url)
-            body = json.loads(content) if status < 400 else None
-        except (httpx.HTTPError, _TooLarge, ValueError):
-            return None
-        return body if isinstance(body, dict) else None
-
-
-def _json(content: bytes, url: str, what: str) -> dict:
-    try:
-        body = json.loads(content)
-    except ValueError:
-        head = content[:60].decode("utf-8", "replace").replace("\n", " ")
-        raise ServerError(f"{what}: the server at {url} returned malformed JSON ({head!r}...)") from None
-    if not isinstance(body, dict):
-        raise ServerError(f"{what}: the server at {url} returned JSON that is not an object")
-    return body
-
-
-def _error_message(body: dict) -> str | None:
-    """The server's own message when a JSON answer is an error (``{"error": {"message": ...}}``,
-    ``{"error": "..."}``), short; None when it is not one."""
-    err = body.get("error")
-    if err is None or err is False:
-        return None
-    text = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
-    text = " ".join(str(text).split())
-    return text[:300] or "(no message)"
-
-
-def _error_detail(content: bytes) -> str:
-    """The server's error message, short (OpenAI-style ``{"error": {"message"}}`` or the body)."""
-    try:
-        body = json.loads(content)
-        err = body.get("error", body.get("detail", body)) if isinstance(body, dict) else body
-        text = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    except ValueError:
-        text = content.decode("utf-8", "replace")
-    text = " ".join(str(text).split())
-    return text[:200] if text else "(empty answer)"
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    try:
-        value = float(headers.get("retry-after", ""))
-    except ValueError:
-        return None
-    return value if value >= 0 and math.isfinite(value) else None
-
-
-def _token_ids(tokens, url: str, what: str) -> list[int]:
-    """A tokenizer's answer as token ids, or a ServerError: a list of whole numbers >= 0."""
-    if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in tokens):
-        shown = str(tokens)[:80]
-        raise ServerError(f"{what}: the answer of {url} has tokens that are not a list of token ids: {shown}")
-    return tokens
 
 
 def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: str) -> list:
@@ -472,18 +137,6 @@ def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: s
     return values
 
 
-def _field(body: dict, path: Sequence, url: str, what: str):
-    """``body[path[0]][path[1]]...`` or a ServerError naming what is missing."""
-    node = body
-    for key in path:
-        try:
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            shown = ".".join(str(k) for k in path)
-            raise ServerError(f"{what}: the answer of {url} has no {shown}") from None
-    return node
-
-
 PARITY_TEXTS = (
     "Dana takes 10 mg lisinopril daily.",
     "Question: What was prescribed?\nAnswer:",
@@ -513,24 +166,23 @@ def _head(tokens: Sequence[int], n: int = 8) -> str:
     return "[" + ", ".join(map(str, tokens[:n])) + (", ...]" if len(tokens) > n else "]")
 
 
-class OpenAIServer:
-    """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend`.
+class ServedModel:
+    """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend` with
+    :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
+    no log-probabilities is (:class:`OpenAIServer` connects to either kind)."""
 
-    >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
-    >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
-    """
+    on_request: Callable[[], None] | None = None
+    """Called in the calling thread after each request of a batch ends (the CLI redraws its progress line)."""
 
     def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
         """Connect: probe the server (:meth:`_probe`); with a local ``tokenizer`` (a backend, named
         ``tokenizer_name``), refuse a server that tokenizes otherwise (:meth:`check_tokenizer`)."""
         self.config = config
-        self._http = _Http(config, sleep)
-        self._pool = _Pool(config.concurrency)
+        self._http = Http(config, sleep)
+        self._pool = Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
         self._texts: dict[tuple[int, ...], str] = {}
         self.tokenizer_checked: str | None = None  # the local model whose tokens the server's were found to be
-        # called in the calling thread after each request of a batch ends (the CLI redraws its progress line)
-        self.on_request: Callable[[], None] | None = None
         try:
             self._probe()
             if tokenizer is not None:
@@ -541,52 +193,22 @@ class OpenAIServer:
 
     # ----- what the server offers -------------------------------------
     def _probe(self) -> None:
-        """Find the tokenizer dialect, the BOS token, the server's version and context; check that
-        completions return prompt log-probabilities."""
-        root, what = self.config.root, "probing the tokenizer"
-        body = self._http.post(f"{root}/extras/tokenize", {"input": ""}, what=what, probe=True)
-        if "tokens" in body:
-            self.dialect = "llama-cpp-python"
-            self._bos = body["tokens"][0] if body["tokens"] else None
-        else:
-            probe = {"content": "", "prompt": "", "model": self.config.model_name, "add_special": True}
-            body = self._http.post(f"{root}/tokenize", {**probe, "add_special_tokens": True}, what=what, probe=True)
-            if "tokens" not in body:
-                raise InvalidParameter(
-                    f"the server at {root} has no tokenize endpoint (/extras/tokenize or /tokenize): ctxlite "
-                    "needs the server's own tokens for n-gram scoring and labels and will not guess them"
-                )
-            self.dialect = "vllm" if "max_model_len" in body else "llama.cpp"
-            self._bos = body["tokens"][0] if body["tokens"] else None
-        self.server_version, self.n_ctx = self._server_info()
-        sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
-        if len(sample) < 3:
-            raise InvalidParameter(f"the server at {root} tokenized a probe sentence into {sample}")
-        self.prompt_logprobs = True
-        try:
-            self.logprobs(sample, 1 if self.dialect != "llama-cpp-python" else 2)
-        except NoPromptLogprobs:
-            self.prompt_logprobs = False
-
-    def _server_info(self) -> tuple[str | None, int | None]:
-        """(version, context window) where the server reports them (vLLM /version and /v1/models,
-        llama.cpp /props); llama-cpp-python reports neither."""
-        version, n_ctx = None, self.config.n_ctx
-        info = self._http.get_json(f"{self.config.root}/version")
-        version = str(info["version"]) if info and "version" in info else None
-        if self.dialect == "llama.cpp":
-            props = self._http.get_json(f"{self.config.root}/props") or {}
-            version = version or props.get("build_info")
-            settings = props.get("default_generation_settings")
-            n_ctx = n_ctx or (settings.get("n_ctx") if isinstance(settings, dict) else None)
-        if self.dialect == "vllm":
-            models = (self._http.get_json(f"{self.config.base_url.rstrip('/')}/models") or {}).get("data")
-            mine = [m for m in models or () if isinstance(m, dict) and m.get("id") == self.config.model_name]
-            lens = [m.get("max_model_len") for m in mine]
-            n_ctx = n_ctx or (lens[0] if lens else None)
+        """Find the server's dialect (:func:`~ctxlite.runtime.server_dialects.probe_dialect`), its
+        version and context window; check that completions return prompt log-probabilities."""
+        self.dialect: Dialect = probe_dialect(self.config, self._http)
+        version, n_ctx = self.dialect.server_info()
+        n_ctx = self.config.n_ctx or n_ctx
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             n_ctx = None  # a context size that is no count is no information
-        return (None if version is None else str(version)), n_ctx
+        self.server_version, self.n_ctx = (None if version is None else str(version)), n_ctx
+        sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
+        if len(sample) < 3:
+            raise InvalidParameter(f"the server at {self.config.root} tokenized a probe sentence into {sample}")
+        self.prompt_logprobs = True
+        try:
+            self._teacher_forced(sample, 1 + self.dialect.echo_offset)
+        except NoPromptLogprobs:
+            self.prompt_logprobs = False
 
     def check_tokenizer(self, local, name: str) -> None:
         """Refuse (InvalidParameter) a server whose tokens are not those of ``local``, the local model
@@ -601,56 +223,21 @@ class OpenAIServer:
             )
         self.tokenizer_checked = name
 
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SAMPLES})
-
-    @property
-    def n_vocab(self) -> int:
-        raise InvalidParameter(
-            "the vocabulary size is not reported by OpenAI-compatible servers: the unigram canary (rare tokens "
-            "of the vocabulary) is not available with --backend openai; use --canary hex or semantic"
-        )
-
     # ----- tokenizer ----------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
-        """The server's token ids of ``text`` (no BOS unless ``add_bos``).
-
-        llama-cpp-python's endpoint always adds BOS and parses special tokens: the BOS is dropped
-        when not asked for, and a text that spells a special token (``<bos>``) tokenizes as it."""
-        root, what = self.config.root, "tokenizing"
-        if self.dialect == "llama-cpp-python":
-            toks = _field(
-                self._http.post(f"{root}/extras/tokenize", {"input": text}, what=what), ["tokens"], root, what
-            )
-            toks = _token_ids(toks, root, what)
-            if not add_bos and self._bos is not None and toks[:1] == [self._bos]:
-                toks = toks[1:]
-            elif add_bos and self._bos is not None and toks[:1] != [self._bos]:
-                toks = [self._bos, *toks]
-        elif self.dialect == "vllm":
-            payload = {"model": self.config.model_name, "prompt": text, "add_special_tokens": add_bos}
-            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
-        else:
-            payload = {"content": text, "add_special": add_bos, "parse_special": special}
-            toks = _field(self._http.post(f"{root}/tokenize", payload, what=what), ["tokens"], root, what)
-        return _token_ids(toks, root, what)
+        """The server's token ids of ``text`` (no BOS unless ``add_bos``; ``special``: a text that
+        spells a special token, ``<bos>``, tokenizes as it where the server parses them)."""
+        return self.dialect.tokenize(text, add_bos, special)
 
     def _detokenize_bytes(self, tokens: Sequence[int], *, probe: bool = False) -> bytes | None:
         """The UTF-8 bytes of ``tokens`` as the server decodes them; None (``probe``) where the
         server cannot decode them alone (a partial UTF-8 character: an error or U+FFFD)."""
-        root, what = self.config.root, "detokenizing"
-        tokens = [int(t) for t in tokens]
-        if self.dialect == "llama-cpp-python":
-            url, payload, key = f"{root}/extras/detokenize", {"tokens": tokens}, "text"
-        elif self.dialect == "vllm":
-            url, payload, key = f"{root}/detokenize", {"model": self.config.model_name, "tokens": tokens}, "prompt"
-        else:
-            url, payload, key = f"{root}/detokenize", {"tokens": tokens}, "content"
+        url, payload, key = self.dialect.detokenize_request([int(t) for t in tokens])
+        what = "detokenizing"
         body = self._http.post(url, payload, what=what, probe=probe)
         if "_status" in body:
             return None
-        text = _field(body, [key], url, what)
+        text = answer_field(body, [key], url, what)
         if not isinstance(text, str):
             raise ServerError(f"{what}: the answer of {url} has a {key} that is not text ({type(text).__name__})")
         if probe and "\ufffd" in text:
@@ -709,14 +296,7 @@ class OpenAIServer:
 
     @property
     def bos_id(self) -> int | None:
-        return self._bos
-
-    @property
-    def eog_ids(self) -> np.ndarray:
-        raise InvalidParameter("banning end-of-generation tokens needs full logit rows, which a server does not give")
-
-    def is_eog(self, token: int) -> bool:
-        raise InvalidParameter("generation needs full logit rows, which a server does not give")
+        return self.dialect.bos
 
     def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
         """Refuse a sequence longer than the server's context window, where it is known."""
@@ -724,7 +304,7 @@ class OpenAIServer:
             raise ContextOverflow(f"{what} is {n_tokens} tokens but the server's context window is {self.n_ctx} tokens")
 
     # ----- teacher forcing ----------------------------------------------
-    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+    def _teacher_forced(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
         log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
         if temperature != 1.0:
@@ -738,17 +318,8 @@ class OpenAIServer:
         if not 1 <= targets_from < len(tokens):
             raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
         self.check_fits(len(tokens) + 1)
-        # llama-cpp-python drops a leading BOS from the echoed tokens (its entry j is token j + 1); without
-        # a leading BOS its entries are misaligned by one (logits after token j paired with token j)
-        offset = 0
-        if self.dialect == "llama-cpp-python":
-            if self._bos is None or tokens[0] != self._bos:
-                raise InvalidParameter(
-                    "llama-cpp-python's server pairs echoed log-probabilities with the wrong tokens unless the "
-                    "prompt starts with BOS: serve a model that adds BOS, or use vLLM (not llama.cpp's llama-server: "
-                    "it returns no prompt log-probabilities, so it cannot score)"
-                )
-            offset = 1
+        self.dialect.check_echo(tokens)
+        offset = self.dialect.echo_offset
         url, what = f"{self.config.base_url.rstrip('/')}/completions", "teacher forcing (echo + logprobs)"
         payload = {
             "model": self.config.model_name,
@@ -760,7 +331,7 @@ class OpenAIServer:
         }
         body = self._http.post(url, payload, what=what)
         self._http.count_prompt_tokens(body)
-        choice = _field(body, ["choices", 0], url, what)
+        choice = answer_field(body, ["choices", 0], url, what)
         if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
             raise NoPromptLogprobs(self._no_logprobs)
         where = f"{what}: the answer of {url} to a prompt of {len(tokens)} tokens"
@@ -776,14 +347,6 @@ class OpenAIServer:
         return None if piece is None else piece.decode("utf-8", "replace")
 
     # ----- sampled completions -------------------------------------------
-    SAMPLING_OFF = {
-        "llama-cpp-python": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
-        "llama.cpp": {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0},
-        "vllm": {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0},
-    }
-    """Per dialect, the settings that turn the server's own filters off (their defaults are not
-    plain sampling: llama-cpp-python's are top-k 40, min-p 0.05 and a repetition penalty of 1.1)."""
-
     def sample_texts(self, requests: Sequence[tuple[Sequence[int], int]], temperature: float, max_new_tokens: int):
         """One completion of each (prompt tokens, seed), sampled by the server at ``temperature``
         (0: greedy) and at most ``max_new_tokens`` tokens, in the order given (``concurrency`` in
@@ -805,11 +368,11 @@ class OpenAIServer:
                 "top_p": 1.0,
                 "seed": seed,
                 "n": 1,
-                **self.SAMPLING_OFF[self.dialect],
+                **self.dialect.sampling_off,  # the server's own filters off (not plain sampling by default)
             }
             body = self._http.post(url, payload, what=what)
             self._http.count_prompt_tokens(body)
-            text = _field(body, ["choices", 0, "text"], url, what)
+            text = answer_field(body, ["choices", 0, "text"], url, what)
             if not isinstance(text, str):
                 raise ServerError(f"{what}: the server at {url} returned a completion that is not text")
             return text
@@ -828,7 +391,7 @@ class OpenAIServer:
         llama.cpp), or for llama-cpp-python, whose server takes text only, their text after BOS,
         checked to tokenize back to the same ids (an ablation that leaves text which tokenizes
         otherwise, or a cut through a character, is refused rather than scored on other tokens)."""
-        if self.dialect != "llama-cpp-python":
+        if self.dialect.takes_token_ids:
             return tokens
         key = tuple(tokens)
         if key in self._texts:
@@ -844,16 +407,6 @@ class OpenAIServer:
         if len(self._texts) < 4096:  # an audit repeats its prompts: checked once each
             self._texts[key] = text
         return text
-
-    def logprobs_many(
-        self,
-        requests: Sequence[tuple[Sequence[int], int]],
-        temperature: float = 1.0,
-        on_done: Callable[[int], None] | None = None,
-    ) -> list:
-        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
-        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
-        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
 
     def request_stats(self) -> RequestStats:
         """The requests sent so far (what the CLI's progress line shows: in flight, rates)."""
@@ -887,35 +440,6 @@ class OpenAIServer:
         if self.on_request is not None:
             self.on_request()
 
-    # ----- what the Backend protocol names but a server cannot do --------
-    def _no(self, what: str):
-        raise InvalidParameter(f"{what} needs {Capability.LOGIT_ROWS.value}, which the openai backend does not provide")
-
-    def logits_rows(self, tokens, targets_from):
-        self._no("full logit rows")
-
-    def next_logits(self, prompt, *, exact=False):
-        self._no("a next-token distribution")
-
-    def load_base(self, tokens, targets_from, on_rows=None):
-        self._no("prefix reuse")
-
-    def score_variant(self, tokens, shared, targets_from, on_rows, *, exact=False):
-        self._no("prefix reuse")
-
-    def streams(self, prompts):
-        self._no("lock-step streams")
-
-    def held_logits(self, tokens, key):
-        self._no("keyed prompts")
-
-    @property
-    def max_streams(self) -> int:
-        return 0
-
-    def embed(self, text: str):
-        self._no("embeddings")
-
     # ----- the run record -------------------------------------------------
     @property
     def requests(self) -> int:
@@ -924,15 +448,13 @@ class OpenAIServer:
     def identity(self) -> dict:
         """What identifies this backend's numbers: the ctxlite version and which server answered (base URL,
         model name, its reported version and tokenizer dialect). Never the API key."""
-        from ctxlite.identity import software
-
         return {
             "software": {"ctxlite": software()["ctxlite"]},
             "server": {
                 "base_url": self.config.base_url.rstrip("/"),
                 "model_name": self.config.model_name,
                 "version": self.server_version,
-                "dialect": self.dialect,
+                "dialect": self.dialect.name,
                 **({} if self.prompt_logprobs else {"prompt_logprobs": False}),  # answers sampled, not read
             },
         }
@@ -943,7 +465,7 @@ class OpenAIServer:
             "base_url": self.config.base_url.rstrip("/"),
             "model_name": self.config.model_name,
             "server_version": self.server_version or "not reported",
-            "tokenizer": self.dialect,
+            "tokenizer": self.dialect.name,
             "prompt_logprobs": self.prompt_logprobs,
             "tokenizer_checked_against": self.tokenizer_checked,
             "n_ctx": self.n_ctx,
@@ -965,3 +487,42 @@ class OpenAIServer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class OpenAIServer(ServedModel):
+    """An OpenAI-compatible completions server as a backend with teacher forcing too: log p(y_t | y_<t)
+    from the completions' echoed prompt log-probabilities (:class:`~ctxlite.runtime.backend.TeacherForcing`).
+
+    Connecting probes the server; one whose completions carry no log-probabilities is returned as a
+    :class:`ServedModel` (``prompt_logprobs`` False): scoring refuses it by name, and an audit samples
+    its answers from it.
+
+    >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
+    >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
+    """
+
+    def __new__(cls, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
+        server = super().__new__(cls)
+        # connects and probes (and checks the tokenizer)
+        ServedModel.__init__(server, config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
+        if not server.prompt_logprobs:
+            server.__class__ = ServedModel  # what it offers: no teacher forcing
+        return server
+
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
+        pass  # connected by __new__
+
+    def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
+        """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
+        log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
+        return self._teacher_forced(tokens, targets_from, temperature)
+
+    def logprobs_many(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        temperature: float = 1.0,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list:
+        """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
+        in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
+        return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)

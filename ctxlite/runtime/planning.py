@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.runtime.backend import DryRun
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def dry_count(engine, job: Callable[[], int]):
     decodes from ``engine.tokens_decoded``), or None where the backend cannot run dry. Nothing runs,
     so nothing is counted: the engine's counters are restored, and its cache is cleared (a dry run
     leaves the bookkeeping of decodes that never ran); a dry run in progress (a plan) stays one."""
-    if not hasattr(engine, "dry_run"):
+    if not isinstance(engine, DryRun):
         return None
     was, counters = engine.dry_run, (engine.decode_calls, engine.tokens_decoded)
     engine.dry_run = True
@@ -92,7 +93,7 @@ def plan_run(engines: Sequence, job: Callable[[], None], sampled: bool, estimate
     ``sampled``: the job generates text, so its counts are an upper bound. ``estimate``: the job's
     decodes depend on the logits in another way (adaptive search), said in the plan."""
     engines = [e for e in engines if e is not None]
-    if not engines or not all(hasattr(e, "dry_run") for e in engines):
+    if not engines or not all(isinstance(e, DryRun) for e in engines):
         raise InvalidParameter("planning needs the llama.cpp engine (a backend that can run dry)")
     cal = calibrate(engines[0])
     before = [(e.decode_calls, e.tokens_decoded) for e in engines]

@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from ctxlite.errors import InvalidParameter
+from ctxlite.records import read_table
 
 
 def _load_data(name: str) -> dict:
@@ -122,8 +123,6 @@ CONTEXT_MARK = "\u27e6ctxlite:context\u27e7"
 
 def template_file(path: Path) -> PromptTemplate:
     """A template from a file: ``.toml``/``.json`` (``template``, optional ``chat`` and ``system``) or plain text."""
-    from ctxlite.records import read_table
-
     if path.suffix.lower() not in (".toml", ".json"):
         try:
             return PromptTemplate(path.read_text(encoding="utf-8"), name=path.name)

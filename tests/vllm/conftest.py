@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.runtime.backend import Capability
+from ctxlite.runtime.backend import sequential_logprobs
 from tests.servers import VllmServer, converted_model
 from tests.vllm.common import STATS
 
@@ -135,9 +135,6 @@ class ReferenceBackend:
     the local model's (the server's too: parity is checked at connection), for running ctxlite's
     scorer and oracle on the reference exactly as on the server."""
 
-    capabilities = frozenset[Capability]()
-    prompt_logprobs = True
-
     def __init__(self, reference: Reference, local):
         self.reference, self.local = reference, local
 
@@ -164,6 +161,9 @@ class ReferenceBackend:
         if temperature != 1.0:
             raise InvalidParameter("the reference computes temperature 1 only")
         return self.reference.logprobs(tokens, targets_from)
+
+    def logprobs_many(self, requests, temperature=1.0, on_done=None):
+        return sequential_logprobs(self, requests, temperature, on_done)
 
     def describe(self):
         return {"backend": "transformers reference"}
