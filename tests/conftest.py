@@ -6,10 +6,35 @@ from __future__ import annotations
 import json
 import os
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from tests.logschema import sweep
+
+VLLM_TESTS = Path(__file__).resolve().parent / "vllm"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--vllm",
+        action="store_true",
+        help="run only the tests against a real vLLM server (tests/vllm: `make test-vllm`); else they are left out",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests under tests/vllm carry the ``vllm`` marker and run only with ``--vllm`` (they start a
+    vLLM server from the environment ``make vllm`` builds); with ``--vllm`` nothing else runs."""
+    wanted = config.getoption("--vllm")
+    keep, drop = [], []
+    for item in items:
+        if VLLM_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.vllm)
+        (keep if (item.get_closest_marker("vllm") is not None) == wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_configure(config):

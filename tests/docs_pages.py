@@ -3,6 +3,8 @@
 Shared by tests/test_docs.py (model-free checks of the pages) and tests/test_docs_examples.py (runs
 every ``ctxlite`` line and Python block on the real model). A line of a ``sh`` block is either a
 ``ctxlite`` command, which runs, or matches one entry of :data:`NOT_RUN`, which says why it cannot.
+The commands of docs/servers.md's vLLM section (:data:`VLLM_SECTION`) run against a real vLLM, in
+tests/vllm/test_vllm_docs.py (``make test-vllm``), not against the suite's llama-cpp-python server.
 """
 
 from __future__ import annotations
@@ -37,7 +39,19 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
         r"python (-u )?bench/bench_\w+\.py",
         "a benchmark: minutes to hours of model time; tests/test_docs.py checks the script and its options",
     ),
+    (
+        r"make (vllm|test-vllm)$",
+        "the vLLM stage, run by CI after `make test`: `make test-vllm` is tests/vllm, `make vllm` its set-up "
+        "(a 3.5 GB environment built once into a cache outside the clone)",
+    ),
+    (
+        r"HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 python -m vllm\.entrypoints\.openai\.api_server ",
+        "the vLLM server that tests/vllm start themselves (tests/vllm/test_vllm_docs.py checks it is their command)",
+    ),
 )
+
+VLLM_SECTION = ("docs/servers.md", "## vLLM on a CPU machine")
+"""The page and heading (down to the next ``## ``) whose commands run against a real vLLM."""
 
 
 def blocks(lang: str) -> list[tuple[str, str]]:
@@ -46,21 +60,31 @@ def blocks(lang: str) -> list[tuple[str, str]]:
     return [(page, m.group(1)) for page, text in PAGES.items() for m in fence.finditer(text)]
 
 
+def _commands_of(body: str) -> list[str]:
+    """The commands of an ``sh`` block's body, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", "", body)
+    lines = (line.split("  #", 1)[0].strip() for line in joined.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
 def shell_lines() -> list[tuple[str, str]]:
-    """Every command of every ``sh`` block: (page, line), continuation lines joined, comments dropped."""
-    out = []
-    for page, body in blocks("sh"):
-        joined = re.sub(r"\\\n\s*", "", body)
-        for line in joined.splitlines():
-            line = line.split("  #", 1)[0].strip()
-            if line and not line.startswith("#"):
-                out.append((page, line))
-    return out
+    """Every command of every ``sh`` block: (page, line)."""
+    return [(page, line) for page, body in blocks("sh") for line in _commands_of(body)]
+
+
+def vllm_lines() -> list[str]:
+    """The commands of the ``sh`` blocks of :data:`VLLM_SECTION`."""
+    page, heading = VLLM_SECTION
+    section = PAGES[page].split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    bodies = re.findall(r"^```sh\n(.*?)^```", section, flags=re.S | re.M)
+    return [line for body in bodies for line in _commands_of(body)]
 
 
 def commands() -> list[str]:
-    """The ``ctxlite`` command lines of every page."""
-    return [line for _, line in shell_lines() if line.startswith("ctxlite ")]
+    """The ``ctxlite`` command lines of every page that run on the suite's own model and servers (not
+    :func:`vllm_lines`)."""
+    against_vllm = set(vllm_lines())
+    return [line for _, line in shell_lines() if line.startswith("ctxlite ") and line not in against_vllm]
 
 
 def not_run_reason(line: str) -> str | None:

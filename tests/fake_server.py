@@ -35,6 +35,7 @@ FAULTS = (
     "drip",  # a valid answer, one byte every 20 ms (per-read timeouts never fire)
     "huge",  # a 1 GiB answer, no Content-Length, streamed until the client hangs up
     "huge_declared",  # a Content-Length of 1 GiB
+    "no_logprobs",  # a valid completion with "logprobs": null (a server that offers none)
 )
 ERROR_MESSAGE = "KV cache is full: request 42 rejected (fake overload)"
 GIB = 2**30
@@ -109,8 +110,9 @@ class FakeServer(LoopbackHTTP):
             faulty = self.fault is not None and (self.trigger is None or self.trigger in decode(prompt))
             self.faulty += faulty
         fault = self.fault if faulty else None
-        if not body.get("echo"):
-            return self.write(handler, json.dumps({"choices": [{"text": " yes", "index": 0}]}).encode())
+        if not body.get("echo") or fault == "no_logprobs":
+            choice = {"text": " yes", "index": 0, "logprobs": None}
+            return self.write(handler, json.dumps({"choices": [choice]}).encode())
         values = [None] + [logprob(prompt[:i], prompt[i]) for i in range(1, len(prompt))] + [-0.5]
         tokens = [decode([t]) for t in prompt] + [" "]
         if fault == "positive":

@@ -23,7 +23,7 @@ import pytest
 from cogapp import Cog
 
 from ctxlite.cli import main
-from tests.docs_pages import NOT_RUN, PAGES, REPO, blocks, not_run_reason, shell_lines
+from tests.docs_pages import NOT_RUN, PAGES, REPO, blocks, commands, not_run_reason, shell_lines, vllm_lines
 
 sys.path.insert(0, str(REPO / "tools"))
 import api_reference  # noqa: E402  (tools/ is not a package)
@@ -210,8 +210,9 @@ def test_every_cited_file_exists():
 
 
 def test_every_shell_line_runs_or_says_why_not():
-    """A shell line is a `ctxlite` command (tests/test_docs_examples.py runs it) or is listed in NOT_RUN;
-    every NOT_RUN entry still matches a line."""
+    """A shell line is a `ctxlite` command (tests/test_docs_examples.py runs it; those of the vLLM
+    section, tests/vllm/test_vllm_docs.py) or is listed in NOT_RUN; every NOT_RUN entry still matches a
+    line."""
     lines = shell_lines()
     unexplained = [
         f"{page}: {line}" for page, line in lines if not line.startswith("ctxlite ") and not not_run_reason(line)
@@ -219,6 +220,15 @@ def test_every_shell_line_runs_or_says_why_not():
     assert unexplained == [], "run it as a `ctxlite` line, or add it to tests/docs_pages.py NOT_RUN with the reason"
     for pattern, _ in NOT_RUN:
         assert any(re.match(pattern, line) for _, line in lines), f"NOT_RUN entry {pattern!r} matches no line"
+
+
+def test_the_vllm_sections_commands_are_left_to_the_vllm_tests():
+    """docs/servers.md's vLLM section has its `ctxlite` commands and its server command, which
+    tests/vllm/test_vllm_docs.py runs and compares; the suite's own examples leave them out."""
+    lines = vllm_lines()
+    assert sum(line.startswith("ctxlite ") for line in lines) >= 2
+    assert any("vllm.entrypoints.openai.api_server" in line for line in lines)
+    assert not set(lines) & set(commands())
 
 
 @cache

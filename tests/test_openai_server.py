@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -27,8 +24,9 @@ from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
 from ctxlite.runtime.server_dialects import LlamaCppPython
+from tests.audit_data import tiny_audit
 from tests.backends import Restricted
-from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP
+from tests.servers import MODEL_NAME, LlamaServer, LoopbackHTTP, Proxy
 
 pytestmark = pytest.mark.model
 
@@ -59,95 +57,6 @@ def remote(llama_server):
         yield backend
 
 
-class Proxy(LoopbackHTTP):
-    """A loopback HTTP proxy to ``target`` (bounded: at most ``limit`` requests). On completions it
-    can answer ``fail`` 429s first, sleep ``delay`` seconds, hold every odd-numbered one ``stagger``
-    seconds (so concurrent requests end out of order), return ``garbage``, or pass the answer on with
-    ``"logprobs": null`` (``no_logprobs``: a server that offers none); it keeps the Authorization
-    headers it saw, the completion requests it passed on and the most it had in flight at once."""
-
-    def __init__(
-        self,
-        target: str,
-        *,
-        fail: int = 0,
-        delay: float = 0.0,
-        garbage: bool = False,
-        limit: int = 200,
-        no_logprobs: bool = False,
-        stagger: float = 0.0,
-    ):
-        self.target = target.rstrip("/").removesuffix("/v1")
-        self.fail, self.delay, self.garbage, self.limit = fail, delay, garbage, limit
-        self.no_logprobs, self.stagger = no_logprobs, stagger
-        self.seen, self.auth, self.completions = 0, set(), 0
-        self.in_flight = self.max_in_flight = 0
-        self.payloads: list[dict] = []  # the completion requests it passed on
-        lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._forward(None)
-
-            def do_POST(self):
-                self._forward(self.rfile.read(int(self.headers.get("content-length", 0))))
-
-            def _forward(self, body):
-                proxy.seen += 1
-                proxy.auth.add(self.headers.get("authorization"))
-                if proxy.seen > proxy.limit:
-                    return self._answer(503, b'{"error": "proxy request limit"}')
-                if self.path.endswith("/completions"):
-                    with lock:
-                        proxy.completions += 1
-                        number = proxy.completions
-                    if number <= proxy.fail:
-                        return self._answer(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
-                    if proxy.garbage:
-                        return self._answer(200, b'{"choices": [{"logprobs": ')
-                    with lock:
-                        proxy.in_flight += 1
-                        proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
-                        proxy.payloads.append(json.loads(body))
-                    try:
-                        time.sleep(proxy.delay + (proxy.stagger if number % 2 else 0.0))
-                        return self._pass_on(body)
-                    finally:
-                        with lock:
-                            proxy.in_flight -= 1
-                self._pass_on(body)
-
-            def _pass_on(self, body):
-                with httpx.Client(timeout=120) as client:
-                    headers = {"content-type": self.headers.get("content-type", "application/json")}
-                    r = client.request(self.command, proxy.target + self.path, content=body, headers=headers)
-                content = r.content
-                if proxy.no_logprobs and self.path.endswith("/completions") and r.status_code == 200:
-                    answer = json.loads(content)
-                    for choice in answer["choices"]:
-                        choice["logprobs"] = None
-                    content = json.dumps(answer).encode()
-                self._answer(r.status_code, content)
-
-            def _answer(self, status, content, headers=()):
-                try:
-                    self.send_response(status)
-                    for k, v in dict(headers).items():
-                        self.send_header(k, v)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(content)))
-                    self.end_headers()
-                    self.wfile.write(content)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.serve(Handler)
-
-
 def _args(url: str, *more: str) -> list[str]:
     return ["--backend", "openai", "--base-url", url, "--model-name", MODEL_NAME, *more]
 
@@ -174,6 +83,40 @@ def test_teacher_forced_logprobs_match_the_local_engine(remote, engine):
     local, served = engine.logprobs(toks, 2), remote.logprobs(toks, 2)
     assert served.shape == local.shape
     assert np.max(np.abs(served - local)) <= TOL_LOGPROB, np.max(np.abs(served - local))
+
+
+def test_llama_cpp_pythons_own_echo_is_shifted_by_one_and_the_dialect_is_not(remote, engine, instruct):
+    """llama-cpp-python's own ``create_completion(echo=True, logprobs=1)`` scores token j with the
+    logits row *after* token j: on a model that adds no BOS (SmolLM2) every prompt entry j ≥ 1 is
+    log softmax(row after token j)[token j], not log p(token j | tokens before it). With a BOS
+    (Gemma) it leaves the BOS out of its echo, which puts each entry back beside its token (and loses
+    the first token's value). The dialect sends BOS-led prompts only (refusing others) and reads entry
+    j as token j + 1: its values are the local engine's, far from the shifted pairing."""
+    import llama_cpp
+    from scipy.special import log_softmax
+
+    text = "Dana takes 10 mg lisinopril daily."
+    toks = instruct.tokenize(text)
+    assert instruct.bos_id is None and toks[0] != engine.bos_id
+    llm = llama_cpp.Llama(str(instruct.model_path), n_ctx=128, logits_all=True, verbose=False, n_threads=1)
+    try:
+        answer = llm.create_completion(text, max_tokens=1, echo=True, logprobs=1, temperature=0)
+    finally:
+        llm.close()
+    upstream = np.asarray(answer["choices"][0]["logprobs"]["token_logprobs"][1 : len(toks)], dtype=float)
+
+    def shifted(eng, tokens):  # entry j: the row after token j, read at token j
+        return np.array(
+            [log_softmax(eng.next_logits(tokens[: j + 1], exact=True))[tokens[j]] for j in range(1, len(tokens))]
+        )
+
+    assert np.max(np.abs(upstream - shifted(instruct, toks))) <= TOL_LOGPROB
+    assert np.max(np.abs(upstream - instruct.logprobs(toks, 1))) > 1.0
+
+    led = engine.tokenize(text, add_bos=True)
+    served = remote.logprobs(led, 2)  # the first token after BOS has no value there
+    assert np.max(np.abs(served - engine.logprobs(led, 2))) <= TOL_LOGPROB
+    assert np.max(np.abs(served - shifted(engine, led)[1:])) > 1.0
 
 
 def test_an_exact_label_distribution_matches_the_local_engine(remote, engine):
@@ -254,20 +197,6 @@ def test_a_lambda_1_score_on_the_server_matches_local_and_keeps_the_key_out_of_t
     assert res.exit_code == 4 and "server" in res.output, res.output
 
 
-def _tiny_audit(tmp: Path) -> tuple[Path, Path]:
-    """A two-label format with short records: prompts of a few dozen tokens."""
-    records = [("great fun", "good"), ("awful", "bad"), ("loved it", "good"), ("boring", "bad")] * 3
-    records += [("so good", "good"), ("dull", "bad"), ("superb", "good"), ("weak", "bad")]
-    data = tmp / "tiny.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in records), encoding="utf-8")
-    fmt = tmp / "tiny.toml"
-    fmt.write_text(
-        'task = "classify"\ninstruction = ""\nrecord = "{text}: {label}\\n"\ninput = "text"\noutput = "label"\n',
-        encoding="utf-8",
-    )
-    return data, fmt
-
-
 def _audit_args(url, data, fmt, out, *more) -> list[str]:
     base = ["audit", "--data", str(data), "--format", str(fmt), "--shots", "1", "--reference-runs", "2"]
     return [*base, "--canary", "semantic"] + _args(
@@ -279,7 +208,7 @@ def test_a_classification_audit_on_the_server_equals_the_local_one(llama_server,
     """The same audit (same seed) on the server and locally: the label distributions agree to ~1e-6,
     so every trial and reference run draws the same answers (equal signals, not just equal in
     distribution). A fixed private set has two prompts (Z = 0, 1): four teacher-forced requests."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"{name}.jsonl"
@@ -296,7 +225,7 @@ def test_a_report_noisy_max_audit_on_the_server_equals_the_local_one(llama_serve
     """Report-noisy-max over two ensembles at ε = 1 and ∞, on the server and locally with one seed:
     each ensemble's vote is drawn from its label distribution, which the server gives to ~1e-6, so
     every trial's signal is the local one (the mechanism's noise included)."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"rnm-{name}.jsonl"
@@ -533,7 +462,7 @@ def test_a_classification_audit_on_a_server_without_logprobs_samples_its_answers
     """The tiny audit through a proxy that strips log-probabilities: it runs on sampled answers, one
     completion per answer, says so on stderr and in the report's notes, computes no pair's ε (and says
     why), and its log is refused to the same audit on a server that reads distributions exactly."""
-    data, fmt = _tiny_audit(tmp_path)
+    data, fmt = tiny_audit(tmp_path)
     out = tmp_path / "a.jsonl"
     args = _audit_args("URL", data, fmt, out, "--trials", "4")
     with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:

@@ -18,7 +18,7 @@ from ctxlite.records import unencodable
 from ctxlite.reporting.junit import write_junit
 from ctxlite.reporting.terminal import verdict_line
 from ctxlite.runtime.backend import BackendKind
-from ctxlite.runtime.engine import EngineConfig, LocalModel
+from ctxlite.runtime.engine import Engine, EngineConfig, LocalModel
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
 
 
@@ -96,7 +96,8 @@ def engine_options(f):
             default=None,
             metavar="NAME|PATH",
             type=TEXT,
-            help="Registry name or GGUF path (env CTXLITE_MODEL) [default: gemma-3-270m].",
+            help="Registry name or GGUF path (env CTXLITE_MODEL) [default: gemma-3-270m]. With --backend openai: the "
+            "served model's GGUF, whose tokens the server's must be (checked when ctxlite connects).",
         ),
         click.option(
             "-c",
@@ -259,8 +260,8 @@ def server_options(f):
             default="local",
             show_default=True,
             help="local: llama.cpp in this process; openai: an OpenAI-compatible server at --base-url (vLLM or "
-            "llama-cpp-python's; llama.cpp's llama-server returns no prompt log-probabilities, so it can only "
-            "sample); its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
+            "llama-cpp-python's; llama.cpp's llama-server returns no prompt log-probabilities, so it cannot "
+            "score); its API key from env CTXLITE_API_KEY or OPENAI_API_KEY.",
         ),
         click.option(
             "--base-url", type=TEXT, default=None, metavar="URL", help="openai: the API root, e.g. http://host:8000/v1."
@@ -296,7 +297,9 @@ def open_server(kwargs: dict):
     """Pop the server options out of a command's kwargs; the connected
     :class:`~ctxlite.runtime.openai_server.OpenAIServer` for ``--backend openai``, else None.
 
-    Refuses (usage error) server options without ``--backend openai`` and local engine options with it."""
+    Refuses (usage error) server options without ``--backend openai`` and local engine options with it,
+    but for ``--model``: with a server it names the served model's local GGUF, whose tokenizer the server's
+    must equal (:meth:`~ctxlite.runtime.openai_server.OpenAIServer.check_tokenizer`, exit 2 otherwise)."""
     opts = {k: kwargs.pop(k) for k in SERVER_OPTIONS}
     server_flags = [f"--{k.replace('_', '-')}" for k in SERVER_OPTIONS[1:] if given_explicitly(k)]
     if BackendKind.parse(opts["backend"]) is not BackendKind.OPENAI:
@@ -306,7 +309,7 @@ def open_server(kwargs: dict):
     if kwargs.get("plan"):
         raise click.UsageError("--plan counts llama.cpp decodes: it has no meaning with --backend openai")
     source = click.get_current_context().get_parameter_source
-    local = [k for k in LOCAL_ONLY if source(k) is click.core.ParameterSource.COMMANDLINE]
+    local = [k for k in LOCAL_ONLY if k != "model" and source(k) is click.core.ParameterSource.COMMANDLINE]
     if local:
         flags = ", ".join(f"--{k.replace('_', '-')}" for k in local)
         raise click.UsageError(f"{flags}: no effect with --backend openai (the server chooses its model and settings)")
@@ -319,4 +322,13 @@ def open_server(kwargs: dict):
         timeout=opts["request_timeout"],
         retries=opts["retries"],
     )
-    return OpenAIServer(config)
+    if source("model") is not click.core.ParameterSource.COMMANDLINE:
+        return OpenAIServer(config)
+    return _server_checked_against(config, click.get_current_context().params["model"])
+
+
+def _server_checked_against(config, model: str):
+    """The server of ``config``, connected once its tokenizer is found to be ``model``'s (the GGUF's
+    vocabulary; its weights are mapped, not computed with)."""
+    with Engine(model, EngineConfig(n_ctx=16, kv_slots=1)) as local:
+        return OpenAIServer(config, tokenizer=local, tokenizer_name=local.model_path.name)

@@ -23,8 +23,12 @@ Tokens must be the server's: tokenization goes through its tokenize/detokenize e
 once (llama-cpp-python: ``/extras/tokenize``; llama.cpp server and vLLM: ``/tokenize``); a server
 with none is refused. What each server spells its own way (those endpoints, text or token-id
 prompts, the echo's alignment, its sampling filters) is its dialect,
-:mod:`ctxlite.runtime.server_dialects`; only the llama-cpp-python dialect is exercised by the test
-suite against a real server.
+:mod:`ctxlite.runtime.server_dialects`. Given a local model's tokenizer
+(``OpenAIServer(config, tokenizer=...)``, the CLI's ``--model`` with ``--backend openai``), the
+server must tokenize :data:`PARITY_TEXTS` as it does, or the connection is refused
+(:func:`tokenizer_mismatch`). The test suite runs the llama-cpp-python dialect
+(tests/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on the CPU); the llama.cpp
+dialect follows llama.cpp's documentation and meets only a fake server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
 ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
@@ -64,6 +68,7 @@ promptly and a resumed run (``--resume``) continues from the log. The API key is
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import math
 import time
@@ -132,6 +137,35 @@ def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: s
     return values
 
 
+PARITY_TEXTS = (
+    "Dana takes 10 mg lisinopril daily.",
+    "Question: What was prescribed?\nAnswer:",
+    " a leading space,  two spaces,\ttabs and a newline\n\n",
+    "Über 10 µg, naïve café ☕ 東京 — 1234567.89 %",
+)
+"""Texts a server must tokenize as a local model does (:func:`tokenizer_mismatch`): words, digits,
+punctuation, runs of whitespace, newlines and characters of every UTF-8 length. No text spells a
+special token: vLLM's and llama-cpp-python's endpoints always parse those (docs/servers.md)."""
+
+
+def tokenizer_mismatch(server, local, texts: Sequence[str] = PARITY_TEXTS) -> str | None:
+    """Where ``server`` and ``local`` (both with ``tokenize`` and ``bos_id``) tokenize differently:
+    their BOS tokens, or the first text whose token ids differ (without BOS, then with it), in a
+    short line; None where they agree on every text."""
+    if server.bos_id != local.bos_id:
+        return f"the BOS token is {server.bos_id} there and {local.bos_id} locally"
+    for text in texts:
+        for add_bos in (False, True):
+            there, here = server.tokenize(text, add_bos=add_bos), local.tokenize(text, add_bos=add_bos)
+            if there != here:
+                return f"{text[:40]!r} is tokens {_head(there)} there and {_head(here)} locally"
+    return None
+
+
+def _head(tokens: Sequence[int], n: int = 8) -> str:
+    return "[" + ", ".join(map(str, tokens[:n])) + (", ...]" if len(tokens) > n else "]")
+
+
 class ServedModel:
     """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend` with
     :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
@@ -140,14 +174,19 @@ class ServedModel:
     on_request: Callable[[], None] | None = None
     """Called in the calling thread after each request of a batch ends (the CLI redraws its progress line)."""
 
-    def __init__(self, config: ServerConfig, *, sleep=time.sleep):
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
+        """Connect: probe the server (:meth:`_probe`); with a local ``tokenizer`` (a backend, named
+        ``tokenizer_name``), refuse a server that tokenizes otherwise (:meth:`check_tokenizer`)."""
         self.config = config
         self._http = Http(config, sleep)
         self._pool = Pool(config.concurrency)
         self._pieces: dict[int, bytes | None] = {}
         self._texts: dict[tuple[int, ...], str] = {}
+        self.tokenizer_checked: str | None = None  # the local model whose tokens the server's were found to be
         try:
             self._probe()
+            if tokenizer is not None:
+                self.check_tokenizer(tokenizer, tokenizer_name or "the local model")
         except BaseException:
             self.close()
             raise
@@ -170,6 +209,19 @@ class ServedModel:
             self._teacher_forced(sample, 1 + self.dialect.echo_offset)
         except NoPromptLogprobs:
             self.prompt_logprobs = False
+
+    def check_tokenizer(self, local, name: str) -> None:
+        """Refuse (InvalidParameter) a server whose tokens are not those of ``local``, the local model
+        ``name`` (:func:`tokenizer_mismatch` on :data:`PARITY_TEXTS`): its numbers could not be set
+        beside that model's token for token, and a server that serves another model than the one
+        meant says so here rather than in the results."""
+        mismatch = tokenizer_mismatch(self, local)
+        if mismatch is not None:
+            raise InvalidParameter(
+                f"the server at {self.config.base_url} ({self.config.model_name}) does not tokenize as {name}: "
+                f"{mismatch}; serve that model (or leave out --model)"
+            )
+        self.tokenizer_checked = name
 
     # ----- tokenizer ----------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
@@ -214,9 +266,11 @@ class ServedModel:
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
         """Character span ``[start, end)`` of each token in ``detokenize(tokens)``.
 
-        Each token's piece comes from the server alone; a token the server cannot decode alone
-        (part of a character) is grouped with the tokens that follow until the group decodes, and the
-        group's characters belong to its last token (the rule of the local engine)."""
+        Each character belongs to the token that completes it (the local engine's rule). Each token's
+        piece comes from the server alone; a token the server cannot decode alone (it ends in part of
+        a character) is grouped with the tokens that follow until the group decodes, and the group's
+        characters are shared out by :meth:`_complete_chars` of its prefixes (a token ``" \xe2"``
+        before the rest of ``"☕"`` holds the space; the token that ends the ``☕`` holds it)."""
         self._prefetch(tokens)
         spans, n_chars, group = [], 0, []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -226,11 +280,19 @@ class ServedModel:
             if piece is None and len(group) < 4:
                 continue
             text = decoder.decode(piece) if piece is not None else "\ufffd"
-            spans += [(n_chars, n_chars)] * (len(group) - 1) + [(n_chars, n_chars + len(text))]
+            done = [0] + [min(self._complete_chars(group[:j]), len(text)) for j in range(1, len(group))]
+            done = [*itertools.accumulate(done, max), len(text)]
+            spans += [(n_chars + done[j], n_chars + done[j + 1]) for j in range(len(group))]
             n_chars += len(text)
             group = []
         spans += [(n_chars, n_chars)] * len(group)
         return spans
+
+    def _complete_chars(self, tokens: Sequence[int]) -> int:
+        """How many characters the server's decoding of ``tokens`` has before the part of a character
+        they end in (which decodes to replacement characters, or to nothing)."""
+        text = (self._detokenize_bytes(tokens) or b"").decode("utf-8", "replace")
+        return len(text.rstrip("\ufffd"))
 
     @property
     def bos_id(self) -> int | None:
@@ -339,8 +401,8 @@ class ServedModel:
         if text is None or self.tokenize(text, add_bos=True, special=True) != tokens:
             raise InvalidParameter(
                 "llama-cpp-python's server takes text prompts only, and the text of this token sequence "
-                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM or llama.cpp's "
-                "server, which take token ids)"
+                "tokenizes to other tokens: it cannot be sent there as these tokens (use vLLM, which takes "
+                "token ids)"
             )
         if len(self._texts) < 4096:  # an audit repeats its prompts: checked once each
             self._texts[key] = text
@@ -405,6 +467,7 @@ class ServedModel:
             "server_version": self.server_version or "not reported",
             "tokenizer": self.dialect.name,
             "prompt_logprobs": self.prompt_logprobs,
+            "tokenizer_checked_against": self.tokenizer_checked,
             "n_ctx": self.n_ctx,
             "concurrency": self.config.concurrency,
             "request_timeout_s": self.config.timeout,
@@ -438,14 +501,15 @@ class OpenAIServer(ServedModel):
     >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
     """
 
-    def __new__(cls, config: ServerConfig, *, sleep=time.sleep):
+    def __new__(cls, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
         server = super().__new__(cls)
-        ServedModel.__init__(server, config, sleep=sleep)  # connects and probes
+        # connects and probes (and checks the tokenizer)
+        ServedModel.__init__(server, config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
         if not server.prompt_logprobs:
             server.__class__ = ServedModel  # what it offers: no teacher forcing
         return server
 
-    def __init__(self, config: ServerConfig, *, sleep=time.sleep):
+    def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
         pass  # connected by __new__
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
