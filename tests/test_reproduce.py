@@ -30,6 +30,7 @@ from reproduction.framework import (  # noqa: E402
     decide,
     failed_assertions,
     paired_greater,
+    rank_trend,
     run_claims,
     select,
     summary_line,
@@ -88,6 +89,26 @@ def test_trend_greater_orders_the_conditions_by_x():
     assert down.p_value > 0.9 and down.effect == pytest.approx(-1.0)
     with pytest.raises(ValueError):
         trend_greater([1, 2], [[1.0, 2.0]])
+
+
+def test_rank_trend_is_the_exact_permutation_test():
+    assert rank_trend([1, 2, 4, 8, 16], [0.1, 0.2, 0.3, 0.4, 0.9]).p_value == pytest.approx(1 / 120)
+    assert rank_trend([1, 2, 4, 8, 16], [0.9, 0.4, 0.3, 0.2, 0.1]).p_value == 1.0
+    assert rank_trend([1, 2, 3, 4, 5], [0.0, 0.0, 0.0, 0.0, 0.0]).p_value == 1.0  # no trend in ties
+    # two tied zeros below three rising values: the orderings as good are those that keep the three on top
+    assert rank_trend([1, 2, 3, 4, 5], [0.0, 0.0, 0.2, 0.5, 2.0]).p_value == pytest.approx(2 / 120)
+    with pytest.raises(ValueError):
+        rank_trend([1, 2], [1, 2])
+
+
+def test_a_bound_test_decides_by_its_lower_limit():
+    certified = TestResult("cp", 0.4, None, 0.4, 200, (0.4, 25.0), 0.95)
+    assert decide(certified, 0.05, "leaks")[0] == REPRODUCED and certified.rejects
+    zero = TestResult("cp", 0.0, None, 0.0, 200, (0.0, 1.0), 0.95)
+    assert decide(zero, 0.05, "leaks")[0] == NOT_REPRODUCED and not zero.rejects
+    assert "lower 95% bound" in certified.describe()
+    with pytest.raises(ValueError):
+        TestResult("cp", 0.4, None, 0.4, 200)
 
 
 def test_a_verdict_of_reproduced_or_not_carries_its_test():

@@ -301,6 +301,7 @@ class ClaimRun:
     claim: Claim
     verdict: Verdict
     seconds: float
+    cpu_seconds: float = 0.0  # this process's CPU time: the cost without other load on the machine
 
     def to_dict(self) -> dict:
         c = self.claim
@@ -310,6 +311,7 @@ class ClaimRun:
             "statement": c.statement,
             "robust": c.robust,
             "seconds": round(self.seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
             **self.verdict.to_dict(),
         }
 
@@ -319,7 +321,7 @@ def run_claims(claims: Sequence[Claim], ctx: RunContext, on_done: Callable[[Clai
     exception (the others still run)."""
     done = []
     for c in claims:
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         try:
             verdict = c.run(ctx)
         except KeyboardInterrupt:
@@ -328,7 +330,7 @@ def run_claims(claims: Sequence[Claim], ctx: RunContext, on_done: Callable[[Clai
             last = traceback.extract_tb(exc.__traceback__)[-1]
             where = f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}"
             verdict = Verdict(ERROR, f"{type(exc).__name__}: {exc} (at {where})")
-        run = ClaimRun(c, verdict, time.monotonic() - start)
+        run = ClaimRun(c, verdict, time.monotonic() - start, time.process_time() - cpu)
         done.append(run)
         if on_done is not None:
             on_done(run)

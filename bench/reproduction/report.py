@@ -17,11 +17,13 @@ from .framework import ClaimRun, RunContext
 
 
 def summary(runs: Sequence[ClaimRun], ctx: RunContext, environment: dict, seconds: float) -> dict:
-    """The JSON summary: the run's settings and environment, the count per outcome, every claim."""
+    """The JSON summary: the run's settings and environment, its wall-clock and CPU seconds (this
+    process: the cost without the machine's other load), the count per outcome, every claim."""
     return {
         "settings": ctx.settings(),
         "environment": environment,
         "seconds": round(seconds, 1),
+        "cpu_seconds": round(sum(r.cpu_seconds for r in runs), 1),
         "outcomes": dict(Counter(r.verdict.outcome for r in runs)),
         "claims": [r.to_dict() for r in runs],
     }
@@ -61,7 +63,10 @@ def _claim_section(run: dict) -> str:
     settings = [[esc(k), esc(_value(v))] for k, v in run["settings"].items()]
     if settings:
         parts.append("<h3>Settings</h3>" + table(["setting", "value"], settings, left=1))
-    parts.append(f'<p class="note">{run["seconds"]} s; per-example data in the JSON summary.</p></section>')
+    parts.append(
+        f'<p class="note">{run["seconds"]} s ({run["cpu_seconds"]} s of CPU); per-example data in the JSON '
+        "summary.</p></section>"
+    )
     return "".join(parts)
 
 
@@ -79,7 +84,7 @@ def html(result: dict) -> str:
     env = [[esc(k), esc(_value(v))] for k, v in {**result["settings"], **result["environment"]}.items()]
     body = (
         "<h1>ctxlite: the papers' claims, reproduced</h1>"
-        f"<p>{esc(result['settings']['mode'])} run, {result['seconds']} s. Outcomes: "
+        f"<p>{esc(result['settings']['mode'])} run, {result['seconds']} s ({result['cpu_seconds']} s of CPU). Outcomes: "
         + esc(", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items())))
         + ".</p>"
         + table(["claim", "outcome", "statement", "why"], rows, left=4)

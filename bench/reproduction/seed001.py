@@ -93,12 +93,16 @@ def _settings(rep: dict) -> dict:
 
 
 NEAR_FULL = 0.9
+PLAIN = {"mechanism": "none", "canary": "hex", "query": "input-output", "utility_queries": 0}
+"""The no-defence audit of claim 001.1 (and the others' baseline); utility costs most of an audit's
+time (20 prompts of 20 shots), so only the utility claim measures it."""
+UTILITY_QUERIES = 20
 
 
 @claim("001.1", PAPER, "With no defence, audits reach near-full leakage (accuracy, certified ε) with hex canaries and "
        "input-output queries.", robust=True)  # fmt: skip
 def no_defence(ctx: RunContext) -> Verdict:
-    rep = _audit(ctx, mechanism="none", canary="hex", query="input-output", trials=ctx.size(200, 400))
+    rep = _audit(ctx, **PLAIN, trials=ctx.size(200, 400))
     row = rep["rows"][0]
     test = _bound_test(row)
     outcome, reason = decide(test, ctx.alpha, "the audit certifies leakage")
@@ -117,7 +121,7 @@ def no_defence(ctx: RunContext) -> Verdict:
 def prompt_defences(ctx: RunContext) -> Verdict:
     numbers, lows, reps = {}, {}, {}
     for level in ("prompt-l1", "prompt-l2"):
-        reps[level] = _audit(ctx, mechanism=level, canary="hex", query="input-output", trials=ctx.size(200, 400))
+        reps[level] = _audit(ctx, **{**PLAIN, "mechanism": level}, trials=ctx.size(200, 400))
         row = reps[level]["rows"][0]
         lows[level] = _bound_test(row)
         numbers |= {f"{level} {k}": v for k, v in _row_numbers(row).items()}
@@ -163,15 +167,39 @@ def judge_blocks(ctx: RunContext) -> Verdict:
 
 
 def _rnm(ctx: RunContext) -> dict:
-    """The RNM sweep over ``RNM_EPSILONS`` (greedy votes, so a trial's randomness is D's draw and the noise)."""
-    return _audit(ctx, mechanism="rnm", temperature=0, canary="semantic", epsilons=RNM_EPSILONS,
-                  trials=ctx.size(200, 1000))  # fmt: skip
+    """The RNM sweep over ``RNM_EPSILONS``: hex canary, greedy votes (so a trial's randomness is the
+    mechanism's noise alone and the release is the Gaussian mechanism on the vote histogram), scored
+    on the noisy count of the canary's label."""
+    return _audit(ctx, mechanism="rnm", temperature=0, canary="hex", query="input-output", detector="count",
+                  epsilons=RNM_EPSILONS, trials=ctx.size(200, 400), utility_queries=UTILITY_QUERIES)  # fmt: skip
 
 
-def _power(rows: list[dict], ctx: RunContext) -> dict:
-    """Per finite ε: the fewest trials with which the corner-grid bound could certify anything (ε_lb > 0)
-    for the audited pair, at its (ε, δ) corner (the most distinguishable rates the pair allows, so a
-    lower estimate of what the audit's own detector needs)."""
+def gaussian_trials(pair_epsilon: float) -> int | None:
+    """The fewest trials with which the corner-grid bound certifies ε > 0 (at the expected counts, so
+    about half the time) against a Gaussian pair whose ε at ``DELTA`` is ``pair_epsilon``: μ solves
+    ε_μ(δ) = ``pair_epsilon``, and the test at each FPR of a grid has TPR = Φ(μ − Φ⁻¹(1 − FPR));
+    the best FPR counts. RNM with certain votes is exactly such a pair."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from ctxlite.privacy.estimators import gdp_epsilon
+    from ctxlite.privacy.power import trials_to_certify
+
+    mu = brentq(lambda m: gdp_epsilon(m, DELTA) - pair_epsilon, 1e-3, 50.0)
+    best = None
+    for fpr in np.geomspace(1e-3, 0.5, 60):
+        tpr = float(norm.sf(norm.isf(fpr) - mu))
+        n = trials_to_certify(0.0, tpr, float(fpr), alpha=1 - CONFIDENCE, delta=DELTA)
+        if n is not None and (best is None or n < best):
+            best = n
+    return best
+
+
+def _power(rows: list[dict]) -> dict:
+    """Per finite ε, for the audited pair (its ε: the report's upper bound, at most the theoretical
+    ε): the fewest trials with which the corner-grid bound could certify ε > 0, at the (ε, δ) corner
+    (the most distinguishable rates any pair allows: a lower estimate) and for a Gaussian pair of
+    that ε (RNM's own shape: the estimate to plan by)."""
     from ctxlite.privacy.power import dp_corner, trials_to_certify
 
     out = {}
@@ -179,11 +207,12 @@ def _power(rows: list[dict], ctx: RunContext) -> dict:
         eps = _num(row["epsilon"], math.inf)
         pair = min(_num(row.get("epsilon_upper_bound"), math.inf), eps)
         if math.isfinite(pair):
-            out[f"{eps:g}"] = trials_to_certify(0.0, *dp_corner(pair, DELTA), alpha=1 - CONFIDENCE, delta=DELTA)
+            corner = trials_to_certify(0.0, *dp_corner(pair, DELTA), alpha=1 - CONFIDENCE, delta=DELTA)
+            out[f"{eps:g}"] = {"pair_epsilon": pair, "corner": corner, "gaussian": gaussian_trials(pair)}
     return out
 
 
-@claim("001.3a", PAPER, "RNM: the certified ε increases with the theoretical ε and never exceeds it.", robust=True)
+@claim("001.3a", PAPER, "RNM: the certified ε increases with the theoretical ε and never exceeds it.")
 def rnm_trend(ctx: RunContext) -> Verdict:
     rep = _rnm(ctx)
     rows = rep["rows"]
@@ -200,6 +229,14 @@ def rnm_trend(ctx: RunContext) -> Verdict:
         )
     else:
         reason += "; below the theoretical ε and the pair's own ε everywhere"
+    if outcome != REPRODUCED and max(low) == 0:
+        acc = rows[-1]["audit_accuracy"]
+        reason += (
+            f". Nothing is certified at any ε, not even without noise (ε = ∞: audit accuracy {acc:.2f}): in "
+            f"{rows[-1]['n_in'] + rows[-1]['n_out']} trials the canary barely moves its ensemble's greedy vote against "
+            "the spread the re-drawn partition gives the other ensembles' votes, so this model's RNM pair is too "
+            "weak to show the trend"
+        )
     return Verdict(
         outcome,
         reason,
@@ -207,9 +244,10 @@ def rnm_trend(ctx: RunContext) -> Verdict:
             "theoretical ε": [f"{e:g}" for e in eps],
             "certified ε (lower bound)": low,
             "point ε̂ at FPR 0.1": [r["epsilon_point"] for r in rows],
+            "audit accuracy (optimistic)": [r["audit_accuracy"] for r in rows],
             "pair ε (upper bound)": [r.get("epsilon_upper_bound") for r in rows],
             "trials per ε": rep["settings"]["trials"],
-            "fewest trials to certify > 0, per ε (at the pair's corner)": _power(rows, ctx),
+            "fewest trials to certify > 0, per ε (corner: lower estimate; gaussian: RNM's shape)": _power(rows),
         },
         test=test,
         settings=_settings(rep),
@@ -234,7 +272,7 @@ def rnm_trend(ctx: RunContext) -> Verdict:
 @claim("001.4", PAPER, "RNM utility rises with ε and stays below non-private ICL.")
 def rnm_utility(ctx: RunContext) -> Verdict:
     rows = _rnm(ctx)["rows"]
-    plain = _audit(ctx, mechanism="none", canary="hex", query="input-output", trials=ctx.size(200, 400))["rows"][0]
+    plain = _audit(ctx, **{**PLAIN, "utility_queries": UTILITY_QUERIES}, trials=ctx.size(200, 400))["rows"][0]
     eps = [_num(r["epsilon"], math.inf) for r in rows]
     util = [float(r["utility"]) for r in rows]
     test = rank_trend(list(range(len(eps))), util)
@@ -267,7 +305,7 @@ def spread(ctx: RunContext) -> Verdict:
     for n in counts:
         for seed in range(seeds):
             sub = replace(ctx, seed=ctx.seed + seed, _memo=ctx._memo, _engines=ctx._engines)
-            rep = _audit(sub, mechanism="none", canary="hex", query="input-output", trials=n)
+            rep = _audit(sub, **PLAIN, trials=n)
             acc[n].append(rep["rows"][0]["audit_accuracy"])
     v_small, v_large = np.var(acc[50], ddof=1), np.var(acc[400], ddof=1)
     if v_large > 0:
