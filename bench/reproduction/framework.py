@@ -257,7 +257,7 @@ class RunContext:
     seed: int = 0
     threads: int = 1
     alpha: float = 0.05
-    n_ctx: int = 1024
+    n_ctx: int = 2048
     _engines: dict = field(default_factory=dict)
     _memo: dict = field(default_factory=dict)
 
