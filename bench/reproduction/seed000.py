@@ -323,7 +323,7 @@ def _halves(runs: list, n: int) -> tuple[list[float], list[float]]:
     return early, late
 
 
-@claim("000.4", PAPER, "n-grams near the start of the context carry more influence (position bias).", robust=True)
+@claim("000.4", PAPER, "n-grams near the start of the context carry more influence (position bias).")
 def context_position(ctx: RunContext) -> Verdict:
     from ctxlite.influence.analysis import start_means
 
