@@ -241,7 +241,7 @@ NGRAMS, NGRAM_CONTEXT = (4, 8, 16, 32), 64
 def ngram_size(ctx: RunContext) -> Verdict:
     from ctxlite.influence.analysis import start_means
 
-    k = ctx.size(5, 10)
+    k = ctx.size(3, 10)  # quick: Page p = 7e-05 for 3 examples in order; full 000.2 reproduced p = 1.6e-14
     runs = {n: _ngram_runs(ctx, n, NGRAM_CONTEXT, k) for n in NGRAMS}
     table = np.array([[np.mean([g.influence for g in ex.results[0].ngrams]) for ex in runs[n]] for n in NGRAMS]).T
     max_of_mean = [
