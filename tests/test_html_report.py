@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.reporting.page import heat_class
 from tests.browser import Browser, require_chromium
+from tests.results import result
 
 pytestmark = pytest.mark.model
 NOTHING_ACTIVE = "document.querySelectorAll('script, img, iframe, a:not([href^=\"#\"])').length"
@@ -471,12 +472,7 @@ def test_the_response_caption_defines_tau_t_as_the_table_shows_it():
     from ctxlite.reporting.page import Redactor
     from ctxlite.reporting.score_page import _response
 
-    result = {
-        "response": "ab",
-        "response_token_chars": [[0, 1], [1, 2]],
-        "token_influence": [0.5, 0.25],
-        "token_pmi": [-0.5, 0.25],
-        "document_influence": 0.75,
-    }
-    out = _response(result, Redactor(False), 1.0)
+    one = result(token_influence=(0.5, 0.25), response="ab", response_token_chars=[(0, 1), (1, 2)])
+    one.token_pmi = [-0.5, 0.25]
+    out = _response(one, Redactor(False), 1.0)
     assert "τ_t = |log p(y_t | D) − log p(y_t | ∅)|" in out
