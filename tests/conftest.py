@@ -8,8 +8,14 @@ import os
 from importlib import resources
 
 import pytest
+from hypothesis import settings
 
 from tests.logschema import sweep
+
+settings.register_profile("ctxlite", deadline=None)
+settings.load_profile("ctxlite")
+"""No hypothesis deadline anywhere: its default 200 ms per example is a wall-clock threshold, which a
+shared or slow machine crosses without any fault in the code."""
 
 
 def pytest_configure(config):
