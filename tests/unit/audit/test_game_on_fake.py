@@ -108,7 +108,7 @@ def test_a_text_audit_is_refused_without_rows_or_completions():
 
 def test_a_classification_audit_without_rows_reads_the_same_distribution_by_teacher_forcing():
     """Without logit rows the label distribution is read by teacher forcing: the same report as the
-    row path (tests/test_backend.py checks it on the model through a restricted engine)."""
+    row path."""
     s = AuditSettings(trials=8, utility_queries=0, reference_runs=2)
     forced = run_audit(FakeBackend(5, capabilities=(TeacherForcing,)), classify_records(), s).to_dict()
     rows = run_audit(FakeBackend(5), classify_records(), s).to_dict()
