@@ -9,8 +9,15 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.logschema import sweep
+
+settings.register_profile("ctxlite", deadline=None)
+settings.load_profile("ctxlite")
+"""No hypothesis deadline anywhere: its default 200 ms per example is a wall-clock threshold, which a
+shared or slow machine crosses without any fault in the code."""
+
 
 VLLM_TESTS = Path(__file__).resolve().parent / "vllm"
 

@@ -1,7 +1,7 @@
 """What an audit means, checked from the outside.
 
-* The game: a *recording oracle* (the real ``ModelOracle`` on the real default
-  model, keeping every prompt it is asked and every answer it gives) shows
+* The game: a *recording oracle* (the real ``ModelOracle`` on the FakeBackend,
+  keeping every prompt it is asked and every answer it gives) shows
   that the Z = 1 prompts hold the canary record and the Z = 0 prompts do not,
   that the canary replaces exactly one record of a fixed private set (one whose
   label differs from y_c), that it sits in exactly one ensemble's prompt, and
@@ -46,6 +46,7 @@ from ctxlite.audit.settings import AuditSettings, EstimateSettings, audit_identi
 from ctxlite.privacy.calibration import analytic_gaussian_sigma, subsampled_gaussian_epsilon
 from ctxlite.privacy.estimators import CanaryScoreAuditor, Split, describe_selection, gdp_epsilon
 from ctxlite.records import RecordLog
+from ctxlite.runtime.fake import FakeBackend
 from ctxlite.runtime.templates import audit_templates
 
 CLASSIFY = str(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"))
@@ -61,12 +62,11 @@ def classify_records():
 
 @pytest.fixture(scope="module")
 def engine():
-    """One llama.cpp thread, as in test_audit.py: on a shared 2-core machine two threads run ~4x slower."""
-    from ctxlite.runtime.engine import Engine, EngineConfig
-
-    eng = Engine(None, EngineConfig(n_threads=1))
-    yield eng
-    eng.close()
+    """The FakeBackend (deterministic seeded logits, every capability an audit uses): what these tests
+    check is the game's and the report's bookkeeping, which no model's numbers change. The real model
+    plays real audits end to end in test_audit.py and the CLI tests. A stronger induction head than the
+    default copies the shots' labels often enough that a one-shot ensemble answers a label, not only OTHER."""
+    return FakeBackend(0, induction=4.0)
 
 
 # ---------------------------------------------------------------------------
@@ -162,7 +162,6 @@ def canary_record(report) -> dict:
 # the game
 
 
-@pytest.mark.model
 @pytest.mark.parametrize(
     "seed, canary, query",
     [
@@ -210,7 +209,6 @@ def test_canary_is_in_exactly_the_z1_prompts(play, seed, canary, query):
     assert set(r["text"] for r in d0) <= {r["text"] for r in classify_records()}
 
 
-@pytest.mark.model
 def test_canary_sits_in_exactly_one_ensemble(play):
     s = AuditSettings(
         task="classify",
@@ -247,7 +245,6 @@ def json_key(r: dict) -> tuple:
     return r["text"], r["label"]
 
 
-@pytest.mark.model
 def test_z_is_a_fair_coin_over_trials(engine):
     """Z ~ Bernoulli(1/2): over 3 seeds x 600 trials, the IN count is within 4.5 sd of half."""
     n_in, n = 0, 0
@@ -276,7 +273,6 @@ def test_z_is_a_fair_coin_over_trials(engine):
 # defences: the text in the prompt, the keyword filter, the judge
 
 
-@pytest.mark.model
 @pytest.mark.parametrize(
     "mechanism, text", [("none", ""), ("prompt-l1", DEF["L1"]), ("prompt-l2", L2_TEXT), ("judge", L2_TEXT)]
 )
@@ -394,7 +390,6 @@ def test_judge_on_labels_withholds_a_flagged_label_as_other():
     np.testing.assert_array_equal(Judge().release(stub, FMT, RECS, "Q:", 4, rng).signal, [0.75, 0.25, 0.0])
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("mechanism", ["none", "prompt-l2", "judge"])
 def test_injection_outputs_are_filtered_and_judged(play, engine, mechanism):
     """Each trial's leak score is recomputed from the raw sampled texts: L2 withholds keyword outputs,
@@ -471,7 +466,6 @@ def test_detectors_on_known_signals():
         assert det.score(outs[0] + shift) - det.score(outs[0]) == pytest.approx(det.direction @ shift)
 
 
-@pytest.mark.model
 @pytest.mark.parametrize("mechanism", ["none", "rnm"])
 def test_count_detector_reads_the_canary_label(play, mechanism):
     kw = dict(epsilons=(math.inf,), ensembles=3, shots=1) if mechanism == "rnm" else dict(shots=4, queries_per_trial=8)
@@ -495,7 +489,6 @@ def test_count_detector_reads_the_canary_label(play, mechanism):
     assert differ > 0  # the two labels' counts differ somewhere, so the wrong one would be seen
 
 
-@pytest.mark.model
 def test_direction_detector_scores_are_refitted_from_the_logged_references(play):
     s = AuditSettings(
         task="classify",
@@ -531,7 +524,6 @@ def _expect_estimate(row, key, value, n_out, fpr):
         assert getattr(row, key) == pytest.approx(value, rel=1e-12, abs=1e-12)
 
 
-@pytest.mark.model
 def test_report_figures_are_recomputed_from_the_log(play):
     s = AuditSettings(
         task="classify",
@@ -634,7 +626,6 @@ def test_esa_report_row_accounts_with_2c():
     assert row.accounting.sensitivity_add_remove == pytest.approx(1.0)
 
 
-@pytest.mark.model
 def test_utility_is_the_accuracy_of_the_released_answers(play):
     """Greedy answers (T = 0) on held-out records, with the private set D in the prompt, no canary."""
     pool = classify_records()

@@ -65,21 +65,6 @@ def test_the_engine_is_a_backend_with_every_capability_but_embeddings(engine):
     assert isinstance(Restricted(engine, (LogitRows,)), LogitRows)
 
 
-def test_teacher_forcing_alone_scores_lambda_one_like_the_exact_path(engine, with_response):
-    """Without logit rows or prefix reuse every sequence is decoded whole through ``logprobs``;
-    that is what exact mode computes from the rows."""
-    ex = _example(with_response)
-    exact = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=8, exact=True)).score(ex).results[0]
-    backend = Restricted(engine)
-    plain = InfluenceScorer(backend, "qa", InfluenceSettings(ngram=8)).score(ex).results[0]
-    assert "logprobs" in backend.calls
-    assert plain.noise_floor is None  # no reuse path, nothing to measure
-    assert len(plain.ngrams) == len(exact.ngrams) > 3
-    np.testing.assert_allclose(plain.token_logprob, exact.token_logprob, atol=1e-5)
-    np.testing.assert_allclose([g.influence for g in plain.ngrams], [g.influence for g in exact.ngrams], atol=1e-4)
-    assert plain.document_influence == pytest.approx(exact.document_influence, abs=1e-4)
-
-
 def test_ablations_sent_together_are_taken_in_their_order(engine):
     """Without logit rows an example's ablations go to ``logprobs_many`` together (concurrently on a
     server): each n-gram gets its own ablation's numbers -- those of the row path's exact mode --,
@@ -104,16 +89,6 @@ def test_ablations_sent_together_are_taken_in_their_order(engine):
     assert ticks == in_order_ticks == [("ablations", k, n) for k in range(n + 1)]
 
 
-def test_rows_without_reuse_score_every_lambda_like_the_exact_path(engine, with_response):
-    ex = _example(with_response)
-    settings = InfluenceSettings(lambdas=(0.5, 1.0), ngram=8)
-    exact = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0), ngram=8, exact=True)).score(ex)
-    rows = InfluenceScorer(Restricted(engine, (LogitRows,)), "qa", settings).score(ex)
-    for a, b in zip(rows.results, exact.results):
-        assert a.lam == b.lam
-        np.testing.assert_allclose([g.influence for g in a.ngrams], [g.influence for g in b.ngrams], atol=1e-4)
-
-
 def test_what_needs_a_missing_capability_is_refused_by_name(engine, with_response):
     backend = Restricted(engine)
     with pytest.raises(InvalidParameter, match="lambda != 1.*full next-token logit rows.*restricted test"):
@@ -121,27 +96,3 @@ def test_what_needs_a_missing_capability_is_refused_by_name(engine, with_respons
     ex = Example(NOTE, "What was prescribed?")  # no response: generate one
     with pytest.raises(InvalidParameter, match="generating a response needs"):
         InfluenceScorer(backend, "qa", InfluenceSettings(ngram=None)).score(ex)
-
-
-def test_a_classification_audit_without_rows_is_exact_and_a_generation_one_is_refused(engine):
-    """Without logit rows the label distribution is read by teacher forcing (the Restricted backend
-    fails the test on any row call): the same report as the row path. Generation needs rows and
-    streams: refused before any trial."""
-    from dataclasses import replace
-    from importlib import resources
-
-    from ctxlite.audit import AuditSettings, load_records, run_audit
-
-    data = resources.files("ctxlite").joinpath("data")
-    records = load_records(data.joinpath("classify_sample.jsonl"), "classify")
-    settings = AuditSettings(trials=8, utility_queries=0, reference_runs=2)
-    forced = run_audit(Restricted(engine), records, settings).to_dict()
-    rows = run_audit(engine, records, settings).to_dict()
-    assert forced["rows"][0]["audit_accuracy"] == rows["rows"][0]["audit_accuracy"]
-    assert forced["rows"][0]["epsilon_exact"] == pytest.approx(rows["rows"][0]["epsilon_exact"], abs=1e-3)
-
-    backend = Restricted(engine)
-    dialogues = load_records(data.joinpath("dialogue_sample.jsonl"), "generate")
-    with pytest.raises(InvalidParameter, match="generate audit needs full next-token logit rows"):
-        run_audit(backend, dialogues, replace(settings, task="generate"))
-    assert backend.calls == []

@@ -1,10 +1,11 @@
 """``ctxlite report --html``: self-contained offline reports, loaded in a real headless Chromium.
 
-Runs the real CLI on the default model on inputs laced with markup and script, renders the
-reports, and checks in the browser that no script runs, nothing is requested but the file,
-nothing is logged as an error (a CSP violation would be), the private text shows literally,
-and the heatmap's shading follows the log's n-gram influences. ``--no-text`` reports must not
-contain the private text at all, and reports are written owner-readable only.
+Runs the real CLI (on the FakeBackend, and on the default model for the plots and the colour
+scale) on inputs laced with markup and script, renders the reports, and checks in the browser that
+no script runs, nothing is requested but the file, nothing is logged as an error (a CSP violation
+would be), the private text shows literally, and the heatmap's shading follows the log's n-gram
+influences. ``--no-text`` reports must not contain the private text at all, and reports are written
+owner-readable only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.reporting.page import heat_class
 from tests.browser import Browser, require_chromium
+from tests.fake_models import use_fake_models
 from tests.results import result
 
 pytestmark = pytest.mark.model
@@ -59,8 +61,15 @@ def browser():
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    """A score log and an audit log whose every piece of user text carries markup."""
-    d = tmp_path_factory.mktemp("html")
+    """A score log and an audit log whose every piece of user text carries markup, written by the real
+    CLI on the FakeBackend (tests/fake_models.py): what these tests check is how a report shows a log's
+    text and numbers, whatever model wrote them; the plots' and scales' fixtures below run the model."""
+    with pytest.MonkeyPatch.context() as mp:
+        use_fake_models(mp)
+        return _markup_logs(tmp_path_factory.mktemp("html"))
+
+
+def _markup_logs(d: Path) -> Path:
     (d / "note.txt").write_text(CONTEXT, encoding="utf-8")
     _run(
         ["score", "--context", str(d / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--ngram", "4"]
@@ -190,8 +199,10 @@ def test_report_prints_one_headline_per_finished_run(logs):
     assert f"certified ε ≥ {row['epsilon_lower_bound']:.3f} at 95% confidence" in r.stderr
 
 
-def test_context_size_curve_is_plotted_with_its_numbers(browser, logs, tmp_path):
-    """A run with --context-sizes gets the curve of mean document influence against k, and its table."""
+def test_context_size_curve_is_plotted_with_its_numbers(browser, logs, tmp_path, monkeypatch):
+    """A run with --context-sizes gets the curve of mean document influence against k, and its table
+    (the run on the FakeBackend: the page is drawn from the log's numbers, whatever model wrote them)."""
+    use_fake_models(monkeypatch)
     data = tmp_path / "d.jsonl"
     rows = [{"id": f"e{i}", "context": CONTEXT, "query": "What?", "response": f"Lisinopril {i} mg."} for i in (5, 10)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

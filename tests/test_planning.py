@@ -2,7 +2,9 @@
 
 The dry run must issue exactly the decodes the real run issues (calls and tokens, after KV
 reuse) when nothing is sampled, an upper bound when responses are generated, and leave the
-engine as it was. Real model throughout."""
+engine as it was: llama.cpp's own dry run, one score case (λ = 0.5 and 1: rows and reuse) and one
+small audit; tests/unit/runtime/test_plan_on_fake.py checks the planning logic, generated responses'
+upper bound included, on the FakeBackend."""
 
 from __future__ import annotations
 
@@ -35,9 +37,8 @@ def _real(engine, job):
     return engine.decode_calls - calls, engine.tokens_decoded - tokens
 
 
-@pytest.mark.parametrize("lams", [(1.0,), (0.5, 1.0)])
-def test_score_plan_counts_exactly_what_the_run_decodes(engine, lams):
-    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=lams, ngram=4))
+def test_score_plan_counts_exactly_what_the_run_decodes(engine):
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(lambdas=(0.5, 1.0), ngram=4))
     example = Example(NOTE, "What was prescribed?", "Lisinopril 10 mg daily.")
     plan = plan_run([engine], lambda: scorer.score(example), sampled=False)
     assert plan.exact and plan.estimated_seconds > 0
@@ -50,26 +51,16 @@ def test_audit_plan_counts_exactly_what_the_run_decodes(engine):
         task="classify",
         mechanism="rnm",
         epsilons=(1.0,),
-        trials=12,
+        trials=4,
         shots=2,
         ensembles=3,
-        utility_queries=2,
-        reference_runs=2,
+        utility_queries=1,
+        reference_runs=1,
     )
     records = load_records("ctxlite/data/classify_sample.jsonl", "classify")
     job = lambda: run_audit(engine, records, s)  # noqa: E731
     plan = plan_run([engine], job, sampled=False)
     assert (plan.decode_calls, plan.tokens_decoded) == _real(engine, job)
-
-
-def test_generated_responses_are_planned_at_their_maximum_length(engine):
-    settings = InfluenceSettings(ngram=8, sampling=SamplingSettings(max_new_tokens=12, min_new_tokens=2))
-    scorer = InfluenceScorer(engine, "qa", settings)
-    example = Example(NOTE, "What was prescribed?")
-    plan = plan_run([engine], lambda: scorer.score(example), sampled=True)
-    calls, tokens = _real(engine, lambda: scorer.score(example))
-    assert not plan.exact and "upper bound" in plan.summary()
-    assert plan.tokens_decoded >= tokens and plan.decode_calls >= calls
 
 
 def test_cli_plan_runs_nothing_and_writes_no_log(tmp_path):

@@ -1,7 +1,6 @@
 """The trial log of the game (``ctxlite.audit.game.run_audit`` with a ``RecordLog``) on the FakeBackend:
 a torn log resumes to the same rows and the same lines, a finished one runs no trial, a changed game
-is refused, and report-only settings may change on resume -- the logic of tests/test_audit.py's
-``test_trial_log_resumes``, without a model."""
+is refused, and report-only settings (the subsampled-over-T accounting) may change on resume."""
 
 from __future__ import annotations
 
@@ -16,9 +15,12 @@ from ctxlite.audit.dataset import load_records
 from ctxlite.audit.game import run_audit
 from ctxlite.audit.settings import AuditSettings, EstimateSettings, audit_identity
 from ctxlite.errors import DataError
+from ctxlite.privacy.calibration import analytic_gaussian_epsilon, subsampled_gaussian_epsilon
 from ctxlite.records import RecordLog
+from ctxlite.reporting.terminal import audit_table
 from ctxlite.runtime.fake import FakeBackend
 
+SQRT2 = math.sqrt(2)
 CLASSIFY = str(resources.files("ctxlite").joinpath("data", "classify_sample.jsonl"))
 GAME = AuditSettings(
     task="classify",
@@ -61,10 +63,28 @@ def test_a_torn_trial_log_resumes_to_the_same_rows_and_lines(tmp_path):
     assert again.rows == full.rows and path.read_text().splitlines() == lines
     with pytest.raises(DataError, match="settings.trials"):
         open_log(path, backend, replace(GAME, trials=13))
-    estimates = replace(GAME, estimates=EstimateSettings(accounting_queries=100, sampling_rate=0.1))
-    with open_log(path, backend, estimates) as log:  # report-only settings: the same trials, no new line
-        sub = run_audit(backend, records(), estimates, log)
-    assert path.read_text().splitlines() == lines
-    same = lambda row: replace(row, epsilon_subsampled=None, accounting=None)  # noqa: E731
-    assert [same(r) for r in sub.rows] == [same(r) for r in full.rows]
-    assert sub.rows[0].epsilon_subsampled is not None and sub.rows[1].epsilon_subsampled == math.inf
+    # report-only settings may change on resume: the subsampled-over-T epsilon from the same trials
+    for T, q in ((100, 0.1), (1, 1.0)):
+        acc = replace(GAME, estimates=EstimateSettings(accounting_queries=T, sampling_rate=q))
+        with open_log(path, backend, acc) as log:
+            sub = run_audit(backend, records(), acc, log)
+        assert path.read_text().splitlines() == lines  # the same trials, no new line
+        r2, rinf = sub.rows
+        same = lambda row: replace(row, epsilon_subsampled=None, accounting=None)  # noqa: E731
+        assert same(r2) == same(full.rows[0])
+        assert rinf.epsilon_subsampled == math.inf
+        # add/remove sensitivity with m fixed ensembles: one vote moves, sqrt(2) (as under replacement)
+        assert r2.accounting.to_dict() == {
+            "queries": T,
+            "sampling_rate": q,
+            "sensitivity_add_remove": pytest.approx(SQRT2),
+            "accountant": "dp_accounting PLD",
+        }
+        if T == 1:  # one unsubsampled release: the analytic epsilon of the same sigma, i.e. the audited epsilon 2
+            assert r2.epsilon_subsampled == pytest.approx(
+                analytic_gaussian_epsilon(r2.sigma, GAME.delta, SQRT2), abs=2e-3
+            )
+            assert r2.epsilon_subsampled == pytest.approx(2.0, abs=2e-3)
+        else:
+            assert r2.epsilon_subsampled == subsampled_gaussian_epsilon(r2.sigma, SQRT2, q, T, GAME.delta)
+            assert "eps_T" in audit_table(sub) and any("T = 100" in n for n in sub.notes)
