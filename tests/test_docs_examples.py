@@ -177,6 +177,14 @@ def test_documented_command_runs(line, tmp_path, request):
     )
 
 
+def _writers_of_logs_read(page: str, code: str) -> list[str]:
+    """The page's earlier blocks that write (``out="X"``) a log this block reads (``report_log("X")``)
+    without writing it: a page's examples may continue each other, as a reader runs them."""
+    read = set(re.findall(r'report_log\("([^"]+)"', code)) - set(re.findall(r'out="([^"]+)"', code))
+    earlier = [c for p, c in PYTHON[: PYTHON.index((page, code))] if p == page]
+    return [c for c in earlier if any(f'out="{name}"' in c for name in read)]
+
+
 @pytest.mark.parametrize("page,code", PYTHON, ids=[f"{page}#{i}" for i, (page, _) in enumerate(PYTHON)])
 def test_documented_python_block_runs(page, code, tmp_path, monkeypatch, capsys):
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
@@ -184,6 +192,8 @@ def test_documented_python_block_runs(page, code, tmp_path, monkeypatch, capsys)
     scope: dict = {}
     if "in_scores" in code:  # the estimator example: give it scores
         scope.update(in_scores=[0.9, 0.8, 0.7, 0.95, 0.6] * 20, out_scores=[0.1, 0.5, 0.3, 0.2, 0.65] * 20)
+    for earlier in _writers_of_logs_read(page, code):  # a block that reads back a log an earlier one wrote
+        exec(compile(earlier, f"earlier python block of {page}", "exec"), {})
     exec(compile(code, f"python block of {page}", "exec"), scope)
     for line in code.splitlines():  # a value a comment promises is the value the code returns
         m = re.match(r"(.+?)\s+#\s*(-?\d+\.\d+)\s*$", line)
