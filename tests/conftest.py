@@ -82,6 +82,8 @@ def pytest_sessionfinish(session, exitstatus):
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None or exitstatus != 0:
         return
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return  # xdist's controller: each worker sweeps its own folders, knowing which tests it exempted
     found = sweep(factory.getbasetemp(), skip=_SWEPT)
     if found:
         session.config.get_terminal_writer().line(
