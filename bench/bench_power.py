@@ -23,7 +23,7 @@ an upper bound for rnm: its ``privacy_profile_kind``). The last line is
 ``gain_gaussian_mu1_n200=G overclaim_max=R``: G = median corner-grid bound /
 median split-old bound on the Gaussian mu = 1 audits with 200 trials, R = the
 largest over-claim rate of the corner grid over the simulated settings.
-A measurement, not a test (the soundness tests are tests/test_soundness.py).
+A measurement, not a test (the soundness tests are tests/unit/privacy/test_soundness.py).
 
     python bench/bench_power.py [--audits 200] [--log RUN.jsonl]
 """

@@ -16,7 +16,7 @@ Two workloads:
            --examples), the built-in ``qa`` template. llama-cpp-python's server cannot take it:
            it takes text prompts, and ``Document: `` + context does not re-tokenize to the same
            ids; the bench records its refusal.
-  short    tests/test_openai_server.py's note ("Dana takes 10 mg lisinopril.", 4-grams, template
+  short    tests/server/test_openai_server.py's note ("Dana takes 10 mg lisinopril.", 4-grams, template
            ``{context} Q: {query} A:``): an example whose every ablated sequence is the tokenization
            of its own text, which llama-cpp-python's server needs (on the samples, even with that
            template, some ablation cuts a word or a number and is refused), and small enough for a

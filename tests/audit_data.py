@@ -1,4 +1,4 @@
-"""Small audit inputs the server tests share (tests/test_openai_server.py, tests/vllm)."""
+"""Small audit inputs the server tests share (tests/server/test_openai_server.py, tests/vllm)."""
 
 from __future__ import annotations
 

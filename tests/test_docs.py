@@ -198,7 +198,7 @@ def test_every_cited_method_or_field_exists():
 
 
 def test_every_cited_file_exists():
-    """A repository path in backticks (`tests/test_search.py`, `bench/bench_floor.py`, ...) exists."""
+    """A repository path in backticks (`tests/unit/influence/test_search.py`, `bench/bench_floor.py`, ...) exists."""
     roots = ("bench/", "ctxlite/", "csrc/", "docs/", "models/", "tests/", "tools/")
     cited = set()
     for page, text in PAGES.items():

@@ -58,22 +58,22 @@ class Mutant:
         return self.tests, self.k
 
 
-GAME = "tests/test_audit_game.py"
-AUDIT = "tests/test_audit.py"
-KERN = "tests/test_kernels.py"
-INFL = "tests/test_influence.py"
-NGRAM = "tests/test_ngrams.py"
-EST = "tests/test_estimators.py"
-SOUND = "tests/test_soundness.py"
-CAL = "tests/test_calibration.py"
-ENG = "tests/test_engine.py"
-REC = "tests/test_records.py"
-IDENT = "tests/test_identity.py"
-BAD = "tests/test_bad_inputs.py"
-REG = "tests/test_regurgitation.py"
-NOISE = "tests/test_noise.py"
-GATES = "tests/test_gates.py"
-VERDICTS = "tests/test_influence_verdicts.py"
+GAME = "tests/model/test_audit_game.py"
+AUDIT = "tests/model/test_audit.py"
+KERN = "tests/unit/runtime/test_kernels.py"
+INFL = "tests/model/test_influence.py"
+NGRAM = "tests/model/test_ngrams.py"
+EST = "tests/unit/privacy/test_estimators.py"
+SOUND = "tests/unit/privacy/test_soundness.py"
+CAL = "tests/unit/privacy/test_calibration.py"
+ENG = "tests/model/test_engine.py"
+REC = "tests/unit/core/test_records.py"
+IDENT = "tests/model/test_identity.py"
+BAD = "tests/model/test_bad_inputs.py"
+REG = "tests/unit/influence/test_regurgitation.py"
+NOISE = "tests/model/test_noise.py"
+GATES = "tests/unit/core/test_gates.py"
+VERDICTS = "tests/model/test_influence_verdicts.py"
 FLOOR_GATE = "measured_floor or estimate_from_probes or stored_log or server_backend"
 MULTI = "across_blocks or rescales or walks_past"
 
@@ -711,7 +711,7 @@ MUTANTS: list[Mutant] = [
         "ctxlite/influence/search.py",
         "tau[node] >= rule.refine_ratio * kth",
         "tau[node] >= 2 * kth",
-        ("tests/test_search.py",),
+        ("tests/unit/influence/test_search.py",),
         "monotone",
         "blocks are refined only at twice the K-th n-gram's influence, not ρ times it",
     ),
@@ -720,7 +720,7 @@ MUTANTS: list[Mutant] = [
         "ctxlite/influence/search.py",
         "            if out.ablations + len(frontier) + len(kids) > budget:",
         "            if False:",
-        ("tests/test_search.py",),
+        ("tests/unit/influence/test_search.py",),
         "budget or monotone",
         "the ablation budget (exhaustive search's count) is ignored",
     ),
@@ -729,7 +729,7 @@ MUTANTS: list[Mutant] = [
         "ctxlite/influence/scorer.py",
         "                if j == i + 1:\n                    kept[windows[i]] = out",
         "                if j >= i + 1:\n                    kept[windows[i]] = out",
-        ("tests/test_search_model.py",),
+        ("tests/model/test_search_model.py",),
         "planted",
         "a block's log-probabilities are reported as its first n-gram's",
     ),

@@ -31,7 +31,7 @@ The distribution is cached by prompt tokens, so n queries on one prompt cost one
 multinomial draw, and a prompt seen in an earlier trial, ε or reference run costs nothing. The
 prompt is decoded from an empty cache, and the label rows in a fixed order after it, so the
 distribution depends on the prompt alone and a classification audit is reproducible whatever ran
-before it (a resume included). ``tests/test_audit.py`` checks it against real token sampling
+before it (a resume included). ``tests/model/test_audit.py`` checks it against real token sampling
 (``sampling.sample_continuations``) with a chi-square test, labels sharing a first token included.
 
 Generation. ``sample_texts`` samples one continuation per prompt by a walk

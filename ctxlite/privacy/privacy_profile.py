@@ -33,7 +33,7 @@ reference point b̄, L(s) is the same expression with b_v − b̄ in place of b_
 ⟨s, b_v − b̄⟩ lies within ⟨c, b_v − b̄⟩ ± Σ_j (w_j/2)|b_vj − b̄_j| (c its centre, w its widths),
 which bounds the numerator from above and the denominator from below. The mass beyond the boxes
 (< 1e-18) gets the largest loss the pair has anywhere, max_v log p_v/q_v (+inf if some q_v = 0).
-tests/test_privacy_profile.py checks the result against the closed form of Balle & Wang (2018)
+tests/unit/privacy/test_privacy_profile.py checks the result against the closed form of Balle & Wang (2018)
 for the Gaussian mechanism (p, q point masses) and the exact two-outcome profile down to
 δ = 1e-12, and every other pair against a Monte Carlo integral in the full k dimensions.
 """

@@ -179,7 +179,7 @@ ROW_TILE = 16
 multiples of ``n_batch``: llama.cpp's CPU matrix kernels group the rows of a batch in tiles, so a
 token's logits round differently with its row modulo the tile. Decoding a variant's suffix from
 an aligned position puts every token in the row (modulo the tile) a from-scratch decode puts it
-in, and the reuse path then equals ``exact=True`` bit for bit (tests/test_engine.py checks every
+in, and the reuse path then equals ``exact=True`` bit for bit (tests/model/test_engine.py checks every
 window at strides 1, 2, 3 and 8). Measured: 4 on AVX2 (every window of stride 1 matched with 4
 and 8, 9 of 24 missed with 1); 16 leaves room for wider tiles, for at most 15 extra tokens per
 variant. Other builds (AVX2 vs AVX-512 kernels) and other batch sizes still round differently:

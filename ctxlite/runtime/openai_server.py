@@ -27,7 +27,7 @@ prompts, the echo's alignment, its sampling filters) is its dialect,
 (``OpenAIServer(config, tokenizer=...)``, the CLI's ``--model`` with ``--backend openai``), the
 server must tokenize :data:`PARITY_TEXTS` as it does, or the connection is refused
 (:func:`tokenizer_mismatch`). The test suite runs the llama-cpp-python dialect
-(tests/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on the CPU); the llama.cpp
+(tests/server/test_openai_server.py) and the vLLM one (tests/vllm, vLLM 0.32 on the CPU); the llama.cpp
 dialect follows llama.cpp's documentation and meets only a fake server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's

@@ -165,7 +165,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
 def _transport(limits: httpx.Limits) -> httpx.HTTPTransport:
     """httpx's transport with the deadline-bounded network backend (httpx exposes no option for it:
-    its connection pool's backend is replaced; tests/test_server_answers.py fails if that stops working)."""
+    its connection pool's backend is replaced; tests/server/test_server_answers.py fails if that stops working)."""
     transport = httpx.HTTPTransport(limits=limits, trust_env=False)
     pool = transport._pool
     pool._network_backend = _DeadlineBackend(pool._network_backend)

@@ -1,5 +1,5 @@
 """The audit game and its mechanisms on the FakeBackend: that the game is reproducible, and that every
-mechanism and backend shape plays -- without a model (tests/test_audit_game.py checks what each prompt holds)."""
+mechanism and backend shape plays -- without a model (tests/model/test_audit_game.py checks what each prompt holds)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Planning (``ctxlite.runtime.planning``) on a FakeBackend that runs dry: a plan's counts are exactly
 what the run decodes when nothing is sampled, an upper bound when something is, and the backend is
-left as it was -- the logic of tests/test_planning.py without a model (which checks llama.cpp's own
+left as it was -- the logic of tests/model/test_planning.py without a model (which checks llama.cpp's own
 dry run)."""
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from ctxlite.reporting.junit import write_junit
 from ctxlite.reporting.terminal import score_table
 from ctxlite.visible import visible
 from tests.fake_server import MODEL, FakeServer
+from tests.model.test_bad_inputs import CLASSIFY, check_error, ctxlite
 from tests.results import example, result
-from tests.test_bad_inputs import CLASSIFY, check_error, ctxlite
 
 HOSTILE = "\u202e\u2066\u202c\x00\x1b"
 """RIGHT-TO-LEFT OVERRIDE, LEFT-TO-RIGHT ISOLATE, POP DIRECTIONAL FORMATTING, NUL, ESC."""

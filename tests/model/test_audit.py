@@ -505,7 +505,7 @@ def test_judge_blocks_injection_baseline(engine, tmp_path, monkeypatch):
 
     On the same trials (same seeds, same sampled texts): with every verdict forced to "no leak" the judge is
     exactly the L2 defence it wraps; forced to "leaks", every output is withheld and each trial scores only the
-    withheld placeholder. (tests/test_audit_game.py recomputes the judge's verdicts output by output.)
+    withheld placeholder. (tests/model/test_audit_game.py recomputes the judge's verdicts output by output.)
     """
     from ctxlite.audit.mechanisms import OTHER, Judge
 

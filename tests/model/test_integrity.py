@@ -19,8 +19,9 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from tests.logtools import edit_log, rechain
+from tests.paths import DATA
 
-CLASSIFY = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "classify_sample.jsonl"
+CLASSIFY = DATA / "classify_sample.jsonl"
 NOTES = [
     (
         "a",

@@ -5,7 +5,7 @@ byte: every generated token, log-probability, vote, score, summary and hash. On 
 numbers may round differently, so the comparison is skipped, naming both builds.
 
 Regenerate after an intended change of the numbers or the log format (on the portable build):
-``.venv/bin/python tests/test_golden.py``.
+``.venv/bin/python tests/model/test_golden.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
 GOLDEN = REPO / "tests" / "golden"
 RUNS = {
     "score.jsonl": [

@@ -5,7 +5,7 @@ other batch tilings, and says so in the message, the JSON, JUnit and HTML. Where
 measured (a server backend, ``--null-ablations 0``, an older log's null-ablation floor) the case
 is inconclusive, exit 10, never a pass. Logs: the committed golden score log and a fake server
 (no model), and small runs of the default model for the paths that make a log: given
-(tests/test_report.py) and generated responses, ε-bounded CID, ``--exact`` and adaptive search.
+(tests/model/test_report.py) and generated responses, ε-bounded CID, ``--exact`` and adaptive search.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from ctxlite.influence.results import ExampleResult
 from ctxlite.logformat import upgrade_example
 from tests.fake_server import MODEL, FakeServer
 from tests.logtools import edit_log
+from tests.paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "score.jsonl"
+GOLDEN_SCORE = GOLDEN / "score.jsonl"
 ESTIMATED = Basis.MEASURED.value
 NOTE = (
     "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971, MRN 5521-8830. "
@@ -50,7 +51,9 @@ def _lines(path: Path) -> list[dict]:
 
 def _golden_bound() -> float:
     """A budget above every n-gram's τ_i plus its floor in the golden log: it passes there."""
-    results = [res for line in _lines(GOLDEN) if line.get("type") == "example" for res in line["result"]["results"]]
+    results = [
+        res for line in _lines(GOLDEN_SCORE) if line.get("type") == "example" for res in line["result"]["results"]
+    ]
     return max(g["influence"] for res in results for g in res["ngrams"]) + max(
         res["noise_floor"]["max"] for res in results
     )
@@ -61,7 +64,7 @@ def _golden_bound() -> float:
 
 
 def test_a_pass_from_a_stored_log_says_it_rests_on_an_estimated_floor(tmp_path):
-    log = shutil.copy(GOLDEN, tmp_path / "run.jsonl")
+    log = shutil.copy(GOLDEN_SCORE, tmp_path / "run.jsonl")
     junit, page = tmp_path / "gate.xml", tmp_path / "report.html"
     budget = _golden_bound() + 0.01
     r = _run(["report", log, "--fail-above-influence", budget, "--json", "--junit", junit, "--html", page])
@@ -123,7 +126,7 @@ def _unchained(edit):
     ids=["older floor", "no floor", "older unchained log"],
 )
 def test_a_stored_log_without_a_measured_floor_is_inconclusive(tmp_path, edit, chain):
-    log = shutil.copy(GOLDEN, tmp_path / "run.jsonl")
+    log = shutil.copy(GOLDEN_SCORE, tmp_path / "run.jsonl")
     edit_log(log, edit, chain=chain)
     r = _run(["report", log, "--fail-above-influence", _golden_bound() + 0.01, "--json"])
     assert r.exit_code == 10, r.output
@@ -156,7 +159,7 @@ def test_a_score_on_a_server_backend_is_inconclusive_never_passed(tmp_path):
 # runs of the default model
 
 GENERATED = ["--lam", "1.5", "--min-new-tokens", "2", "--max-new-tokens", "6"]
-PATHS = {  # a given response's run is tests/test_report.py's (its report passes on a high budget)
+PATHS = {  # a given response's run is tests/model/test_report.py's (its report passes on a high budget)
     "CID response": GENERATED,
     "epsilon-bounded CID, --exact, adaptive search": [*GENERATED, "--epsilon", "2", "--exact", "--search", "adaptive"],
 }

@@ -37,8 +37,8 @@ from ctxlite.logformat import NOT_RESUMABLE, SCHEMA_VERSION, schema, upgrade_exa
 from ctxlite.records import RecordLog, read_run_log
 from tests.logschema import problems, sweep
 from tests.logtools import edit_log
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 LEGACY = REPO / "tests" / "reference" / "legacy"
 GOLDEN = REPO / "tests" / "golden"
 FAST = settings(max_examples=40, deadline=None)

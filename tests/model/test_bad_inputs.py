@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ctxlite.cli import INTERRUPTED
+from tests.paths import DATA
 
 CLASSIFY = "ctxlite/data/classify_sample.jsonl"
 NOTE = "Dana Whitcombe takes lisinopril 10 mg daily for hypertension; follow up in four weeks."
@@ -512,7 +513,7 @@ def test_report_of_a_log_it_cannot_use(tmp_path, content, args, code, message):
 def test_a_per_query_budget_for_an_audit_of_per_trial_epsilon_is_refused_before_any_work():
     """A trial composes 64 queries here, so ε_lb and the pair's ε are per trial: never compared with a
     budget per query (no model is loaded: the refusal comes first)."""
-    data = Path(__file__).resolve().parent.parent / "ctxlite" / "data" / "classify_sample.jsonl"
+    data = DATA / "classify_sample.jsonl"
     args = ["audit", "--data", str(data), "--fail-above-epsilon", "1", "--epsilon-unit", "query"]
     check_error(ctxlite([*args, "--model", "/nonexistent.gguf"]), 2, "compose 64 queries")
 

@@ -8,7 +8,6 @@ import platform
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.errors import ModelError
 from ctxlite.runtime import models
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
 
 
 def test_registry_has_the_default_model():

@@ -15,10 +15,9 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.errors import DataError
+from tests.paths import DATA
 
 pytestmark = pytest.mark.model
-
-DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data"
 
 
 def score_job(data, log, junit, html):

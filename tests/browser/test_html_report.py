@@ -24,12 +24,12 @@ from ctxlite.cli import main
 from ctxlite.reporting.page import heat_class
 from tests.browser import Browser, require_chromium
 from tests.fake_models import use_fake_models
+from tests.paths import REPO
 from tests.results import result
 
 pytestmark = pytest.mark.model
 NOTHING_ACTIVE = "document.querySelectorAll('script, img, iframe, a:not([href^=\"#\"])').length"
 """Elements that could run or fetch anything: none (in-page anchor links are allowed)."""
-REPO = Path(__file__).resolve().parent.parent
 
 PAYLOADS = [
     "<script>window.__pwned=1</script>",

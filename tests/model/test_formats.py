@@ -22,8 +22,8 @@ from ctxlite.audit.dataset import check_records, load_records, resolve_format
 from ctxlite.audit.formats import AuditFormat, ChatExamples, Task, load_format
 from ctxlite.audit.queries import QueryKind, build_query, candidate_templates, injection_query
 from ctxlite.errors import DataError, InvalidParameter
+from tests.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "ctxlite" / "data" / "examples"
 TICKETS, TICKETS_FORMAT = EXAMPLES / "support_tickets.jsonl", EXAMPLES / "support_tickets.toml"
 

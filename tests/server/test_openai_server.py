@@ -334,7 +334,7 @@ def _equal_to_rounding(a, b, tol, path="result"):
 def test_the_progress_line_shows_the_servers_requests_on_a_terminal_only(llama_server, tmp_path):
     """``--backend openai`` on a terminal: the line shows requests in flight and the observed request
     and prompt-token rates; on a pipe nothing of it."""
-    from tests.test_progress import _run
+    from tests.model.test_progress import _run
 
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     args = ["score", "--context", str(tmp_path / "note.txt"), "-q", QUERY, "-r", RESPONSE, "--template", TEMPLATE]

@@ -8,6 +8,7 @@ from reference import kernels_reference as ref
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.runtime import kernels
+from tests.paths import REPO
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ATOL, RTOL = 1e-4, 1e-6  # float32 logits vs. a float64 reference
@@ -368,10 +369,9 @@ BLOCK = 2048  # CTX_BLOCK in csrc/simd.h
 
 
 def test_block_size_matches_the_c_source():
-    import pathlib
     import re
 
-    src = (pathlib.Path(__file__).resolve().parent.parent / "csrc" / "simd.h").read_text()
+    src = (REPO / "csrc" / "simd.h").read_text()
     assert int(re.search(r"#define CTX_BLOCK (\d+)", src).group(1)) == BLOCK
 
 

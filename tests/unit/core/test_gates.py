@@ -8,7 +8,6 @@ import os
 import stat
 import xml.etree.ElementTree as ET
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import xmlschema
@@ -34,9 +33,10 @@ from ctxlite.privacy.power import trials_to_certify
 from ctxlite.records import RecordLog, read_run_log
 from ctxlite.reporting.junit import write_junit
 from ctxlite.reporting.page import verdict_html
+from tests.paths import REFERENCE
 from tests.results import adaptive, example, floor, gram, report, result, row
 
-SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
+SCHEMA = xmlschema.XMLSchema(REFERENCE / "junit.xsd")
 
 
 def _gram(start, influence, above, n=4):

@@ -15,8 +15,9 @@ import cffi
 import pytest
 
 from ctxlite.runtime import _build_kernels as bk
+from tests.paths import REPO
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = REPO / "csrc"
 HEADER = CSRC / "ctxlite_kernels.h"
 
 # `<type> [*]ctxlite_name(` at the start of a line: a prototype (or, in a .c file, a definition)

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.records import read_run_log
+from tests.paths import DATA, REFERENCE
 
 pytestmark = pytest.mark.model
 
-SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "reference" / "junit.xsd")
-DATA = Path(__file__).resolve().parent.parent / "ctxlite" / "data"
+SCHEMA = xmlschema.XMLSchema(REFERENCE / "junit.xsd")
 NOTE = (
     "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971, MRN 5521-8830. "
     "Prescribed lisinopril 10 mg daily for hypertension; follow up in four weeks."
@@ -265,7 +265,7 @@ def test_an_audit_with_an_infinite_epsilon_row_is_recomputed():
     (exit 4, "must be real number, not str"). The log (tests/reference/, made by ``ctxlite audit --data
     ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon inf --trials 20``)
     needs no model to report."""
-    log = Path(__file__).resolve().parent / "reference" / "legacy" / "rnm_audit_epsilon_inf.jsonl"
+    log = REFERENCE / "legacy" / "rnm_audit_epsilon_inf.jsonl"
     r = CliRunner().invoke(main, ["report", str(log), "--json"])
     assert r.exit_code == 0, r.output
     [row] = json.loads(r.stdout)["rows"]

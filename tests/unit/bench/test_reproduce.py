@@ -7,11 +7,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
 sys.path.insert(0, str(REPO / "bench"))
 
 from reproduction import claims, facts, report  # noqa: E402,F401
