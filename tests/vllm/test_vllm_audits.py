@@ -17,7 +17,7 @@ from ctxlite.audit.game import run_audit
 from ctxlite.audit.oracle import ModelOracle
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.cli import main
-from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.openai_server import ServerConfig, connect
 from tests.audit_data import tiny_audit
 from tests.servers import Proxy
 from tests.vllm.common import TOL_REFERENCE, reported_is_sent
@@ -123,7 +123,7 @@ def test_sampled_answers_follow_the_exact_distribution(served, vllm_server):
     exact = ModelOracle(served, labels).label_distribution(prompt)
     assert np.sort(exact)[-2] > 0.1, exact  # no outcome near certain: a broken sampler shows
     with Proxy(vllm_server.url, no_logprobs=True, limit=2000) as proxy:
-        with OpenAIServer(ServerConfig(proxy.url, vllm_server.served_name, concurrency=4)) as backend:
+        with connect(ServerConfig(proxy.url, vllm_server.served_name, concurrency=4)) as backend:
             assert not backend.prompt_logprobs
             oracle = ModelOracle(backend, labels)
             counts = oracle.sample_answers(prompt, 150, np.random.default_rng(5))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
+from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig, connect
 from tests.fake_server import MODEL as FAKE_MODEL
 from tests.fake_server import FakeServer
 from tests.servers import MODEL_NAME
@@ -24,7 +24,7 @@ def test_the_probe_tells_vllm_llama_cpp_pythons_server_and_one_without_logprobs_
     first two only."""
     with OpenAIServer(ServerConfig(llama_server.url, MODEL_NAME)) as llama_cpp_python:
         found = {"vllm": _found(served), "llama-cpp-python": _found(llama_cpp_python)}
-    with FakeServer("no_logprobs") as fake, OpenAIServer(ServerConfig(fake.url, FAKE_MODEL)) as none:
+    with FakeServer("no_logprobs") as fake, connect(ServerConfig(fake.url, FAKE_MODEL)) as none:
         found["none"] = _found(none)
     assert found == {
         "vllm": ("vllm", True, True),
