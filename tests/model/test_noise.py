@@ -79,8 +79,15 @@ def test_each_probe_of_a_pair_has_its_own_tiling():
 # on the real model
 
 
-def _short(d: dict, words: int = 45) -> dict:
-    return dict(d, context=" ".join(d["context"].split()[:words]))
+def _short(d: dict, words: int = 45, response_words: int = 10) -> dict:
+    """A sample example cut to its first ``words`` words of context and ``response_words`` of
+    response: every ablation projects each response token onto the 262k-token vocabulary, so the
+    response's length is the largest share of a test's cost."""
+    return dict(
+        d,
+        context=" ".join(d["context"].split()[:words]),
+        response=" ".join(d["response"].split()[:response_words]),
+    )
 
 
 @pytest.mark.model
