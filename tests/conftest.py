@@ -77,19 +77,15 @@ def _logs_follow_the_schema(request):
     assert not found, "a log written by this test does not follow ctxlite/data/log.schema.json:\n" + "\n".join(found)
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """The logs of module and session fixtures (``tmp_path_factory``) are swept once, at the end."""
-    factory = getattr(session.config, "_tmp_path_factory", None)
-    if factory is None or exitstatus != 0:
-        return
-    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
-        return  # xdist's controller: each worker sweeps its own folders, knowing which tests it exempted
-    found = sweep(factory.getbasetemp(), skip=_SWEPT)
-    if found:
-        session.config.get_terminal_writer().line(
-            "logs that do not follow ctxlite/data/log.schema.json:\n" + "\n".join(found[:20]), red=True
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+@pytest.fixture(scope="session", autouse=True)
+def _fixture_logs_follow_the_schema(tmp_path_factory):
+    """The logs of module and session fixtures (``tmp_path_factory``) are swept once, when the session's
+    fixtures are torn down: a log that does not follow the schema is an error of the session's last
+    test, which fails ``pytest`` in a pytest-xdist worker too (a worker's own exit status does not
+    reach the controller's)."""
+    yield
+    found = sweep(tmp_path_factory.getbasetemp(), skip=_SWEPT)
+    assert not found, "logs that do not follow ctxlite/data/log.schema.json:\n" + "\n".join(found[:20])
 
 
 @pytest.fixture(scope="session")
