@@ -83,8 +83,12 @@ class ScoreRun:
 
 def score_identity(backend, template: PromptTemplate, settings: InfluenceSettings) -> dict:
     """What a score log is bound to: the backend's identity (model, software, engine settings, or
-    the server's), the template text (and a chat template's system message) and the settings."""
-    identity = {**backend.identity(), "template": template.text, "settings": asdict(settings)}
+    the server's), the template text (and a chat template's system message) and the settings (the
+    unit settings only when units are scored: a log of n-grams keeps the identity it had before them)."""
+    fields = asdict(settings)
+    if settings.unit == "ngram":
+        del fields["unit"], fields["sentence_language"]
+    identity = {**backend.identity(), "template": template.text, "settings": fields}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}
     return identity
