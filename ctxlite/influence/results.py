@@ -267,7 +267,7 @@ class LambdaResult:
     ``document_influence`` = Σ_t τ_t. ``top`` lists the n-grams of largest τ_i the run was asked
     for (``InfluenceSettings.top_spans``; with adaptive search, the K it found), largest first;
     ``units`` holds τ_u of each unit of the kind asked for (``InfluenceSettings.unit``; None for
-    n-grams), in the order of the context; ``context_tokens`` of D were used (``context_size``:
+    n-grams), largest τ_u first; ``context_tokens`` of D were used (``context_size``:
     the requested truncation, None for the whole context); ``epsilon``: the ε of the ε-bounded
     CID that generated the response (None: unbounded, or a given response)."""
 

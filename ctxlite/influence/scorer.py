@@ -42,7 +42,7 @@ from ctxlite.influence.results import (
     Utility,
 )
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
-from ctxlite.influence.units import TokenUnit, check_kind, join_passages, split_units, to_tokens
+from ctxlite.influence.units import TokenUnit, check_kind, check_spans, join_passages, split_units, to_tokens
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import CountsDecodes, LogitRows, PrefixReuse, Streams, TeacherForcing, require
 from ctxlite.runtime.chat import render_chat
@@ -164,7 +164,11 @@ class Example:
             if join_passages(self.passages, self.separator) != self.context:
                 raise DataError(f'example {self.id or "?"}: the context is not the join of its "passages"')
         if self.spans is not None:
-            object.__setattr__(self, "spans", tuple(tuple(s) for s in self.spans))
+            try:
+                spans = check_spans(self.spans, len(self.context))
+            except DataError as exc:
+                raise DataError(f"example {self.id or '?'}: {exc}") from None
+            object.__setattr__(self, "spans", tuple(spans))
         if not self.context.strip():
             raise DataError(f"example {self.id or '?'}: the context is empty")
         if self.response is not None and not self.response.strip():
@@ -479,6 +483,7 @@ class InfluenceScorer:
                             None if floor is None else infl > floor.max,
                         )
                     )
+                unit_results.sort(key=lambda u: -u.influence)  # ranked; ties in the order of the context
             results.append(
                 LambdaResult(
                     lam=lam,

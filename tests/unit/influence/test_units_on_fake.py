@@ -50,6 +50,12 @@ def units_of(result: LambdaResult) -> list:
     return [(u.label, u.token_start, u.token_end, u.per_token) for u in result.units]
 
 
+def in_order(result: LambdaResult) -> list:
+    """The result's units in the order of the context (they are kept largest τ_u first)."""
+    assert [u.influence for u in result.units] == sorted((u.influence for u in result.units), reverse=True)
+    return sorted(result.units, key=lambda u: u.char_start)
+
+
 def score(backend, example, **kw):
     s = {"lambdas": (1.0, 0.5), "null_ablations": 0, **kw}
     scorer = InfluenceScorer(backend, "qa", InfluenceSettings(**s))
@@ -153,8 +159,10 @@ def test_passage_influence_equals_the_from_scratch_reference(passages, lam, seed
     example = Example(context=context, query="Who?", response=passages[0], passages=passages, id="p")
     scorer, result = score(backend, example, lambdas=(lam,), unit="passage")
     (r,) = result.results
-    assert [u.text for u in r.units] == [p.strip() for p in passages]
-    np.testing.assert_allclose([u.influence for u in r.units], reference_tau(backend, scorer, example, lam), 1e-6, 1e-4)
+    assert [u.text for u in in_order(r)] == [p.strip() for p in passages]
+    np.testing.assert_allclose(
+        [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, lam), 1e-6, 1e-4
+    )
     assert r.ngrams == [] and r.search.ablations == len(passages)
 
 
@@ -172,9 +180,9 @@ def test_span_influence_on_generated_layouts_equals_the_reference_and_reuse_equa
     _, exact = score(backend, example, unit="span", exact=True)
     assert [units_of(r) for r in reuse.results] == [units_of(r) for r in exact.results]
     for r in reuse.results:
-        assert [u.label for u in r.units] == [s[2] for s in spans]
+        assert [u.label for u in in_order(r)] == [s[2] for s in spans]
         np.testing.assert_allclose(
-            [u.influence for u in r.units], reference_tau(backend, scorer, example, r.lam), 1e-6, 1e-4
+            [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, r.lam), 1e-6, 1e-4
         )
 
 
@@ -187,7 +195,7 @@ def test_units_get_a_noise_floor_and_round_trip_their_log_form():
     for r in result.results:
         assert r.noise_floor is not None and r.noise_floor.max > 0
         assert all(u.above_noise is not None for u in r.units)
-        assert r.ranked_units()[0].text == passages[0]  # the passage the response copies
+        assert r.units[0].text == passages[0]  # the passage the response copies ranks first
         assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
         assert r.to_dict()["units"][0]["kind"] == "passage"
 
@@ -195,7 +203,7 @@ def test_units_get_a_noise_floor_and_round_trip_their_log_form():
 def test_a_generated_response_is_scored_over_units():
     example = Example(context="Name: Alice Smith\nMRN: 4411\nCity: Ohio", query="Who?", id="g")
     _, result = score(FakeBackend(seed=7), example, unit="field", epsilons=(2.0,))
-    assert all(r.generated and [u.label for u in r.units] == ["Name", "MRN", "City"] for r in result.results)
+    assert all(r.generated and [u.label for u in in_order(r)] == ["Name", "MRN", "City"] for r in result.results)
 
 
 def test_unit_settings_are_checked():
@@ -209,8 +217,10 @@ def test_unit_settings_are_checked():
 
 def test_a_bad_unit_layout_names_the_example():
     context = "Alice Smith lives in Ohio."
-    example = Example(context=context, query="Who?", response="Alice", spans=[[0, 40, "x"]], id="e1")
     with pytest.raises(DataError, match="example e1: span 0"):
+        Example(context=context, query="Who?", response="Alice", spans=[[0, 40, "x"]], id="e1")
+    example = Example(context=context, query="Who?", response="Alice", id="e2")
+    with pytest.raises(DataError, match="example e2: unit span needs a record field"):
         score(FakeBackend(seed=7), example, unit="span")
 
 
