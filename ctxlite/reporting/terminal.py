@@ -188,8 +188,17 @@ def verdict_line(verdict: Verdict) -> str:
 
 
 def score_headline(run: ScoreRun) -> str:
-    """The line a person reads first: the largest n-gram influence, where and how it stands against
-    the noise floor."""
+    """The line a person reads first: the largest n-gram (or unit) influence, where and how it stands
+    against the noise floor."""
+    units = [(key, r) for key, rec in zip(run.keys, run.results) for r in rec.results if r.units]
+    if units:
+        key, r = max(units, key=lambda kr: kr[1].max_unit_influence)
+        u = r.units[0]
+        floor = {True: "above", False: "within", None: "no"}[u.above_noise]
+        return (
+            f"score: largest {u.kind} influence {u.influence:.2f} nats in {key} at λ = {r.lam:g}, "
+            f"{u.label} ({floor} noise floor)"
+        )
     best = None
     for key, rec in zip(run.keys, run.results):
         for r in rec.results:
