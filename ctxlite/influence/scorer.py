@@ -131,8 +131,9 @@ class InfluenceSettings:
         return AdaptiveRule(max(self.top_spans, 1), self.refine_ratio, self.branching, self.top_blocks)
 
     def search_for(self, context_tokens: int) -> str:
-        """``"exhaustive"`` or ``"adaptive"``: what ``search`` means for a context of this length."""
-        if self.search == "auto" and self.top_spans == 0:
+        """``"exhaustive"`` or ``"adaptive"``: what ``search`` means for a context of this length
+        (units: one ablation each, exhaustive)."""
+        if self.unit != "ngram" or (self.search == "auto" and self.top_spans == 0):
             return "exhaustive"
         return choose_search(self.search, context_tokens)
 

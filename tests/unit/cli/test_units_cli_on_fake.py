@@ -45,6 +45,10 @@ def test_passages_are_ranked_logged_and_reported(tmp_path):
     head = next(i for i, line in enumerate(table) if line.startswith("example") and "τ_u" in line)
     assert "passage 1" in table[head + 1] and "Dana Whitcombe" in table[head + 1]  # ranked first
     assert head < next(i for i, line in enumerate(table) if "doc τ" in line)  # the unit table comes first
+    again = run("score", "--data", data, "--unit", "passage", "--out", out)  # resumed: nothing scored again
+    assert again.exit_code == 0 and out.read_text().count('"type": "example"') == 1
+    other = run("score", "--data", data, "--unit", "sentence", "--out", out)  # another unit: another run
+    assert other.exit_code != 0 and out.read_text().count('"type": "example"') == 1
     report = run("report", out, "--json", "--html", tmp_path / "s.html")
     assert report.exit_code == 0, report.output
     (shown,) = json.loads(report.stdout)["examples"][0]["results"]
