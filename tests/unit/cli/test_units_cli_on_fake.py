@@ -53,6 +53,11 @@ def test_passages_are_ranked_logged_and_reported(tmp_path):
     assert report.exit_code == 0, report.output
     (shown,) = json.loads(report.stdout)["examples"][0]["results"]
     assert [u["label"] for u in shown["units"]] == [u.label for u in units]
+    html = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "Units, largest τ_u first" in html and html.index("passage 1") < html.index("passage 2")
+    assert "Dana Whitcombe takes" in html
+    assert run("report", out, "--html", tmp_path / "n.html", "--no-text").exit_code == 0
+    assert "Dana Whitcombe" not in (tmp_path / "n.html").read_text(encoding="utf-8")  # the private text redacted
 
 
 def test_the_gate_reads_the_units(tmp_path):
