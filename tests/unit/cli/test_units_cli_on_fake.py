@@ -88,3 +88,12 @@ def test_window_options_are_refused_with_units(tmp_path):
     data = write(tmp_path / "rag.jsonl", {"passages": PASSAGES, "query": "What?", "response": "x"})
     r = run("score", "--data", data, "--unit", "passage", "--ngram", "4")
     assert r.exit_code == 2 and "--ngram: no effect with --unit passage" in r.output
+
+
+def test_snapping_is_reported(tmp_path):
+    """The fake's whole-word tokens (" the", " is", ...) cannot be cut: a span inside one is widened."""
+    context = "Alice is the patient."
+    data = write(tmp_path / "s.jsonl", {"context": context, "query": "?", "response": "Alice", "spans": [[9, 11, "h"]]})
+    r = run("score", "--data", data, "--unit", "span")
+    assert r.exit_code == 0, r.output
+    assert "1 unit(s) snapped outwards to whole tokens" in r.stderr and "h 9–11 → 8–12" in r.stderr
