@@ -45,7 +45,7 @@ from ctxlite.audit.report import AuditReport, AuditRow
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.errors import InvalidParameter
 from ctxlite.influence.noise import RETILED
-from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence
+from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
 from ctxlite.privacy.estimators import point_epsilon
 from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
 from ctxlite.visible import visible
@@ -236,7 +236,8 @@ def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float | No
     is exact on this build only, and another build rounds it differently."""
     if floor_measured(result) is not None:
         return None
-    return float(result.noise_floor.max if ngram.uncertainty is None else ngram.uncertainty)
+    own = getattr(ngram, "uncertainty", None)  # a unit carries none of its own
+    return float(result.noise_floor.max if own is None else own)
 
 
 def worst_ngram(result: LambdaResult) -> NgramInfluence | None:
@@ -245,28 +246,42 @@ def worst_ngram(result: LambdaResult) -> NgramInfluence | None:
     return max(grams, key=lambda g: g.influence, default=None)
 
 
-def _where(result: LambdaResult, gram: NgramInfluence) -> str:
-    """Which result and which n-gram, by position (never the text)."""
+def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence) -> str:
+    """Which result and which n-gram or unit, by position (and a unit's label; never the text)."""
     eps = result.epsilon_label
     size = "" if result.context_size is None else f", first {result.context_size} context tokens"
     at = f"λ={result.lam:g}" + (f", ε={eps}" if eps else "") + size
+    if isinstance(gram, UnitInfluence):
+        return (
+            f"at {at}: {gram.kind} {gram.label!r}, context tokens {gram.token_start}–{gram.token_end}, "
+            f"characters {gram.char_start}–{gram.char_end}"
+        )
     return f"at {at}: context tokens {gram.start}–{gram.start + gram.n}, characters {gram.char_start}–{gram.char_end}"
+
+
+def measured_items(result: LambdaResult) -> list:
+    """What a result's gate reads: its units where it scored units (``InfluenceSettings.unit``), else its n-grams."""
+    return result.ngrams if result.units is None else result.units
 
 
 def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Case:
     """One example's case: fail / pass / inconclusive as the module says; without a gate, its
     largest τ_i above the noise floor, reported."""
-    grams = [(res, g) for res in rec.results for g in res.ngrams]
+    grams = [(res, g) for res in rec.results for g in measured_items(res)]
+    units = any(res.units is not None for res in rec.results)
+    what, tau = ("unit", "τ_u") if units else ("n-gram", "τ_i")
     if threshold is None:
         shown = [(r, g) for r, g in grams if g.above_noise is not False]
         if not shown:
-            return Case(key, Outcome.PASS, "no n-gram above the noise floor")
+            return Case(key, Outcome.PASS, f"no {what} above the noise floor")
         res, g = max(shown, key=lambda rg: rg[1].influence)
         floor = None if res.noise_floor is None else res.noise_floor.max
-        return Case(key, Outcome.PASS, f"max τ_i {_num(g.influence)} nats (noise floor {_num(floor)}) {_where(res, g)}")
+        return Case(
+            key, Outcome.PASS, f"max {tau} {_num(g.influence)} nats (noise floor {_num(floor)}) {_where(res, g)}"
+        )
     unit = f"budget {threshold:g} nats"
     if not grams:
-        says = f"no n-gram measured (document level only), {unit}"
+        says = f"no {what} measured (document level only), {unit}"
         return Case(key, Outcome.INCONCLUSIVE, f"inconclusive ({Basis.NO_PROOF.value}): {says}", Basis.NO_PROOF)
 
     def u(rg) -> float | None:
@@ -279,10 +294,10 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     if low(worst) > threshold:
         if u(worst) is None:
             basis = Basis.THIS_BUILD
-            says = f"τ_i {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
+            says = f"{tau} {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
         else:
             basis = Basis.MEASURED
-            says = f"τ_i {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
+            says = f"{tau} {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
         return Case(key, Outcome.FAIL, f"fail ({basis.value}): {says}", basis)
     unmeasured = [r for r in rec.results if not r.every_window]
     if unmeasured:
@@ -301,8 +316,8 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
-            f"how far rounding on another build moves τ_i was not measured: {floor_measured(res)}; to decide, "
+            f"inconclusive ({Basis.NO_PROOF.value}): {tau} {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
+            f"how far rounding on another build moves {tau} was not measured: {floor_measured(res)}; to decide, "
             f"{CONCLUSIVE}",
             Basis.NO_PROOF,
         )
@@ -311,18 +326,18 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): τ_i {_num(g.influence)} is within its estimated noise "
+            f"inconclusive ({Basis.NO_PROOF.value}): {tau} {_num(g.influence)} is within its estimated noise "
             f"floor {_num(u(high))} nats of the {unit} {_where(res, g)}",
             Basis.NO_PROOF,
         )
-    pairs = sorted({probe_pairs(r) for r in rec.results if r.ngrams})
+    pairs = sorted({probe_pairs(r) for r in rec.results if measured_items(r)})
     counted = (
         f"{pairs[0]}–{pairs[-1]} probe pairs" if len(pairs) > 1 else f"{pairs[0]} probe pair" + "s" * (pairs[0] != 1)
     )
     return Case(
         key,
         Outcome.PASS,
-        f"pass ({Basis.MEASURED.value}): every n-gram's τ_i + floor ≤ {unit}; largest τ_i + floor "
+        f"pass ({Basis.MEASURED.value}): every {what}'s {tau} + floor ≤ {unit}; largest {tau} + floor "
         f"{_num(g.influence + u(high))} nats {_where(res, g)}; each floor estimated from {counted} "
         "re-decoded in other batch tilings, an estimate of the rounding between builds, not a bound on "
         "another build's rounding",
@@ -485,7 +500,9 @@ def score_verdict(
     keys, records: Iterable[ExampleResult], threshold: float | None, identity: dict, complete: bool = True
 ) -> Verdict:
     """The influence gate over a score run's example results (in ``keys`` order)."""
-    gate = None if threshold is None else f"every n-gram's τ_i + its noise floor ≤ {threshold:g} nats"
+    units = identity.get("settings", {}).get("unit", "ngram") != "ngram"
+    what = "unit's τ_u" if units else "n-gram's τ_i"
+    gate = None if threshold is None else f"every {what} + its noise floor ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))
 

@@ -32,6 +32,7 @@ from ctxlite.gates import InfluenceGate
 from ctxlite.influence.dataset import load_examples
 from ctxlite.influence.scorer import Example, InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
+from ctxlite.influence.units import UNIT_KINDS
 from ctxlite.outputs import refuse_same_files
 from ctxlite.records import read_text
 from ctxlite.reporting.json_output import score_json
@@ -72,6 +73,8 @@ def _settings(o) -> InfluenceSettings:
         context_sizes=o.context_sizes or (),
         search=o.search,
         refine_ratio=o.refine_ratio,
+        unit=o.unit,
+        sentence_language=o.sentence_language,
     )
 
 
@@ -105,6 +108,8 @@ GENERATION_ONLY = ("epsilon", "top_k", "top_p", "min_new_tokens", "max_new_token
 """Options that only shape a generated response (scoring a given one ignores them)."""
 NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_influence", "search", "refine_ratio")
 """Options that only shape the n-gram ablations (--doc has none)."""
+WINDOW_ONLY = ("ngram", "stride", "search", "refine_ratio", "context_sizes")
+"""Options of n-gram windows that a --unit other than ngram does not use."""
 
 
 def _check_usage(o) -> None:
@@ -129,6 +134,11 @@ def _check_combination(o, examples) -> None:
     if o.doc and given & set(NGRAM_ONLY):
         flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
+    if o.unit != "ngram" and (o.doc or given & set(WINDOW_ONLY)):
+        flags = ", ".join(["--doc"] * o.doc + [_flag(n) for n in WINDOW_ONLY if n in given])
+        raise click.UsageError(f"{flags}: no effect with --unit {o.unit} (one ablation per unit, no n-grams)")
+    if given_explicitly("sentence_language") and o.unit != "sentence":
+        raise click.UsageError("--sentence-language: no effect without --unit sentence")
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
         raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
     if o.epsilon and (o.top_k or o.top_p < 1):
@@ -305,6 +315,21 @@ def _flag(name: str) -> str:
     help="Adaptive search: refine a block while its influence is >= this times the K-th best n-gram's "
     "(smaller = more careful, more ablations).",
 )
+@click.option(
+    "--unit",
+    type=click.Choice(UNIT_KINDS),
+    default=_i("unit"),
+    show_default=True,
+    help="What is removed: n-gram windows, or each passage (a line's passages, else blank-line separated), "
+    "sentence, field (Name: value lines) or given span (a line's spans) once, exactly (τ_u, ranked).",
+)
+@click.option(
+    "--sentence-language",
+    type=TEXT,
+    default=_i("sentence_language"),
+    show_default=True,
+    help="Language (ISO 639 code) of --unit sentence's rule-based segmenter.",
+)
 @fail_above_influence_option
 @junit_option
 @json_option
@@ -328,6 +353,7 @@ def score(**options):
       ctxlite score --data examples.jsonl --fail-above-influence 5 --junit influence.xml
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --plan
       ctxlite score --context note.txt -q "Who is the patient?" --search adaptive --top 3
+      ctxlite score --data ctxlite/data/examples/rag_passages.jsonl --unit passage
       ctxlite score --context note.txt -q "What was prescribed?" --lam 1,1.5 --epsilon 1,4 --answer "Lisinopril."
     """
     o = SimpleNamespace(**options)

@@ -68,6 +68,54 @@ class NgramInfluence:
 
 
 @dataclass
+class UnitInfluence:
+    """τ_u for one removed unit (``ctxlite.influence.units``): its ``kind`` and ``label``, its text
+    and characters [char_start, char_end) of D; the tokens [token_start, token_end) removed, which
+    hold characters [removed_start, removed_end) (``snapped``: more than the unit's own);
+    ``above_noise`` as for an n-gram."""
+
+    kind: str
+    label: str
+    char_start: int
+    char_end: int
+    text: str
+    token_start: int
+    token_end: int
+    removed_start: int
+    removed_end: int
+    influence: float
+    per_token: list[float]
+    above_noise: bool | None = None
+
+    @property
+    def snapped(self) -> bool:
+        return (self.removed_start, self.removed_end) != (self.char_start, self.char_end)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "char_start": self.char_start,
+            "char_end": self.char_end,
+            "text": self.text,
+            "token_start": self.token_start,
+            "token_end": self.token_end,
+            "removed_start": self.removed_start,
+            "removed_end": self.removed_end,
+            "snapped": self.snapped,
+            "influence": self.influence,
+            "per_token": list(self.per_token),
+            "above_noise": self.above_noise,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> UnitInfluence:
+        keys = ("kind", "label", "char_start", "char_end", "text", "token_start", "token_end")
+        rest = ("removed_start", "removed_end", "influence")
+        return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"])
+
+
+@dataclass
 class Block:
     """A run of windows adaptive search measured as one removal: tokens [start, end) of D, chars
     [char_start, char_end), its influence τ_B for this λ."""
@@ -218,9 +266,10 @@ class LambdaResult:
     τ_t and ``response_token_chars`` the token's characters in ``response``;
     ``document_influence`` = Σ_t τ_t. ``top`` lists the n-grams of largest τ_i the run was asked
     for (``InfluenceSettings.top_spans``; with adaptive search, the K it found), largest first;
-    ``context_tokens`` of D were used (``context_size``: the requested truncation, None for the
-    whole context); ``epsilon``: the ε of the ε-bounded CID that generated the response (None:
-    unbounded, or a given response)."""
+    ``units`` holds τ_u of each unit of the kind asked for (``InfluenceSettings.unit``; None for
+    n-grams), largest τ_u first; ``context_tokens`` of D were used (``context_size``:
+    the requested truncation, None for the whole context); ``epsilon``: the ε of the ε-bounded
+    CID that generated the response (None: unbounded, or a given response)."""
 
     lam: float
     response: str
@@ -242,6 +291,15 @@ class LambdaResult:
     search: SearchRecord | None = None
     epsilon: float | None = None
     top: list[NgramInfluence] = field(default_factory=list)
+    units: list[UnitInfluence] | None = None
+
+    @property
+    def max_unit_influence(self) -> float:
+        return max((u.influence for u in self.units or ()), default=0.0)
+
+    def ranked_units(self) -> list[UnitInfluence]:
+        """The units, largest τ_u first (ties in the order of the context)."""
+        return sorted(self.units or (), key=lambda u: -u.influence)
 
     @property
     def max_ngram_influence(self) -> float:
@@ -294,7 +352,7 @@ class LambdaResult:
             "epsilon": self.epsilon,
             "top_spans": [g.to_dict() for g in self.top],
             "max_ngram_influence": self.max_ngram_influence,
-        }
+        } | ({} if self.units is None else {"units": [u.to_dict() for u in self.units]})
 
     @classmethod
     def from_dict(cls, d: dict) -> LambdaResult:
@@ -322,6 +380,7 @@ class LambdaResult:
             search=opt("search", SearchRecord.from_dict),
             epsilon=d["epsilon"],
             top=[NgramInfluence.from_dict(g) for g in d["top_spans"]],
+            units=None if "units" not in d else [UnitInfluence.from_dict(u) for u in d["units"]],
         )
 
 
@@ -355,5 +414,6 @@ __all__ = [
     "LambdaResult",
     "NgramInfluence",
     "SearchRecord",
+    "UnitInfluence",
     "Utility",
 ]

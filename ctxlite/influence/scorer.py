@@ -38,9 +38,11 @@ from ctxlite.influence.results import (
     LambdaResult,
     NgramInfluence,
     SearchRecord,
+    UnitInfluence,
     Utility,
 )
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
+from ctxlite.influence.units import TokenUnit, check_kind, check_spans, join_passages, split_units, to_tokens
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import CountsDecodes, LogitRows, PrefixReuse, Streams, TeacherForcing, require
 from ctxlite.runtime.chat import render_chat
@@ -68,7 +70,10 @@ class InfluenceSettings:
     ``epsilons``: ε-bounded CID (``ctxlite.influence.cid``). A generated response is made for
     every pair of a λ of ``lambdas`` and an ε of ``epsilons`` (each step's λ_t* = min(λ, ε /
     (2·max_v |pmi_D(v)|))), and each ``LambdaResult`` records its ``epsilon``; empty (the default)
-    is unbounded CID. Each ε must be finite and > 0; the sweep is kept sorted, without repeats
+    is unbounded CID. ``unit``: what is removed, n-gram windows (``"ngram"``) or the units of one
+    kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``,
+    ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
+    do not apply). Each ε must be finite and > 0; the sweep is kept sorted, without repeats
     (a single number is taken as a sweep of one). A given response is scored once per λ, with
     no ε: it was not generated under one.
     """
@@ -78,6 +83,8 @@ class InfluenceSettings:
     stride: int | None = None
     null_ablations: int = 4
     exact: bool = False
+    unit: str = "ngram"
+    sentence_language: str = "en"
     epsilons: tuple[float, ...] = ()
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     top_spans: int = 5
@@ -108,6 +115,11 @@ class InfluenceSettings:
         if self.null_ablations < 0:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
         choose_search(self.search, 0)
+        check_kind(self.unit)
+        if self.unit != "ngram" and self.search == "adaptive":
+            raise InvalidParameter(f"unit {self.unit} is scored with one ablation per unit: no adaptive search")
+        if self.unit != "ngram" and self.context_sizes:
+            raise InvalidParameter(f"unit {self.unit} needs the whole context: no context sizes")
         if self.search == "adaptive" and self.ngram is None:
             raise InvalidParameter("adaptive search needs n-grams to search (an n-gram size, not the document level)")
         if self.search == "adaptive" and self.top_spans < 1:
@@ -119,8 +131,9 @@ class InfluenceSettings:
         return AdaptiveRule(max(self.top_spans, 1), self.refine_ratio, self.branching, self.top_blocks)
 
     def search_for(self, context_tokens: int) -> str:
-        """``"exhaustive"`` or ``"adaptive"``: what ``search`` means for a context of this length."""
-        if self.search == "auto" and self.top_spans == 0:
+        """``"exhaustive"`` or ``"adaptive"``: what ``search`` means for a context of this length
+        (units: one ablation each, exhaustive)."""
+        if self.unit != "ngram" or (self.search == "auto" and self.top_spans == 0):
             return "exhaustive"
         return choose_search(self.search, context_tokens)
 
@@ -132,7 +145,9 @@ class InfluenceSettings:
 @dataclass(frozen=True)
 class Example:
     """One private context D, a query x, optionally a response y, the untruncated source and a
-    reference ``answer`` (the response's utility is its ROUGE-L against it)."""
+    reference ``answer`` (the response's utility is its ROUGE-L against it); for units
+    (``ctxlite.influence.units``) the ``passages`` D joins with ``separator``, or character
+    ``spans`` of D as ``(start, end, label)``."""
 
     context: str
     query: str = ""
@@ -140,8 +155,21 @@ class Example:
     source: str | None = None
     id: str = ""
     answer: str | None = None
+    passages: tuple[str, ...] | None = None
+    separator: str | None = None
+    spans: tuple[tuple[int, int, str], ...] | None = None
 
     def __post_init__(self):
+        if self.passages is not None:
+            object.__setattr__(self, "passages", tuple(self.passages))
+            if join_passages(self.passages, self.separator) != self.context:
+                raise DataError(f'example {self.id or "?"}: the context is not the join of its "passages"')
+        if self.spans is not None:
+            try:
+                spans = check_spans(self.spans, len(self.context))
+            except DataError as exc:
+                raise DataError(f"example {self.id or '?'}: {exc}") from None
+            object.__setattr__(self, "spans", tuple(spans))
         if not self.context.strip():
             raise DataError(f"example {self.id or '?'}: the context is empty")
         if self.response is not None and not self.response.strip():
@@ -155,6 +183,9 @@ class Example:
         fields = {"context": self.context, "query": self.query, "response": self.response, "source": self.source}
         if self.answer is not None:
             fields["answer"] = self.answer
+        for key in ("passages", "separator", "spans"):  # units: only where given (older hashes stay)
+            if getattr(self, key) is not None:
+                fields[key] = getattr(self, key)
         return content_hash(fields)
 
 
@@ -339,13 +370,14 @@ class InfluenceScorer:
     def _score_encoded(self, example: Example, enc: EncodedPrompt) -> list[LambdaResult]:
         st = self.settings
         self.engine.check_fits(len(enc.with_context) + (st.sampling.max_new_tokens if example.response is None else 0))
-        if st.ngram is not None and st.ngram > len(enc.context):
+        units = None if st.unit == "ngram" else self.units(example, enc)
+        if units is None and st.ngram is not None and st.ngram > len(enc.context):
             raise InvalidParameter(f"n-gram size {st.ngram} is larger than the context ({len(enc.context)} tokens)")
         results = []
         if example.response is not None:
             y = self.encode_response(enc, example.response)
             self.engine.check_fits(len(enc.with_context) + len(y))
-            results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None)
+            results = self._score_response(enc, y, st.lambdas, ban_rows=None, generation=None, units=units)
         else:
             require(self.engine, [LogitRows, Streams], "generating a response")
             for lam in st.lambdas:
@@ -357,7 +389,7 @@ class InfluenceScorer:
                     ban = np.arange(len(gen.token_ids)) < st.sampling.min_new_tokens
                     lams = gen.step_lambdas if eps is not None else None
                     scored = self._score_response(
-                        enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams
+                        enc, gen.token_ids, (lam,), ban_rows=ban, generation=gen, step_lambdas=lams, units=units
                     )
                     for r in scored:
                         r.epsilon = eps
@@ -369,8 +401,25 @@ class InfluenceScorer:
                 r.utility = Utility(**rouge_l(example.answer, r.response))
         return results
 
+    def units(self, example: Example, enc: EncodedPrompt) -> list[TokenUnit]:
+        """The example's units of the kind the settings ask for, on the tokens of its context
+        (``ctxlite.influence.units``); ``DataError`` where the context's tokens do not spell it."""
+        st = self.settings
+        if self.engine.detokenize(enc.context) != example.context:
+            raise DataError(
+                f"example {example.id or '?'}: the model's tokens of the context do not spell it back, so its "
+                f"characters cannot be mapped onto them (unit {st.unit})"
+            )
+        try:
+            found = split_units(
+                st.unit, example.context, example.passages, example.separator, example.spans, st.sentence_language
+            )
+        except DataError as exc:
+            raise DataError(f"example {example.id or '?'}: {exc}") from None
+        return to_tokens(found, self.engine.char_spans(enc.context))
+
     def _score_response(
-        self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None
+        self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None, units=None
     ) -> list[LambdaResult]:
         st = self.settings
         keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
@@ -379,9 +428,14 @@ class InfluenceScorer:
         )
         full = enc.with_context
         base = passes.base(full + y, len(full))
-        windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
+        if units is not None:
+            windows = []
+        else:
+            windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
         ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
+        if units is not None:
+            unit_outs, nulls, search = self._ablate_units(enc, y, units, passes, base)
         spans = self.engine.char_spans(enc.context)
         ctx_text = self.engine.detokenize(enc.context)
         results = []
@@ -407,6 +461,30 @@ class InfluenceScorer:
                         None if floor is None else infl > floor.max,
                     )
                 )
+            unit_results = None
+            if units is not None:
+                unit_results = []
+                for tu, out in zip(units, unit_outs):
+                    per_tok = np.abs(lp - out[key])
+                    infl = float(per_tok.sum())
+                    u = tu.unit
+                    unit_results.append(
+                        UnitInfluence(
+                            u.kind,
+                            u.label,
+                            u.char_start,
+                            u.char_end,
+                            u.text,
+                            tu.token_start,
+                            tu.token_end,
+                            tu.removed_start,
+                            tu.removed_end,
+                            infl,
+                            per_tok.tolist(),
+                            None if floor is None else infl > floor.max,
+                        )
+                    )
+                unit_results.sort(key=lambda u: -u.influence)  # ranked; ties in the order of the context
             results.append(
                 LambdaResult(
                     lam=lam,
@@ -422,6 +500,7 @@ class InfluenceScorer:
                     ngrams=grams,
                     noise_floor=floor,
                     search=_search_record(search, key, spans, ctx_text),
+                    units=unit_results,
                     generation=None
                     if generation is None
                     else Generation(
@@ -473,6 +552,14 @@ class InfluenceScorer:
             blocks=[(windows[i], windows[j - 1] + n, found.tau[(i, j)]) for i, j in found.blocks],
         )
         return ablated, runner.nulls, record
+
+    def _ablate_units(self, enc: EncodedPrompt, y: list[int], units: list[TokenUnit], passes, base: dict):
+        """log p̄ per key with each unit's tokens removed (one dict per unit, in the order of
+        ``units``), the noise floor's probes and the run's record (``windows``: the units)."""
+        probes = self.settings.null_ablations if passes.reuse else 0
+        runner = _Ablations(self.engine, enc, y, passes, base, self.settings.exact, self.progress)
+        outs = runner.run([(u.token_start, u.token_end) for u in units], probes)
+        return outs, runner.nulls, runner.record("exhaustive", len(units))
 
     def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the

@@ -99,4 +99,9 @@ def _compact_result(r: LambdaResult) -> dict:
         "noise_floor": None if r.noise_floor is None else r.noise_floor.to_dict(),
         "epsilon": r.epsilon,
         "top_spans": [{k: g.to_dict()[k] for k in keep} for g in r.top],
-    }
+    } | ({} if r.units is None else {"units": [_compact_unit(u) for u in r.ranked_units()]})
+
+
+def _compact_unit(u) -> dict:
+    """A unit (``UnitInfluence``) without its per-token τ."""
+    return {k: v for k, v in u.to_dict().items() if k != "per_token"}

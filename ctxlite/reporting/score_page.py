@@ -323,6 +323,8 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
                 f"exhaustive search's {_count(search.exhaustive_tokens)}; dotted text was measured only as "
                 "part of a block.</p>"
             )
+        if r.units is not None:
+            out.append(_units(r, redact))
         if r.ngrams:
             blocks = (search.blocks if search is not None else None) or []
             out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r.ngrams, redact, top, blocks))
@@ -335,6 +337,19 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
     out.append(_epsilon_sweep(_example_epsilon_points(result.results), mean=False))
     out.append("</section>")
     return "".join(out)
+
+
+def _units(result: LambdaResult, redact: Redactor) -> str:
+    """The units of one result, largest τ_u first: label, kind, text (redacted as the rest of the
+    page), rank, τ_u, whether it stands above the noise floor, the characters (``*``: snapped to
+    whole tokens, which removed more)."""
+    rows = []
+    for rank, u in enumerate(result.ranked_units(), 1):
+        above = "-" if u.above_noise is None else ("yes" if u.above_noise else "no")
+        chars = f"{u.char_start}–{u.char_end}" + ("*" if u.snapped else "")
+        rows.append([esc(u.label), esc(u.kind), redact(u.text, u.label), rank, u.influence, above, chars])
+    head = ["unit", "kind", "text", "rank", "τ_u (nats)", "above floor", "characters"]
+    return '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3)
 
 
 def _summary(summary: Summary | None) -> str:

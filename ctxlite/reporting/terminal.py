@@ -100,12 +100,36 @@ def top_spans_block(
     return ["", f"top {spans} n-grams by τ_i in their context ({how}; {GAP} = not shown):", *lines]
 
 
+def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: int = 36) -> list[str]:
+    """Per example and λ, its units (passages, sentences, fields or spans) ranked by τ_u, largest
+    first: label, τ_u, whether it stands above the noise floor, characters and text (``*`` after the
+    characters: snapped to whole tokens, which removed more); [] where no result scored units."""
+    rows = [("example", "λ", "rank", "unit", "τ_u", "above", "chars: text")]
+    for key, rec in zip(keys, records):
+        for r in rec.results:
+            for rank, u in enumerate(r.ranked_units(), 1):
+                text = printable(u.text)
+                text = text if len(text) <= width else text[: width - 1] + "…"
+                above = "-" if u.above_noise is None else ("yes" if u.above_noise else "no")
+                where = f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
+                rows.append((printable(key), r.name, str(rank), printable(u.label), f"{u.influence:.2f}", above, where))
+    if len(rows) == 1:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(w) if i > 1 and i != 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join([*cells, row[-1]]))
+    return lines + [""]
+
+
 def score_table(keys: Sequence[str], records: Sequence[ExampleResult], ansi: bool, width: int = 36) -> str:
     """A readable table of example results: per example and λ (and ε, in a column of its own when
     some result has one), the document influence, the largest n-gram influence τ_i with its
     character span and text, the noise floor, and how many n-grams stand above it (``-`` where a
     value was not measured, e.g. ``--doc`` or ``--null-ablations 0``); then the top spans marked in
-    their context, in reverse video when ``ansi`` (a terminal), else in brackets."""
+    their context, in reverse video when ``ansi`` (a terminal), else in brackets. Units, where
+    scored, come first (:func:`units_table`)."""
 
     def num(v) -> str:
         return "-" if v is None else f"{v:.2f}"
@@ -134,7 +158,7 @@ def score_table(keys: Sequence[str], records: Sequence[ExampleResult], ansi: boo
     for row in rows:
         cells = [cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join([*cells, row[-1]]))
-    return "\n".join(lines + top_spans_block(keys, records, ansi=ansi))
+    return "\n".join(units_table(keys, records, width) + lines + top_spans_block(keys, records, ansi=ansi))
 
 
 def _num(x: float | None) -> str:
@@ -164,8 +188,17 @@ def verdict_line(verdict: Verdict) -> str:
 
 
 def score_headline(run: ScoreRun) -> str:
-    """The line a person reads first: the largest n-gram influence, where and how it stands against
-    the noise floor."""
+    """The line a person reads first: the largest n-gram (or unit) influence, where and how it stands
+    against the noise floor."""
+    units = [(key, r) for key, rec in zip(run.keys, run.results) for r in rec.results if r.units]
+    if units:
+        key, r = max(units, key=lambda kr: kr[1].max_unit_influence)
+        u = r.units[0]
+        floor = {True: "above", False: "within", None: "no"}[u.above_noise]
+        return (
+            f"score: largest {u.kind} influence {u.influence:.2f} nats in {key} at λ = {r.lam:g}, "
+            f"{u.label} ({floor} noise floor)"
+        )
     best = None
     for key, rec in zip(run.keys, run.results):
         for r in rec.results:

@@ -83,8 +83,12 @@ class ScoreRun:
 
 def score_identity(backend, template: PromptTemplate, settings: InfluenceSettings) -> dict:
     """What a score log is bound to: the backend's identity (model, software, engine settings, or
-    the server's), the template text (and a chat template's system message) and the settings."""
-    identity = {**backend.identity(), "template": template.text, "settings": asdict(settings)}
+    the server's), the template text (and a chat template's system message) and the settings (the
+    unit settings only when units are scored: a log of n-grams keeps the identity it had before them)."""
+    fields = asdict(settings)
+    if settings.unit == "ngram":
+        del fields["unit"], fields["sentence_language"]
+    identity = {**backend.identity(), "template": template.text, "settings": fields}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}
     return identity
@@ -229,6 +233,13 @@ def _score_all(scorer: InfluenceScorer, job: _Job) -> list[ExampleResult]:
                     "context this short has no blocks to search): the search was exhaustive"
                 )
                 break
+        snapped = [u for u in (result.results[0].units or ()) if u.snapped] if result.results else []
+        if snapped:  # the units are the same tokens at every λ: one note
+            shown = [f"{u.label} {u.char_start}–{u.char_end} → {u.removed_start}–{u.removed_end}" for u in snapped[:3]]
+            job.notes(
+                f"ctxlite: note: {key}: {len(snapped)} unit(s) snapped outwards to whole tokens, removing more "
+                f"characters than given ({', '.join(shown)}{', …' if len(snapped) > 3 else ''})"
+            )
         results.append(result)
         if job.log is not None:
             job.log.append(key, {"type": "example", "result": result.to_dict()}, input_hash=example.input_hash())

@@ -1,0 +1,99 @@
+"""``ctxlite score --unit`` on the FakeBackend: passages from a data set ranked in the table and the
+JSON, the gate over units, the log re-rendered by ``ctxlite report``, and bad unit layouts refused with
+exit code 4 (bad data) or 2 (usage) in one line -- without a model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from ctxlite.influence.results import ExampleResult
+from tests.fake_models import use_fake_models
+
+PASSAGES = ["Dana Whitcombe takes lisinopril daily.", "The clinic opens at nine.", "Parking is free on Sundays."]
+
+
+@pytest.fixture(autouse=True)
+def fake(monkeypatch):
+    use_fake_models(monkeypatch)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def write(path, *lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_passages_are_ranked_logged_and_reported(tmp_path):
+    data = write(tmp_path / "rag.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "s.jsonl"
+    r = run("score", "--data", data, "--unit", "passage", "--out", out)
+    assert r.exit_code == 0, r.output
+    record = ExampleResult.from_dict(json.loads(out.read_text().splitlines()[1])["result"])
+    units = record.results[0].units
+    assert units[0].label == "passage 1" and sorted(u.label for u in units) == ["passage 1", "passage 2", "passage 3"]
+    assert json.loads(out.read_text().splitlines()[0])["identity"]["settings"]["unit"] == "passage"
+    report = run("report", out)  # the log re-rendered: the table, units first
+    assert report.exit_code == 0, report.output
+    table = report.stdout.splitlines()
+    head = next(i for i, line in enumerate(table) if line.startswith("example") and "τ_u" in line)
+    assert "passage 1" in table[head + 1] and "Dana Whitcombe" in table[head + 1]  # ranked first
+    assert head < next(i for i, line in enumerate(table) if "doc τ" in line)  # the unit table comes first
+    again = run("score", "--data", data, "--unit", "passage", "--out", out)  # resumed: nothing scored again
+    assert again.exit_code == 0 and out.read_text().count('"type": "example"') == 1
+    other = run("score", "--data", data, "--unit", "sentence", "--out", out)  # another unit: another run
+    assert other.exit_code != 0 and out.read_text().count('"type": "example"') == 1
+    report = run("report", out, "--json", "--html", tmp_path / "s.html")
+    assert report.exit_code == 0, report.output
+    (shown,) = json.loads(report.stdout)["examples"][0]["results"]
+    assert [u["label"] for u in shown["units"]] == [u.label for u in units]
+    html = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "Units, largest τ_u first" in html and html.index("passage 1") < html.index("passage 2")
+    assert "Dana Whitcombe takes" in html
+    assert run("report", out, "--html", tmp_path / "n.html", "--no-text").exit_code == 0
+    assert "Dana Whitcombe" not in (tmp_path / "n.html").read_text(encoding="utf-8")  # the private text redacted
+
+
+def test_the_gate_reads_the_units(tmp_path):
+    data = write(tmp_path / "rag.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": PASSAGES[0]})
+    r = run("score", "--data", data, "--unit", "passage", "--fail-above-influence", "0.001", "--json")
+    assert r.exit_code == 8, r.output
+    assert "passage 'passage 1'" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ({"context": "one passage, no blank line", "query": "?", "response": "x"}, "at least two passages"),
+        ({"context": "Alice Smith", "query": "?", "response": "x", "spans": [[0, 50, "n"]]}, "span 0"),
+        ({"context": "Alice Smith", "query": "?", "response": "x", "spans": [[0, 5], [3, 8]]}, "overlap"),
+        ({"passages": "not a list", "query": "?", "response": "x"}, "must be a non-empty list"),
+    ],
+)
+def test_bad_unit_layouts_are_one_line_data_errors(tmp_path, line, message):
+    data = write(tmp_path / "bad.jsonl", line)
+    unit = "span" if "spans" in line else "passage"
+    r = run("score", "--data", data, "--unit", unit)
+    assert r.exit_code == 4 and message in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_window_options_are_refused_with_units(tmp_path):
+    data = write(tmp_path / "rag.jsonl", {"passages": PASSAGES, "query": "What?", "response": "x"})
+    r = run("score", "--data", data, "--unit", "passage", "--ngram", "4")
+    assert r.exit_code == 2 and "--ngram: no effect with --unit passage" in r.output
+
+
+def test_snapping_is_reported(tmp_path):
+    """The fake's whole-word tokens (" the", " is", ...) cannot be cut: a span inside one is widened."""
+    context = "Alice is the patient."
+    data = write(tmp_path / "s.jsonl", {"context": context, "query": "?", "response": "Alice", "spans": [[9, 11, "h"]]})
+    r = run("score", "--data", data, "--unit", "span")
+    assert r.exit_code == 0, r.output
+    assert "1 unit(s) snapped outwards to whole tokens" in r.stderr and "h 9–11 → 8–12" in r.stderr

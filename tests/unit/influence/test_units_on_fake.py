@@ -1,0 +1,239 @@
+"""Units (passages, sentences, fields, spans) on the FakeBackend: how a context is cut into units and
+mapped onto tokens, and each unit's leave-one-out τ_u against a slow reference that decodes every
+ablated prompt from scratch -- on generated unit layouts, without a model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.influence.results import LambdaResult
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.influence.units import split_units, to_tokens
+from ctxlite.runtime.fake import FakeBackend
+
+WORDS = ["Alice", "Smith", "takes", "losartan", "the", "is", "a", "of", "Ohio", "MRN", "4411", "née", "東京", "and"]
+word_runs = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+
+
+def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float) -> list[float]:
+    """τ_u of each unit, obviously: decode the full prompt, each prompt without one unit's tokens and
+    the prompt without context from scratch (``logits_rows``, no cache reused), mix the logits in
+    numpy (float64; the scorer's kernels round in float32, hence the tests' 1e-4 nats of tolerance,
+    far below what a wrong ablation moves), sum |Δ log p̄_λ| over the response tokens."""
+    enc = scorer.encode(example)
+    y = scorer.encode_response(enc, example.response)
+    T = scorer.settings.sampling.temperature
+    p, full = len(enc.prefix), enc.with_context
+    targets = np.asarray(y)
+    without = backend.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64)
+
+    def logp(tokens):
+        rows = backend.logits_rows(tokens + y, len(tokens)).astype(np.float64)
+        z = (lam * rows + (1 - lam) * without) / T
+        z -= z.max(axis=1, keepdims=True)
+        mixed = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return mixed[np.arange(len(y)), targets]
+
+    base = logp(full)
+    taus = []
+    for u in scorer.units(example, enc):
+        ablated = full[: p + u.token_start] + full[p + u.token_end :]
+        taus.append(float(np.abs(base - logp(ablated)).sum()))
+    return taus
+
+
+def units_of(result: LambdaResult) -> list:
+    return [(u.label, u.token_start, u.token_end, u.per_token) for u in result.units]
+
+
+def in_order(result: LambdaResult) -> list:
+    """The result's units in the order of the context (they are kept largest τ_u first)."""
+    assert [u.influence for u in result.units] == sorted((u.influence for u in result.units), reverse=True)
+    return sorted(result.units, key=lambda u: u.char_start)
+
+
+def score(backend, example, **kw):
+    s = {"lambdas": (1.0, 0.5), "null_ablations": 0, **kw}
+    scorer = InfluenceScorer(backend, "qa", InfluenceSettings(**s))
+    return scorer, scorer.score(example)
+
+
+# ----- cutting a context into units -------------------------------------------------------------
+
+
+@given(st.lists(word_runs, min_size=2, max_size=5), st.sampled_from([None, "\n\n", "\n---\n", " | "]))
+def test_passages_are_the_records_passages_at_their_characters(passages, separator):
+    context = (separator or "\n\n").join(passages)
+    units = split_units("passage", context, passages, separator)
+    assert [u.text for u in units] == [p.strip() for p in passages]
+    assert all(context[u.char_start : u.char_end] == u.text for u in units)
+    assert [u.label for u in units] == [f"passage {i}" for i in range(1, len(passages) + 1)]
+
+
+def test_without_passages_a_context_is_split_at_blank_lines():
+    context = "First passage.\nStill first.\n\n  \nSecond one.\n \nThird."
+    texts = [u.text for u in split_units("passage", context)]
+    assert texts == ["First passage.\nStill first.", "Second one.", "Third."]
+    with pytest.raises(DataError, match="at least two passages"):
+        split_units("passage", "one passage only.\nno blank line")
+
+
+def test_sentences_in_several_languages():
+    context = "Dr. Smith takes losartan. He lives in Ohio!\n\nDie Ärztin heilt. 東京は大きい。次の文。"
+    units = split_units("sentence", context, language="de")
+    assert [u.text for u in units] == [
+        "Dr. Smith takes losartan.",
+        "He lives in Ohio!",
+        "Die Ärztin heilt.",
+        "東京は大きい。",
+        "次の文。",
+    ]
+    assert all(context[u.char_start : u.char_end] == u.text for u in units)
+
+
+def test_fields_are_name_value_lines():
+    context = "Name: Alice Smith\nMRN: 4411-2233\nfree text without a colon\nDiagnosis:  hypertension  \n"
+    units = split_units("field", context)
+    assert [(u.label, u.text) for u in units] == [
+        ("Name", "Name: Alice Smith"),
+        ("MRN", "MRN: 4411-2233"),
+        ("Diagnosis", "Diagnosis:  hypertension"),
+    ]
+    with pytest.raises(DataError, match="Name: value"):
+        split_units("field", "no fields here")
+
+
+@pytest.mark.parametrize(
+    "spans, message",
+    [
+        (None, "needs a record field"),
+        ([], "needs a record field"),
+        ([[0, 99, "x"]], "not a non-empty range"),
+        ([[3, 3, "x"]], "not a non-empty range"),
+        ([[-1, 2]], "not a non-empty range"),
+        ([[0, 5, "a"], [4, 8, "b"]], "overlap"),
+        ([[0, "5"]], "integer start and end"),
+        ([[0, 5, 7]], "integer start and end"),
+        ([7], "integer start and end"),
+    ],
+)
+def test_bad_spans_are_refused(spans, message):
+    with pytest.raises(DataError, match=message):
+        split_units("span", "Alice Smith lives in Ohio.", spans=spans)
+
+
+def test_a_context_that_is_not_the_join_of_its_passages_is_refused():
+    with pytest.raises(DataError, match="not the join"):
+        Example(context="a\n\nb", passages=("a", "c"))
+
+
+@given(st.data())
+def test_token_mapping_covers_each_unit_with_the_fewest_whole_tokens(data):
+    backend = FakeBackend(seed=3)
+    context = data.draw(st.lists(word_runs, min_size=1, max_size=4).map(", ".join))
+    a = data.draw(st.integers(0, len(context) - 1))
+    b = data.draw(st.integers(a + 1, len(context)))
+    chars = backend.char_spans(backend.tokenize(context))
+    (tu,) = to_tokens(split_units("span", context, spans=[[a, b, "x"]]), chars)
+    assert tu.removed_start <= a and b <= tu.removed_end  # every character of the unit is removed
+    # no token more than needed: the one before ends before the unit (and is no part of its first
+    # character, an empty span at a), the one after starts at its end or later
+    before = chars[tu.token_start - 1] if tu.token_start else (0, 0)
+    assert before[1] <= a and (tu.token_start == 0 or before != (a, a))
+    assert tu.token_end == len(chars) or chars[tu.token_end][0] >= b
+    assert tu.snapped == ((tu.removed_start, tu.removed_end) != (a, b))
+
+
+# ----- τ_u against the reference ----------------------------------------------------------------
+
+
+@settings(max_examples=25)
+@given(st.lists(word_runs, min_size=2, max_size=4), st.sampled_from([1.0, 0.5, 1.5]), st.integers(0, 2**16))
+def test_passage_influence_equals_the_from_scratch_reference(passages, lam, seed):
+    backend = FakeBackend(seed=seed)
+    context = "\n\n".join(passages)
+    example = Example(context=context, query="Who?", response=passages[0], passages=passages, id="p")
+    scorer, result = score(backend, example, lambdas=(lam,), unit="passage")
+    (r,) = result.results
+    assert [u.text for u in in_order(r)] == [p.strip() for p in passages]
+    np.testing.assert_allclose(
+        [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, lam), 1e-6, 1e-4
+    )
+    assert r.ngrams == [] and r.search.ablations == len(passages)
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_span_influence_on_generated_layouts_equals_the_reference_and_reuse_equals_exact(data):
+    """Spans of unequal length, anywhere (snapped to tokens, neighbours sharing a token after
+    snapping): the reuse path in decreasing split order equals a decode from scratch bit for bit."""
+    context = data.draw(st.lists(word_runs, min_size=2, max_size=5).map(". ".join))
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(context)), min_size=2, max_size=8)))
+    spans = [[a, b, f"s{i}"] for i, (a, b) in enumerate(zip(cuts, cuts[1:])) if data.draw(st.booleans()) or i == 0]
+    example = Example(context=context, query="What?", response=context[: len(context) // 2 + 1], spans=spans, id="s")
+    backend = FakeBackend(seed=data.draw(st.integers(0, 2**16)))
+    scorer, reuse = score(backend, example, unit="span")
+    _, exact = score(backend, example, unit="span", exact=True)
+    assert [units_of(r) for r in reuse.results] == [units_of(r) for r in exact.results]
+    for r in reuse.results:
+        assert [u.label for u in in_order(r)] == [s[2] for s in spans]
+        np.testing.assert_allclose(
+            [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, r.lam), 1e-6, 1e-4
+        )
+
+
+def test_units_get_a_noise_floor_and_round_trip_their_log_form():
+    passages = ["Alice Smith takes losartan daily.", "Bob Jones lives in Ohio.", "The weather is mild."]
+    example = Example(
+        context="\n\n".join(passages), query="What does Alice take?", response="losartan", passages=passages, id="a"
+    )
+    _, result = score(FakeBackend(seed=7, tiling_noise=0.05), example, unit="passage", null_ablations=2)
+    for r in result.results:
+        assert r.noise_floor is not None and r.noise_floor.max > 0
+        assert all(u.above_noise is not None for u in r.units)
+        assert r.units[0].text == passages[0]  # the passage the response copies ranks first
+        assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+        assert r.to_dict()["units"][0]["kind"] == "passage"
+
+
+def test_a_generated_response_is_scored_over_units():
+    example = Example(context="Name: Alice Smith\nMRN: 4411\nCity: Ohio", query="Who?", id="g")
+    _, result = score(FakeBackend(seed=7), example, unit="field", epsilons=(2.0,))
+    assert all(r.generated and [u.label for u in in_order(r)] == ["Name", "MRN", "City"] for r in result.results)
+
+
+def test_unit_settings_are_checked():
+    with pytest.raises(InvalidParameter, match="unit must be one of"):
+        InfluenceSettings(unit="paragraph")
+    with pytest.raises(InvalidParameter, match="no adaptive search"):
+        InfluenceSettings(unit="passage", search="adaptive")
+    with pytest.raises(InvalidParameter, match="no context sizes"):
+        InfluenceSettings(unit="sentence", context_sizes=(8,))
+
+
+def test_a_bad_unit_layout_names_the_example():
+    context = "Alice Smith lives in Ohio."
+    with pytest.raises(DataError, match="example e1: span 0"):
+        Example(context=context, query="Who?", response="Alice", spans=[[0, 40, "x"]], id="e1")
+    example = Example(context=context, query="Who?", response="Alice", id="e2")
+    with pytest.raises(DataError, match="example e2: unit span needs a record field"):
+        score(FakeBackend(seed=7), example, unit="span")
+
+
+class ReusesOneCellTooMany(FakeBackend):
+    """A prefix reuse off by one: it keeps the first cell the variant does not share with the base."""
+
+    def _reuse_from(self, shared: int) -> int:
+        return min(super()._reuse_from(shared) + 1, len(self._cells))
+
+
+def test_a_broken_prefix_reuse_is_caught_over_units():
+    """The reuse == exact check above has teeth for units of unequal length too."""
+    example = Example(context="Alice Smith. Lives in Ohio and is 54.", query="Who?", response="Alice", id="b")
+    backend = ReusesOneCellTooMany(seed=7)
+    reuse, exact = (score(backend, example, unit="sentence", exact=e)[1] for e in (False, True))
+    assert [units_of(r) for r in reuse.results] != [units_of(r) for r in exact.results]
