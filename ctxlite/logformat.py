@@ -8,7 +8,8 @@ the schema.
 
 The policy for a log of another format (docs/log-schema.md says the same for users):
 
-* a log of **this** format is read, resumed and reported;
+* a log of **this** format (:data:`FORMATS`: 1 or 2) is read, resumed and reported; a run resumes
+  only a log of the format it writes (:func:`format_of_run`);
 * a log written **before** formats were versioned (no ``schema_version``: ctxlite before the run
   layer) is read for ``ctxlite report`` and ``ctxlite verify`` but never resumed or appended to
   (:data:`NOT_RESUMABLE`; one older still, without a hash chain, is reported, never verified nor
@@ -29,8 +30,21 @@ from importlib import resources
 
 from ctxlite.errors import DataError
 
-SCHEMA_VERSION = 1
-"""The format this ctxlite writes (the header's ``schema_version``)."""
+SCHEMA_VERSION = 2
+"""The newest format this ctxlite reads and writes (the header's ``schema_version``)."""
+
+FORMATS = (1, 2)
+"""The formats this ctxlite reads, resumes and writes. Format 2 adds a score result's ``units`` (and
+a unit run's ``unit``/``sentence_language`` settings); a run writes the oldest format that holds
+its records (:func:`format_of_run`), so an n-gram run's log stays a format-1 log, byte for byte
+what the previous version wrote and readable by it, while a ctxlite that knows format 1 only
+refuses a unit run's log instead of reporting it without its units."""
+
+
+def format_of_run(unit: str | None) -> int:
+    """The format a score run writes: 2 where it scores units (``--unit`` other than ``ngram``), else 1."""
+    return 1 if unit in (None, "ngram") else 2
+
 
 SCHEMA_FILE = "log.schema.json"
 """The JSON Schema of this format, shipped in ``ctxlite/data/``."""
@@ -55,12 +69,12 @@ def schema() -> dict:
 
 
 def version_of(path, header: dict) -> int | None:
-    """The format of a log from its header: :data:`SCHEMA_VERSION`, or None for a log written before
+    """The format of a log from its header: one of :data:`FORMATS`, or None for a log written before
     formats were versioned; another version is refused (``DataError``: a newer ctxlite wrote it)."""
     if "schema_version" not in header:
         return None
     version = header["schema_version"]
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version not in FORMATS or isinstance(version, bool):
         raise DataError(
             f"{path}:1: log format {version!r}, but this ctxlite reads format {SCHEMA_VERSION} and older "
             "(a newer ctxlite wrote it: report it with that version)"

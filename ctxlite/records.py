@@ -37,7 +37,7 @@ from ctxlite.chain import link, seal, unseal
 from ctxlite.errors import DataError, InvalidParameter, OutputError, output_error
 from ctxlite.identity import differences, normalise
 from ctxlite.lock import LogLock
-from ctxlite.logformat import NOT_RESUMABLE, SCHEMA_VERSION, UNCHAINED, version_of
+from ctxlite.logformat import NOT_RESUMABLE, UNCHAINED, version_of
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,17 @@ def _refuse_differences(path: Path, logged: dict, current: dict, ignore=()) -> N
         )
 
 
-def _refuse_older_format(path: Path, run: RunLog) -> None:
-    """A log of an older format is never written to (:mod:`ctxlite.logformat`)."""
+def _refuse_other_format(path: Path, run: RunLog, version: int) -> None:
+    """A log is written to only in the format ``version`` the run writes: never one of an older,
+    unversioned format (:mod:`ctxlite.logformat`), nor one of another format."""
     if not run.chained:
         raise DataError(f"{path} {UNCHAINED}: choose another --out")
-    if run.schema_version != SCHEMA_VERSION:
+    if run.schema_version is None:
         raise DataError(f"{path} {NOT_RESUMABLE}: choose another --out")
+    if run.schema_version != version:
+        raise DataError(
+            f"{path} is a log of format {run.schema_version}, this run writes format {version}: choose another --out"
+        )
 
 
 @dataclass
@@ -177,7 +182,7 @@ class RunLog:
     head: str | None = None
     line_of: dict[str, int] = field(default_factory=dict)
     lines: int = 0  # complete lines read, the header included
-    schema_version: int | None = SCHEMA_VERSION  # None: written before log formats were versioned
+    schema_version: int | None = 1  # ctxlite.logformat.FORMATS; None: written before log formats were versioned
 
     END = "(end)"
 
@@ -303,9 +308,17 @@ class RecordLog:
     >>> if log.get("ex-1", input_hash) is None: log.append("ex-1", {...}, input_hash)
     """
 
-    def __init__(self, path: str | os.PathLike, identity: dict, kind: str = "run", lock: LogLock | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        identity: dict,
+        kind: str = "run",
+        lock: LogLock | None = None,
+        schema_version: int = 1,
+    ):
         self.path = Path(path)
         self.kind = kind
+        self.schema_version = schema_version  # the format written (ctxlite.logformat.format_of_run)
         self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
         self.end: dict | None = None  # the finished run's summary (see finish)
@@ -336,7 +349,9 @@ class RecordLog:
             raise
 
     @staticmethod
-    def check_existing(path: str | os.PathLike, identity: dict, kind: str = "run", ignore=()) -> None:
+    def check_existing(
+        path: str | os.PathLike, identity: dict, kind: str = "run", ignore=(), schema_version: int = 1
+    ) -> None:
         """Refuse now (``DataError``) if ``path`` is a log of another run (comparing all but the ``ignore``d
         paths of the identity), a broken log, or one without a chain.
 
@@ -348,14 +363,15 @@ class RecordLog:
             return
         run = read_run_log(p, kind, advice=": choose another --out")  # the chain too, before any model work
         _refuse_differences(p, run.identity, normalise(identity), ignore)
-        _refuse_older_format(p, run)
+        _refuse_other_format(p, run, schema_version)
 
     def _write_header(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                header = seal(None, {"type": self.kind, "schema_version": SCHEMA_VERSION, "identity": self.identity})
+                header = {"type": self.kind, "schema_version": self.schema_version, "identity": self.identity}
+                header = seal(None, header)
                 f.write(json.dumps(header, allow_nan=False) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
@@ -366,7 +382,7 @@ class RecordLog:
     def _load(self) -> None:
         run = read_run_log(self.path, self.kind, advice=": choose another --out")
         _refuse_differences(self.path, run.identity, self.identity)
-        _refuse_older_format(self.path, run)
+        _refuse_other_format(self.path, run, self.schema_version)
         self.records, self.end, self.first_end, self.head = run.records, run.end, run.first_end, run.head
         if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending
             self._keep_bytes = run.torn_at

@@ -23,6 +23,7 @@ from ctxlite.influence.analysis import Summary, summarize
 from ctxlite.influence.results import ExampleResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS
+from ctxlite.logformat import format_of_run
 from ctxlite.records import RecordLog
 from ctxlite.runs.log import LogState, finish
 from ctxlite.runs.progress import Notes, Progress, Silent
@@ -127,7 +128,8 @@ class _Job:
         """Open ``out`` (locked for the run) and find what it holds for these inputs: a logged result is
         reused only for the identical input; a log whose finished results match none of the inputs is
         another input's and is refused; an example whose input changed is scored again."""
-        self.log = stack.enter_context(RecordLog(self.out, self.identity, kind=KIND))
+        version = format_of_run(self.settings.unit)
+        self.log = stack.enter_context(RecordLog(self.out, self.identity, kind=KIND, schema_version=version))
         log = self.log
         finished = [ex.id for ex in self.examples if log.done(ex.id)]
         self.reused = [ex.id for ex in self.examples if log.get(ex.id, ex.input_hash()) is not None]

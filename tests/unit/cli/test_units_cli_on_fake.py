@@ -97,3 +97,22 @@ def test_snapping_is_reported(tmp_path):
     r = run("score", "--data", data, "--unit", "span")
     assert r.exit_code == 0, r.output
     assert "1 unit(s) snapped outwards to whole tokens" in r.stderr and "h 9–11 → 8–12" in r.stderr
+
+
+def test_a_unit_run_writes_format_2_which_a_format_1_reader_refuses(tmp_path, monkeypatch):
+    """An n-gram run's log stays format 1 (what the previous ctxlite wrote and reads); a unit run's is
+    format 2, so a ctxlite that knows format 1 only refuses it rather than reporting it without its
+    units; and a run never resumes a log of the other format."""
+    from ctxlite import logformat
+
+    data = write(tmp_path / "rag.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": PASSAGES[0]})
+    units, ngrams = tmp_path / "units.jsonl", tmp_path / "ngrams.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--out", units).exit_code == 0
+    assert run("score", "--data", data, "--ngram", "4", "--out", ngrams).exit_code == 0
+    version = {log: json.loads(log.read_text().splitlines()[0])["schema_version"] for log in (units, ngrams)}
+    assert version == {units: 2, ngrams: 1}
+    assert run("report", units).exit_code == 0 and run("report", ngrams).exit_code == 0
+    monkeypatch.setattr(logformat, "FORMATS", (1,))  # the previous ctxlite's reader
+    refused = run("report", units)
+    assert refused.exit_code == 4 and "log format 2" in refused.output and "newer ctxlite" in refused.output
+    assert run("report", ngrams).exit_code == 0

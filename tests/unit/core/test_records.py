@@ -525,3 +525,16 @@ def test_a_stale_lock_file_does_not_block(tmp_path):
     (tmp_path / "run.jsonl.lock").write_text("999999\n")  # left by a holder that died
     with LogLock(p) as lock:
         assert lock.held and (tmp_path / "run.jsonl.lock").read_text().strip() == str(os.getpid())
+
+
+@pytest.mark.hand_made_logs  # toy records of a score kind, not a run's
+def test_a_log_is_resumed_only_in_the_format_it_was_written_in(tmp_path):
+    p = tmp_path / "run.jsonl"
+    with RecordLog(p, PARAMS, kind="score-run") as log:
+        log.append("a", {"type": "example", "result": {}})
+    with pytest.raises(DataError, match="is a log of format 1, this run writes format 2: choose another --out"):
+        RecordLog(p, PARAMS, kind="score-run", schema_version=2)
+    with pytest.raises(DataError, match="format 1, this run writes format 2"):
+        RecordLog.check_existing(p, PARAMS, "score-run", schema_version=2)
+    with RecordLog(p, PARAMS, kind="score-run") as log:  # the format it was written in: resumed
+        assert log.done("a")

@@ -140,7 +140,9 @@ def test_epsilon_and_delta_are_dp_accountings_own(pairs, queries):
     for profile in profiles:
         for delta in (1e-12, 1e-6, 1e-3, 0.2):
             ref = float(profile.pld.get_epsilon_for_delta(delta))
-            assert profile.epsilon(delta) == ref or profile.epsilon(delta) == pytest.approx(ref, rel=1e-9, abs=1e-12)
+            # abs 1e-10 nats: summing a dense PLD's ~10^4 masses in another order moves ε by ~4e-12
+            # (found by hypothesis at ε = 2.2e-4); the PLD's own grid is 1e-4 nats
+            assert profile.epsilon(delta) == ref or profile.epsilon(delta) == pytest.approx(ref, rel=1e-9, abs=1e-10)
         for eps in (0.0, 0.5, 3.0):
             ref = float(profile.pld.get_delta_for_epsilon(eps))
             assert profile.delta(eps) == pytest.approx(ref, rel=1e-9, abs=1e-15)
