@@ -4,7 +4,7 @@ influence oracles where the right answer is known. The model tests are in test_s
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import InvalidParameter
@@ -44,6 +44,34 @@ rules = st.builds(
     values=st.lists(st.integers(0, 50).map(float), min_size=1, max_size=300),
     rule=rules,
     combine=st.sampled_from([sum, max]),
+)
+@example(  # a block whose τ lies between the K-th n-gram's τ (7) and twice it hides the second 10 (found by search)
+    values=[
+        0.0,
+        0.0,
+        4.0,
+        0.0,
+        10.0,
+        0.0,
+        0.0,
+        1.0,
+        0.0,
+        0.0,
+        1.0,
+        4.0,
+        0.0,
+        0.0,
+        4.0,
+        7.0,
+        0.0,
+        1.0,
+        10.0,
+        7.0,
+        0.0,
+        4.0,
+    ],
+    rule=AdaptiveRule(top=2, refine_ratio=1.0, branching=2, top_blocks=2),
+    combine=sum,
 )
 def test_adaptive_finds_the_exhaustive_top_k_when_influence_is_monotone(values, rule, combine):
     """With a monotone τ every ancestor of a top-K n-gram has τ ≥ the K-th found ≥ ρ times it,
