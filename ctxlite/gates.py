@@ -67,8 +67,8 @@ class Basis(str, enum.Enum):
     UPPER_BOUND = "upper bound on the audited pair's epsilon"
     GUARANTEE = "the mechanism's DP guarantee"
     NO_PROOF = "no proof either way"
-    MEASURED = "τ_i computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
-    THIS_BUILD = "τ_i computed on this build; its rounding between builds not measured"
+    MEASURED = "τ computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
+    THIS_BUILD = "τ computed on this build; its rounding between builds not measured"
     NO_GATE = "no gate set"
 
 

@@ -59,7 +59,7 @@ def test_a_tripped_influence_gate_exits_8_after_writing_everything(score_log):
     SCHEMA.validate(str(junit))
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == "1"
-    assert suite.find("testcase/failure").get("message").startswith("fail (τ_i computed on this build, plus a noise")
+    assert suite.find("testcase/failure").get("message").startswith("fail (τ computed on this build, plus a noise")
     assert "Whitcombe" not in junit.read_text(encoding="utf-8")  # positions, never the private text
 
 

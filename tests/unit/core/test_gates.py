@@ -104,7 +104,7 @@ def test_without_a_measured_floor_an_influence_case_never_passes(floor):
     assert one.outcome is Outcome.INCONCLUSIVE and "at λ=1:" in one.message
     [tripped] = influence_cases([("a", _record((1.0, [_gram(0, 6.0, None)], floor)))], 5.0)
     assert tripped.outcome is Outcome.FAIL and tripped.basis is Basis.THIS_BUILD
-    assert tripped.message.startswith("fail (τ_i computed on this build; its rounding between builds not measured)")
+    assert tripped.message.startswith("fail (τ computed on this build; its rounding between builds not measured)")
     assert "τ_i 6.000 > budget 5 nats" in tripped.message
     assert ngram_uncertainty(rec.results[0], rec.results[0].ngrams[0]) is None
     v = score_verdict(["a"], [rec], 5.0, {})
@@ -112,13 +112,13 @@ def test_without_a_measured_floor_an_influence_case_never_passes(floor):
 
 
 def test_a_pass_says_its_floor_is_an_estimate_from_probes_not_a_bound(tmp_path):
-    """Where the floor was measured, a pass rests on τ_i computed on this build plus a floor estimated
+    """Where the floor was measured, a pass rests on τ computed on this build plus a floor estimated
     from probe pairs in other batch tilings: the message, the JSON, JUnit and HTML say so."""
     two = floor(0.5, pairs=2)
     v = score_verdict(["a"], [_record((1.0, [_gram(0, 1.0, True)], two))], 5.0, {})
     [case] = v.cases
     assert case.outcome is Outcome.PASS and case.basis is Basis.MEASURED
-    basis = "τ_i computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
+    basis = "τ computed on this build, plus a noise floor estimated by probes (an estimate, not a bound)"
     assert case.basis.value == basis and case.message.startswith(f"pass ({basis}): ")
     assert "τ_i + floor 1.500 nats" in case.message
     assert "floor estimated from 2 probe pairs re-decoded in other batch tilings" in case.message
