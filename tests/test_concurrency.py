@@ -65,11 +65,16 @@ def test_examples_in_flight_together_log_the_bytes_of_one_by_one(tmp_path, shape
         one = _score(tmp_path, fake.url, tmp_path / "c1.jsonl", 1, *shape)
         assert one.exit_code == 0, one.output
         assert fake.max_in_flight == 1  # --concurrency 1: one request at a time, every endpoint
+        fake.max_in_flight = 0
+        two = _score(tmp_path, fake.url, tmp_path / "c2.jsonl", 2, *shape)
+        assert two.exit_code == 0, two.output
+        assert fake.max_in_flight <= 2  # the bound holds across the examples' threads and the request pool
         fake.max_in_flight = fake.max_completions_in_flight = 0
         eight = _score(tmp_path, fake.url, tmp_path / "c8.jsonl", 8, *shape)
         assert eight.exit_code == 0, eight.output
     assert (tmp_path / "c8.jsonl").read_bytes() == (tmp_path / "c1.jsonl").read_bytes()
-    assert fake.max_in_flight <= 8  # the bound holds across the examples' threads and the request pool
+    assert (tmp_path / "c2.jsonl").read_bytes() == (tmp_path / "c1.jsonl").read_bytes()
+    assert fake.max_in_flight <= 8
     if shape == ("--doc",):  # two completions an example: more than two at once are several examples'
         assert fake.max_completions_in_flight > 2
     else:
@@ -139,3 +144,53 @@ def test_an_example_that_fails_is_raised_after_every_example_before_it_is_logged
         assert res.exit_code == 9, res.output
         logs[c] = [json.loads(line).get("key") for line in _lines(tmp_path / f"c{c}.jsonl")[1:]]
     assert logs[8] == logs[1] == [e["id"] for e in EXAMPLES[:5]]
+
+
+CLASSIFY = "ctxlite/data/classify_sample.jsonl"
+
+
+def _audit_args(url: str, out: Path, concurrency: int, *more: str) -> list[str]:
+    args = ["audit", "--data", CLASSIFY, "--trials", "12", "--reference-runs", "2", "--queries-per-trial", "4"]
+    args += ["--out", str(out), "--json", "--backend", "openai", "--base-url", url, "--model-name", MODEL]
+    return args + ["--retries", "1", "--concurrency", str(concurrency), *more]
+
+
+AUDITS = {
+    "none": ("--mechanism", "none", "--shots", "4", "--utility-queries", "0"),
+    "none-resampled": ("--mechanism", "none", "--shots", "2", "--utility-queries", "0", "--resample-data"),
+    "rnm": ("--mechanism", "rnm", "--ensembles", "4", "--shots", "1", "--epsilon", "1", "--utility-queries", "6"),
+}
+
+
+@pytest.mark.parametrize("audit", list(AUDITS))
+def test_an_audits_prompts_in_flight_together_log_the_bytes_of_one_by_one(tmp_path, audit):
+    """The label requests of many runs' prompts go out in one batch (two labels: more than two in
+    flight are several prompts'), and the log is the one of --concurrency 1, byte for byte."""
+    with FakeServer(delay=DELAY, seed=11) as fake:
+        one = CliRunner().invoke(main, _audit_args(fake.url, tmp_path / "c1.jsonl", 1, *AUDITS[audit]))
+        assert one.exit_code == 0, one.output
+        assert fake.max_in_flight == 1
+        fake.max_in_flight = fake.max_completions_in_flight = 0
+        eight = CliRunner().invoke(main, _audit_args(fake.url, tmp_path / "c8.jsonl", 8, *AUDITS[audit]))
+        assert eight.exit_code == 0, eight.output
+    assert (tmp_path / "c8.jsonl").read_bytes() == (tmp_path / "c1.jsonl").read_bytes()
+    assert 2 < fake.max_completions_in_flight and fake.max_in_flight <= 8
+
+
+def test_an_audit_on_a_server_that_dies_keeps_its_finished_trials_and_resumes_to_the_same_bytes(tmp_path):
+    args = ("--mechanism", "rnm", "--ensembles", "4", "--shots", "2", "--epsilon", "1", "--utility-queries", "0")
+    with FakeServer(delay=DELAY, seed=13) as fake:
+        before = fake.completions
+        reference = CliRunner().invoke(main, _audit_args(fake.url, tmp_path / "c1.jsonl", 1, *args))
+        assert reference.exit_code == 0, reference.output
+        fake.die_after = fake.completions + 2 * (fake.completions - before) // 3
+        out = tmp_path / "c8.jsonl"
+        died = CliRunner().invoke(main, _audit_args(fake.url, out, 8, *args))
+        assert died.exit_code == 9, died.output
+        kept, expected = _lines(out), _lines(tmp_path / "c1.jsonl")
+        assert 1 < len(kept) < len(expected) - 1
+        assert kept == expected[: len(kept)]
+        fake.dead, fake.die_after = False, None
+        resumed = CliRunner().invoke(main, _audit_args(fake.url, out, 8, *args, "--resume"))
+        assert resumed.exit_code == 0, resumed.output
+    assert out.read_bytes() == (tmp_path / "c1.jsonl").read_bytes()

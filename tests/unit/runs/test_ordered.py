@@ -91,3 +91,25 @@ def test_a_consumer_that_stops_early_cancels_what_has_not_started():
 def test_the_window_holds_the_workers():
     with pytest.raises(InvalidParameter):
         InOrder(lambda i, x: x, [1], workers=3, window=2)
+
+
+def test_a_later_failure_waits_for_every_result_before_it():
+    """Item 2 fails while item 0 is still running: 0 and 1 are yielded first, then 2's exception."""
+    failed = threading.Event()
+
+    def fn(i, x):
+        if i == 0:
+            failed.wait(5)
+            time.sleep(0.05)  # item 2's failure is in its future by now
+        if i == 2:
+            try:
+                raise Failed(2)
+            finally:
+                failed.set()
+        return i
+
+    got = []
+    with pytest.raises(Failed), InOrder(fn, range(6), workers=3, window=3) as runner:
+        for r in runner:
+            got.append(r)
+    assert got == [0, 1]
