@@ -132,10 +132,11 @@ class ProgressLine:
 
     def close(self) -> None:
         """Erase the line (what is printed next starts on a clean line)."""
-        if self.enabled and self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-        self._shown = False
+        with self._drawing:
+            if self.enabled and self._shown:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            self._shown = False
 
     def _draw(self, now: float, force: bool) -> None:
         if not self.enabled or (not force and now - self._drawn_at < _REDRAW_SECONDS):
