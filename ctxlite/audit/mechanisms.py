@@ -377,7 +377,6 @@ class ReportNoisyMax(Mechanism):
             return True
         if self.shots != 1:
             return False
-        oracle.read_ahead([fmt.prompt([r], query) for i, r in enumerate(records) if i != slot])
         dists = (oracle.label_distribution(fmt.prompt([r], query)) for i, r in enumerate(records) if i != slot)
         return all(float(np.max(d)) == 1.0 for d in dists)
 
