@@ -8,10 +8,19 @@ prompt with log-probabilities that are a fixed function of each token and the to
 ``FakeServer(fault)`` answers every completion whose prompt holds ``trigger`` (default: every
 completion) with one misbehaviour from :data:`FAULTS`; everything else is answered correctly,
 so a run can finish an example before the fault. It counts completions and the bytes it sent.
+
+For concurrency (tests/server/test_concurrency.py) it can also stagger its answers, each request held
+``delay`` · u seconds, u ∈ [0, 1) a hash of ``seed`` and the request (so concurrent requests end in
+a seeded random order, the same whichever order they arrived in); it counts the requests in flight
+(the most ever, all endpoints and completions alone); it can ``hold`` every completion whose prompt
+holds a text until ``release()``; and it can die: ``die_after`` completions answered (or
+``dead = True``), every request is dropped without an answer, as by a crashed server, until the
+test sets ``dead = False`` (the same URL, so a resumed run is the same run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -58,11 +67,26 @@ def logprob(before, token: int) -> float:
 class FakeServer(LoopbackHTTP):
     """A threaded HTTP server on 127.0.0.1 with one ``fault`` (see :data:`FAULTS`) or none."""
 
-    def __init__(self, fault: str | None = None, trigger: str | None = None):
+    def __init__(
+        self,
+        fault: str | None = None,
+        trigger: str | None = None,
+        *,
+        delay: float = 0.0,
+        seed: int = 0,
+        hold: str | None = None,
+        die_after: int | None = None,
+    ):
         assert fault is None or fault in FAULTS, fault
         self.fault, self.trigger = fault, trigger
+        self.delay, self.seed, self.hold, self.die_after = delay, seed, hold, die_after
         self.completions = self.faulty = 0
         self.sent = 0  # bytes of faulty answers written
+        self.in_flight = self.max_in_flight = 0  # requests of every endpoint
+        self.completions_in_flight = self.max_completions_in_flight = 0
+        self.dead = False
+        self.held = threading.Event()  # set: the held completions go on
+        self.holding = 0  # completions waiting for release()
         self.lock = threading.Lock()
         server = self
 
@@ -71,12 +95,34 @@ class FakeServer(LoopbackHTTP):
                 pass
 
             def do_GET(self):
+                if server.dead:
+                    return server.drop(self)
                 if self.path == "/props":
                     return self._json({"default_generation_settings": {"n_ctx": 2048}, "build_info": "fake-1"})
                 return self._json({"error": "not found"}, 404)
 
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if server.dead:
+                    return server.drop(self)
+                with server.lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self.counted = True  # until its answer starts (``answered``)
+                if self.path == "/v1/completions":
+                    with server.lock:
+                        server.completions_in_flight += 1
+                        server.max_completions_in_flight = max(
+                            server.max_completions_in_flight, server.completions_in_flight
+                        )
+                    self.completion = True
+                try:
+                    server.stagger(self.path, raw)
+                    self._post(json.loads(raw or b"{}"))
+                finally:
+                    server.answered(self)
+
+            def _post(self, body):
                 if self.path == "/tokenize":
                     return self._json({"tokens": encode(body.get("content", ""), bool(body.get("add_special")))})
                 if self.path == "/detokenize":
@@ -90,9 +136,37 @@ class FakeServer(LoopbackHTTP):
 
         self.serve(Handler)
 
-    # ----- answers ---------------------------------------------------------
+    # ----- timing and death ------------------------------------------------
+    def stagger(self, path: str, raw: bytes) -> None:
+        """Hold the request ``delay`` · u seconds, u a hash of the seed and the request."""
+        if self.delay > 0:
+            digest = hashlib.sha256(f"{self.seed}:{path}:".encode() + raw).digest()
+            time.sleep(self.delay * int.from_bytes(digest[:8], "big") / 2**64)
+
+    def release(self) -> None:
+        """Let the held completions (``hold``) go on, and every later one."""
+        self.held.set()
+
+    def answered(self, handler) -> None:
+        """The request of ``handler`` is no longer in flight: its answer starts now (counted before the
+        first byte goes out, so a client that sends its next request on reading this answer is never
+        seen with one more in flight than it has)."""
+        with self.lock:
+            if getattr(handler, "counted", False):
+                handler.counted = False
+                self.in_flight -= 1
+            if getattr(handler, "completion", False):
+                handler.completion = False
+                self.completions_in_flight -= 1
+
     @staticmethod
-    def write(handler, content: bytes, status: int = 200, length: bool = True) -> None:
+    def drop(handler) -> None:
+        """No answer: the connection is closed as a crashed server's would be."""
+        handler.close_connection = True
+
+    # ----- answers ---------------------------------------------------------
+    def write(self, handler, content: bytes, status: int = 200, length: bool = True) -> None:
+        self.answered(handler)
         try:
             handler.send_response(status)
             handler.send_header("content-type", "application/json")
@@ -105,7 +179,15 @@ class FakeServer(LoopbackHTTP):
 
     def _completion(self, handler, body: dict) -> None:
         prompt = body["prompt"]
+        if self.hold is not None and self.hold in decode(prompt):
+            with self.lock:
+                self.holding += 1
+            self.held.wait()
         with self.lock:
+            if self.die_after is not None and self.completions >= self.die_after:
+                self.dead = True
+            if self.dead:
+                return self.drop(handler)
             self.completions += 1
             faulty = self.fault is not None and (self.trigger is None or self.trigger in decode(prompt))
             self.faulty += faulty

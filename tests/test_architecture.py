@@ -294,6 +294,8 @@ def test_the_engine_has_every_capability_but_embeddings_and_a_server_only_what_i
     assert has(ServedModel, b.Backend) and has(ServedModel, b.SampledCompletions)
     assert not any(has(ServedModel, p) for p in (b.TeacherForcing, b.LogitRows, b.PrefixReuse, b.Streams))
     assert has(OpenAIServer, b.TeacherForcing) and not has(OpenAIServer, b.LogitRows)
+    # several threads may call a server at once; the engine is one model, used by one thread
+    assert has(ServedModel, b.ConcurrentRequests) and not has(Engine, b.ConcurrentRequests)
 
 
 def test_every_curated_mutant_still_applies():

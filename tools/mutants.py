@@ -165,8 +165,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "A6",
         "ctxlite/audit/game.py",
-        "mech, z, seeded_rng(s.seed, 3, j)",
-        "mech, True, seeded_rng(s.seed, 3, j)",
+        "return z, seeded_rng(s.seed, 3, j)",
+        "return True, seeded_rng(s.seed, 3, j)",
         (GAME,),
         "z1_prompts",
         "the OUT reference runs also hold the canary",

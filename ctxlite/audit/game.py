@@ -166,6 +166,25 @@ class AuditGame:
             return np.array([float(np.mean([leak_fraction(o, self.canary.text) for o in rel.outputs]))]), rel.withheld
         return np.asarray(rel.signal, dtype=np.float64), rel.withheld
 
+    def _reference_draw(self, j: int, z: bool) -> tuple[bool, np.random.Generator, np.random.Generator | None]:
+        """Reference run ``j``'s (z, generator, data generator): the same at every ε."""
+        s = self.s
+        return z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None
+
+    def _trial_draw(self, i: int) -> tuple[bool, np.random.Generator, np.random.Generator | None]:
+        """Trial ``i``'s Z ~ Bernoulli(1/2) from its own seed, and its generators after drawing it."""
+        s = self.s
+        rng = seeded_rng(s.seed, 2, i)
+        z = bool(rng.random() < 0.5)
+        return z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None
+
+    def _answer_prompts(self, mech: Mechanism, draw) -> list[str]:
+        """The prompts the run of ``draw`` (its z and fresh generators) will read, found without a model."""
+        z, rng, data_rng = draw
+        recs = self.dataset(z, data_rng)
+        q, n = self.query.text, self.s.queries_per_trial
+        return mech.answer_prompts(self.fmt, recs, q, n, rng, text_outputs=self.text_outputs)
+
     def play(
         self,
         mech: Mechanism,
@@ -178,14 +197,19 @@ class AuditGame:
         outputs the defence withheld per IN / OUT trial; every run is read from ``log`` when it holds
         it, else played and appended. ``tick(label, done, total)`` after each reference run and trial.
         The scores are those :func:`trial_scores` reads from the records (what ``ctxlite report``
-        recomputes them with)."""
+        recomputes them with). On a server the label distributions of the runs not logged yet are
+        read ahead, several runs' in one batch (:class:`_ReadAhead`); the runs are played in order."""
         s, ek = self.s, _eps_key(eps)
         runs: dict[str, dict] = {}
         if detector.needs_reference:
+            refs = [(j, z) for j in range(s.reference_runs) for z in (True, False)]
+            keys = [reference_key(ek, z, j) for j, z in refs]
+            ahead = _ReadAhead(self, mech, log, keys, [lambda j=j, z=z: self._reference_draw(j, z) for j, z in refs])
             for j in range(s.reference_runs):
                 tick(f"eps={ek} reference runs", j, s.reference_runs)
                 for z in (True, False):
                     key = reference_key(ek, z, j)
+                    ahead.before(key)
                     runs[key] = self._logged(
                         log,
                         key,
@@ -193,16 +217,17 @@ class AuditGame:
                             "type": "reference",
                             "epsilon": ek,
                             "z": int(z),
-                            "signal": self.run(
-                                mech, z, seeded_rng(s.seed, 3, j), seeded_rng(s.seed, 5, j) if s.resample_data else None
-                            )[0].tolist(),
+                            "signal": self.run(mech, *self._reference_draw(j, z))[0].tolist(),
                         },
                     )
             tick(f"eps={ek} reference runs", s.reference_runs, s.reference_runs)
             fit_detector(detector, runs, s, ek)
         where = log.path if log is not None else None
+        keys = [trial_key(ek, i) for i in range(s.trials)]
+        ahead = _ReadAhead(self, mech, log, keys, [lambda i=i: self._trial_draw(i) for i in range(s.trials)])
         for i in range(s.trials):
             key = trial_key(ek, i)
+            ahead.before(key)
             runs[key] = self._logged(log, key, lambda: self._trial(mech, ek, i, detector))
             _check_canary(runs[key], i, self.canary.id, where)  # before playing on into another audit's log
             tick(f"eps={ek} trials", i + 1, s.trials)
@@ -211,9 +236,8 @@ class AuditGame:
     def _trial(self, mech: Mechanism, ek: str, i: int, detector: Detector) -> dict:
         """Play trial ``i``: Z ~ Bernoulli(1/2) from the trial's own seed, then the mechanism's release."""
         s = self.s
-        rng = seeded_rng(s.seed, 2, i)
-        z = bool(rng.random() < 0.5)
-        sig, withheld = self.run(mech, z, rng, seeded_rng(s.seed, 6, i) if s.resample_data else None)
+        z, rng, data_rng = self._trial_draw(i)
+        sig, withheld = self.run(mech, z, rng, data_rng)
         return {
             "type": "trial",
             "epsilon": ek,
@@ -301,6 +325,15 @@ class AuditGame:
             from rouge_score import rouge_scorer
 
             scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+        if self.oracle.reads_ahead:  # every held-out query's prompts in one batch
+            prompts = [
+                p
+                for q, item in enumerate(items)
+                for p in mech.answer_prompts(
+                    self.fmt, self.private, self.fmt.query_for(item), 1, seeded_rng(self.s.seed, 4, q)
+                )
+            ]
+            self.oracle.read_ahead(prompts)
         for q, item in enumerate(items):
             rng = seeded_rng(self.s.seed, 4, q)
             rel = mech.release(self.oracle, self.fmt, self.private, self.fmt.query_for(item), 1, rng)
@@ -310,6 +343,38 @@ class AuditGame:
             else:
                 scores.append(scorer.score(item[self.fmt.output], out)["rouge1"].fmeasure)
         return float(np.mean(scores))
+
+
+class _ReadAhead:
+    """The label distributions of an audit's runs read ahead on a server, in input order: before the
+    first run of a batch is played, the prompts of the runs from it on that the log does not hold
+    (``Mechanism.answer_prompts``, found without a model) are gathered until their unread label
+    requests fill ``ModelOracle.ahead_requests``, and sent in one ``ModelOracle.read_ahead``. The
+    runs are then played one by one as ever, reading from what was read: the log is the one
+    played one prompt at a time. A no-op on a backend that does not read ahead (the local engine)."""
+
+    def __init__(self, game: AuditGame, mech: Mechanism, log: RecordLog | None, keys: list[str], draws: list):
+        self.game, self.mech = game, mech
+        pending = [(k, d) for k, d in zip(keys, draws) if log is None or k not in log.records]
+        self.keys, self.draws = [k for k, _ in pending], [d for _, d in pending]
+        self.at = {k: n for n, k in enumerate(self.keys)}
+        self.next = 0  # the first pending run not read ahead yet
+
+    def before(self, key: str) -> None:
+        """Called before run ``key`` is played (or read from the log)."""
+        oracle = self.game.oracle
+        n = self.at.get(key)
+        if n is None or n < self.next or not oracle.reads_ahead:
+            return
+        prompts, unread, end = {}, 0, n
+        while end < len(self.keys) and unread * len(oracle.labels) < oracle.ahead_requests:
+            for prompt in self.game._answer_prompts(self.mech, self.draws[end]()):
+                if prompt not in prompts:
+                    prompts[prompt] = None
+                    unread += len(oracle.unread([prompt]))
+            end += 1
+        self.next = end
+        oracle.read_ahead(list(prompts))
 
 
 def reference_key(ek: str, z: bool, j: int) -> str:

@@ -126,6 +126,22 @@ class Mechanism(abc.ABC):
     ) -> Release:
         """Answer ``query`` ``n_queries`` times; ``signal`` summarises them for the auditor."""
 
+    def answer_prompts(
+        self,
+        fmt: AuditFormat,
+        records: Sequence[dict],
+        query: str,
+        n_queries: int,
+        rng: np.random.Generator,
+        *,
+        text_outputs: bool = False,
+    ) -> list[str]:
+        """The prompts whose answer distributions :meth:`release` with these arguments reads, found
+        without a model (``rng`` is consumed: pass a copy): what an audit reads ahead, many
+        releases' together (``ModelOracle.read_ahead``). A hint only: the release reads what it
+        reads either way. None known ahead by default."""
+        return []
+
     def describe(self) -> dict:
         return {"mechanism": self.name, "epsilon": self.epsilon, "sigma": self.sigma, "sensitivity": self.sensitivity}
 
@@ -156,6 +172,12 @@ class NoDefense(Mechanism):
         if text_outputs:  # the injection baseline scores the texts themselves: no embedding
             return Release(signal=np.zeros(1), outputs=texts, withheld=withheld)
         return Release(signal=oracle.embed(texts).mean(axis=0), outputs=texts, withheld=withheld)
+
+    def answer_prompts(self, fmt, records, query, n_queries, rng, *, text_outputs=False):
+        """The one prompt whose label distribution a classification release samples its answers from."""
+        if fmt.task is Task.CLASSIFY and not text_outputs:
+            return [fmt.prompt(records, query, self.defense_text)]
+        return []
 
     def released_distribution(self, oracle, fmt: AuditFormat, records: Sequence[dict], query: str) -> np.ndarray:
         """The exact distribution of one released answer over (labels..., other) (classification):
@@ -294,6 +316,17 @@ class ReportNoisyMax(Mechanism):
             votes[e] = oracle.sample_answer(prompt, rng)
         return votes
 
+    def answer_prompts(self, fmt, records, query, n_queries, rng, *, text_outputs=False):
+        """Every ensemble's prompt of every query: :meth:`release` played on an oracle that records
+        the prompts and draws each vote from a uniform distribution with ``rng`` (one uniform
+        number, as a draw from the exact distribution takes), so each query's partition is the
+        one the release draws."""
+        if text_outputs:
+            return []
+        recorder = _PromptRecorder(len(fmt.labels) + 1)
+        self.release(recorder, fmt, records, query, n_queries, rng)
+        return recorder.prompts
+
     def vote_pairs(
         self, oracle, fmt: AuditFormat, records_in: Sequence[dict], records_out: Sequence[dict], query: str
     ) -> list[VotePair]:
@@ -314,9 +347,12 @@ class ReportNoisyMax(Mechanism):
             raise InvalidParameter(
                 f"the canary's ensemble can be any of {groups} groups (> {MAX_PARTNER_GROUPS}): too many to enumerate"
             )
+        groups = [sorted([slot, *partners]) for partners in itertools.combinations(others, self.shots - 1)]
+        oracle.read_ahead(
+            [fmt.prompt([recs[i] for i in g], query) for g in groups for recs in [records_in, records_out]]
+        )
         pairs = []
-        for partners in itertools.combinations(others, self.shots - 1):
-            group = sorted([slot, *partners])
+        for group in groups:
             p, q = (
                 oracle.label_distribution(fmt.prompt([recs[i] for i in group], query))
                 for recs in (records_in, records_out)
@@ -358,6 +394,19 @@ class ReportNoisyMax(Mechanism):
             signal += hist.noisy_counts
             outputs.append(answers[hist.argmax])
         return Release(signal=signal / n_queries, outputs=outputs)
+
+
+class _PromptRecorder:
+    """An oracle that answers uniformly at random and keeps the prompts it was asked about
+    (:meth:`ReportNoisyMax.answer_prompts`); ``sample_answer`` takes one uniform number of ``rng``,
+    as ``ModelOracle.sample_answer`` does from an exact distribution (``Generator.choice``)."""
+
+    def __init__(self, n_outcomes: int):
+        self.n_outcomes, self.prompts = n_outcomes, []
+
+    def sample_answer(self, prompt: str, rng: np.random.Generator) -> int:
+        self.prompts.append(prompt)
+        return int(rng.choice(self.n_outcomes, p=np.full(self.n_outcomes, 1.0 / self.n_outcomes)))
 
 
 class EmbeddingSpaceAggregation(Mechanism):

@@ -51,8 +51,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ctxlite.audit.continuations import ContinuationTree
-from ctxlite.errors import InvalidParameter, ServerError
-from ctxlite.runtime.backend import LogitRows, SampledCompletions, Streams, TeacherForcing
+from ctxlite.errors import CtxliteError, InvalidParameter, ServerError
+from ctxlite.runtime.backend import ConcurrentRequests, LogitRows, SampledCompletions, Streams, TeacherForcing
 
 LABEL_MASS_TOLERANCE = 1e-3
 """How far above 1 the label probabilities read from a server may sum: each of a label's few
@@ -104,6 +104,8 @@ class ModelOracle:
         paths |= {s for s, c in zip(self.label_tokens, self._children) if c}
         self._paths = sorted(paths)
         self._dist_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._ahead: dict[tuple[int, ...], list] = {}  # read ahead, not used yet: label log-probabilities
+        self._ahead_tokens: dict[str, tuple[int, ...]] = {}
         self._next_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._embed_cache: dict[str, np.ndarray] = {}
         self._trees: dict[str, ContinuationTree] = {}
@@ -148,6 +150,54 @@ class ModelOracle:
         self._label_rows += 1
         return self.engine.next_logits(list(toks), exact=exact)
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether :meth:`read_ahead` sends anything: label distributions read by teacher forcing (a
+        backend without logit rows: a server), not sampled. The local engine reads one prompt at a
+        time, from rows."""
+        return bool(self.labels) and not self.sampled_answers and not isinstance(self.engine, LogitRows)
+
+    @property
+    def ahead_requests(self) -> int:
+        """How many label requests one read-ahead should carry to keep the backend busy: four rounds
+        of its concurrency (one where it serves one request at a time)."""
+        return 4 * self.engine.concurrency if isinstance(self.engine, ConcurrentRequests) else 1
+
+    def unread(self, prompts: Sequence[str]) -> list[str]:
+        """The distinct ``prompts`` (in order) whose label distributions are neither known nor read ahead."""
+        known = self._ahead_tokens
+
+        def read(p: str) -> bool:
+            return p in known and (known[p] in self._dist_cache or known[p] in self._ahead)
+
+        return [p for p in dict.fromkeys(prompts) if not read(p)]
+
+    def read_ahead(self, prompts: Sequence[str]) -> None:
+        """Send the label requests of every prompt not read yet in one ``logprobs_many`` (a server:
+        up to its concurrency in flight), for :meth:`label_distribution` to use when it is asked.
+        Nothing is computed, checked or counted here: a distribution is formed from what was read
+        when it is asked for, as it would be one prompt at a time, and a failure is left for that
+        prompt's own read to raise where a one-by-one run would meet it (a dead server: at once).
+        A no-op unless :attr:`reads_ahead`."""
+        if not self.reads_ahead:
+            return
+        todo = []
+        try:
+            for prompt in self.unread(prompts):
+                toks = self._ahead_tokens.get(prompt) or self.tokens(prompt)
+                self._ahead_tokens[prompt] = toks
+                if toks not in self._dist_cache and toks not in self._ahead and toks not in todo:
+                    todo.append(toks)
+            if not todo:
+                return
+            requests = [(toks + seq, len(toks)) for toks in todo for seq in self.label_tokens]
+            values = self.engine.logprobs_many(requests, self.temperature)
+        except CtxliteError:
+            return
+        n = len(self.label_tokens)
+        for k, toks in enumerate(todo):
+            self._ahead[toks] = values[k * n : (k + 1) * n]
+
     def label_distribution(self, prompt: str) -> np.ndarray:
         """Exact P(answer) over (labels..., other) for ``prompt`` (cached by its tokens)."""
         if self.sampled_answers:
@@ -155,7 +205,7 @@ class ModelOracle:
                 "the answer distribution is not known: the server returns no log-probabilities, so its "
                 "answers are sampled completions"
             )
-        toks = self.tokens(prompt)
+        toks = self._ahead_tokens.get(prompt) or self.tokens(prompt)
         hit = self._dist_cache.get(toks)
         if hit is not None:
             return hit
@@ -198,7 +248,9 @@ class ModelOracle:
         formula needs is on some label's path: a child c of label j is the next token of a longer label
         that extends j, so its log-probability is read from that label's sequence."""
         n = len(toks)
-        values = self.engine.logprobs_many([(toks + seq, n) for seq in self.label_tokens], self.temperature)
+        values = self._ahead.pop(toks, None)
+        if values is None:
+            values = self.engine.logprobs_many([(toks + seq, n) for seq in self.label_tokens], self.temperature)
         self._label_rows += sum(len(seq) for seq in self.label_tokens)
         table = {(seq[:i], t): float(v[i]) for seq, v in zip(self.label_tokens, values) for i, t in enumerate(seq)}
         return lambda path, token: table[(tuple(path), token)]

@@ -272,7 +272,7 @@ def server_options(f):
             type=click.IntRange(1, 256),
             default=4,
             show_default=True,
-            help="openai: requests in flight at once (a scored example's ablations, a prompt's labels).",
+            help="openai: requests in flight at once, across a run's examples and ablations or an audit's prompts.",
         ),
         click.option(
             "--request-timeout",

@@ -16,6 +16,7 @@ moves while a batch of requests is out (``OpenAIServer.on_request``).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import click
@@ -80,6 +81,7 @@ class ProgressLine:
         self.inner: _Counter | None = None
         self._drawn_at = -1e9
         self._shown = False
+        self._drawing = threading.Lock()  # a server's requests end on several threads (``refresh``)
         self.requests = requests
         self._requests_from = None  # (time, ended, prompt tokens) when the line started
         if self.enabled:
@@ -130,14 +132,19 @@ class ProgressLine:
 
     def close(self) -> None:
         """Erase the line (what is printed next starts on a clean line)."""
-        if self.enabled and self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-        self._shown = False
+        with self._drawing:
+            if self.enabled and self._shown:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+            self._shown = False
 
     def _draw(self, now: float, force: bool) -> None:
         if not self.enabled or (not force and now - self._drawn_at < _REDRAW_SECONDS):
             return
+        with self._drawing:
+            self._draw_now(now)
+
+    def _draw_now(self, now: float) -> None:
         parts = [c.text(now) for c in (self.outer, self.inner) if c is not None]
         parts += [t for t in [self._requests_text(now)] if t is not None]
         self.stream.write("\r\x1b[K" + " | ".join(parts))

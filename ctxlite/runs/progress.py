@@ -10,6 +10,7 @@ in the run's result (``ScoreRun.notes``, ``AuditRun.notes``).
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol, runtime_checkable
 
 
@@ -38,6 +39,26 @@ class Silent:
 
     def note(self, message: str) -> None:
         pass
+
+
+class Serialized:
+    """A :class:`Progress` whose calls take turns (one lock): a score run's examples in flight on
+    several threads tick it while the run steps it."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self._lock = progress, threading.Lock()
+
+    def step(self, label: str, done: int, total: int, detail: str = "") -> None:
+        with self._lock:
+            self.progress.step(label, done, total, detail)
+
+    def tick(self, label: str, done: int, total: int) -> None:
+        with self._lock:
+            self.progress.tick(label, done, total)
+
+    def note(self, message: str) -> None:
+        with self._lock:
+            self.progress.note(message)
 
 
 class Notes:

@@ -12,8 +12,9 @@ means exhaustive search. The result, :class:`ScoreRun`, is rendered by :mod:`ctx
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 
@@ -26,8 +27,9 @@ from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS
 from ctxlite.logformat import format_of_run
 from ctxlite.records import RecordLog
 from ctxlite.runs.log import LogState, finish
-from ctxlite.runs.progress import Notes, Progress, Silent
-from ctxlite.runtime.backend import TeacherForcing, require
+from ctxlite.runs.ordered import InOrder
+from ctxlite.runs.progress import Notes, Progress, Serialized, Silent
+from ctxlite.runtime.backend import ConcurrentRequests, TeacherForcing, require
 from ctxlite.runtime.engine import LocalModel
 from ctxlite.runtime.planning import Plan, plan_run
 from ctxlite.runtime.templates import PromptTemplate, get_template
@@ -116,7 +118,7 @@ class _Job:
         self.settings = gated_settings(settings or InfluenceSettings(), gate)
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.backend, self.out, self.data = backend, out, data
-        self.progress = progress or Silent()
+        self.progress = Serialized(progress or Silent())  # ticks may come from the examples' threads
         self.notes = Notes(self.progress)
         if not isinstance(backend, LocalModel):  # a server without log-probabilities: before a log is opened
             require(backend, [TeacherForcing], "scoring")
@@ -193,8 +195,7 @@ def run_score(
             "settings": job.identity["settings"],
             "identity": job.identity,
         }
-        scorer = InfluenceScorer(engine, job.template, job.settings, progress=job.progress.tick)
-        results = _score_all(scorer, job)
+        results = _score_all(engine, job)
         summary = None if job.single else summarize(results)
         if job.log is not None:
             end = {"examples": job.keys, "summary": None if summary is None else summary.to_dict()}
@@ -217,35 +218,96 @@ def run_score(
     )
 
 
-def _score_all(scorer: InfluenceScorer, job: _Job) -> list[ExampleResult]:
+def _score_all(engine, job: _Job) -> list[ExampleResult]:
     """Each example's result: read from the log when its input is unchanged, else scored and
-    appended to the log as it finishes (so Ctrl-C keeps it)."""
+    appended to the log as it finishes, in input order (so Ctrl-C keeps every example before the
+    first one unfinished, and the log is the same whichever examples were in flight together)."""
+    todo = job.todo
+    width = engine.concurrency if isinstance(engine, ConcurrentRequests) else 1
+    scored = _together(engine, job, todo, width) if width > 1 and len(todo) > 1 else _one_by_one(engine, job, todo)
     results = []
-    for i, example in enumerate(job.examples):
-        key = example.id
-        if key in job.reused:
-            results.append(ExampleResult.from_dict(job.log.records[key]["result"]))
-            continue
-        job.progress.step("examples", i, len(job.examples), key)
-        result = scorer.score(example)
-        for r in result.results:
-            if r.search is not None and r.search.adaptive and r.search.measured_every_window:
-                job.notes(
-                    f"ctxlite: note: {key}: --search adaptive measured all {r.search.windows} n-gram windows (a "
-                    "context this short has no blocks to search): the search was exhaustive"
-                )
-                break
-        snapped = [u for u in (result.results[0].units or ()) if u.snapped] if result.results else []
-        if snapped:  # the units are the same tokens at every λ: one note
-            shown = [f"{u.label} {u.char_start}–{u.char_end} → {u.removed_start}–{u.removed_end}" for u in snapped[:3]]
-            job.notes(
-                f"ctxlite: note: {key}: {len(snapped)} unit(s) snapped outwards to whole tokens, removing more "
-                f"characters than given ({', '.join(shown)}{', …' if len(snapped) > 3 else ''})"
-            )
-        results.append(result)
-        if job.log is not None:
-            job.log.append(key, {"type": "example", "result": result.to_dict()}, input_hash=example.input_hash())
+    with scored as in_order:
+        fresh = iter(in_order)
+        for i, example in enumerate(job.examples):
+            key = example.id
+            if key in job.reused:
+                results.append(ExampleResult.from_dict(job.log.records[key]["result"]))
+                continue
+            job.progress.step("examples", i, len(job.examples), key)
+            result = next(fresh)
+            for r in result.results:
+                if r.search is not None and r.search.adaptive and r.search.measured_every_window:
+                    job.notes(
+                        f"ctxlite: note: {key}: --search adaptive measured all {r.search.windows} n-gram windows "
+                        "(a context this short has no blocks to search): the search was exhaustive"
+                    )
+                    break
+            _note_snapped(job, key, result)
+            results.append(result)
+            if job.log is not None:
+                job.log.append(key, {"type": "example", "result": result.to_dict()}, input_hash=example.input_hash())
     return results
+
+
+def _note_snapped(job: _Job, key: str, result: ExampleResult) -> None:
+    """One note for an example whose units were snapped outwards to whole tokens (the units are the
+    same tokens at every λ)."""
+    snapped = [u for u in (result.results[0].units or ()) if u.snapped] if result.results else []
+    if snapped:
+        shown = [f"{u.label} {u.char_start}–{u.char_end} → {u.removed_start}–{u.removed_end}" for u in snapped[:3]]
+        job.notes(
+            f"ctxlite: note: {key}: {len(snapped)} unit(s) snapped outwards to whole tokens, removing more "
+            f"characters than given ({', '.join(shown)}{', …' if len(snapped) > 3 else ''})"
+        )
+
+
+class _OneByOne:
+    """The examples scored one after another in the calling thread (a local engine: one model)."""
+
+    def __init__(self, scorer: InfluenceScorer, todo: list[Example]):
+        self.scorer, self.todo = scorer, todo
+
+    def __iter__(self) -> Iterator[ExampleResult]:
+        return (self.scorer.score(example) for example in self.todo)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _one_by_one(engine, job: _Job, todo: list[Example]) -> _OneByOne:
+    return _OneByOne(InfluenceScorer(engine, job.template, job.settings, progress=job.progress.tick), todo)
+
+
+class _Abandoned(Exception):
+    """Raised in an example still in flight after the run stopped waiting for it (an earlier
+    example failed, or Ctrl-C): its next request is not sent."""
+
+
+def _together(engine, job: _Job, todo: list[Example], width: int) -> InOrder:
+    """The examples in flight together on a backend of concurrent requests (a server): ``width``
+    examples scored at once on worker threads, their requests sharing the backend's ``width``
+    slots (an earlier example's requests sent first), and at most ``2 · width`` started and not yet
+    logged; the results in input order (:class:`~ctxlite.runs.ordered.InOrder`). The progress
+    line follows the example logged next."""
+    checked = InfluenceScorer(engine, job.template, job.settings)  # refuses what it refuses before any example
+
+    def score(k: int, example: Example) -> ExampleResult:
+        def tick(label: str, done: int, total: int) -> None:
+            if runner.closed:
+                raise _Abandoned(example.id)
+            if runner.head == k:
+                job.progress.tick(label, done, total)
+
+        scorer = copy.copy(checked)
+        scorer.progress = tick
+        with engine.in_turn(k):  # the earlier examples' requests first: they are logged first
+            return scorer.score(example)
+
+    runner = InOrder(score, todo, workers=width, window=2 * width)
+    return runner
 
 
 def plan_score(

@@ -22,6 +22,9 @@ budget, and its identity for the run log); the rest it may or may not offer:
 * :class:`SampledCompletions` -- continuations sampled by the backend itself (``sample_texts(requests,
   temperature, max_new_tokens)`` with ``requests`` a list of (prompt tokens, seed)): what a server
   offers instead of rows and streams for the texts of generation audits.
+* :class:`ConcurrentRequests` -- independent requests served together, up to ``concurrency`` in
+  flight whatever threads send them (a server): a score run keeps several examples in flight on it
+  and an audit reads the label distributions of many trials in one ``logprobs_many``.
 * :class:`CountsDecodes` -- the tokens it decoded so far (a cost the search records), and
   :class:`DryRun` -- decodes counted, not run (``--plan``).
 * :class:`ChatModel` -- the model's own metadata, where its chat template is read.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -163,6 +167,18 @@ class SampledCompletions(Protocol):
 
 
 @runtime_checkable
+class ConcurrentRequests(Protocol):
+    """Independent requests served together: at most ``concurrency`` in flight at once, however many
+    threads call it (its methods may be called from several threads at a time). Inside
+    ``in_turn(rank)`` (a context manager) the requests a thread sends wait behind those of threads
+    with a lower rank."""
+
+    @property
+    def concurrency(self) -> int: ...
+    def in_turn(self, rank: int) -> AbstractContextManager: ...
+
+
+@runtime_checkable
 class CountsDecodes(Protocol):
     """The tokens decoded so far (every token through the model: a cost counter)."""
 
@@ -195,6 +211,7 @@ CAPABILITIES = {
     Streams: "lock-step sampling of several prompts",
     Embeddings: "text embeddings",
     SampledCompletions: "sampled completions",
+    ConcurrentRequests: "concurrent requests",
     ChatModel: "the model's metadata (its chat template)",
 }
 """What each capability is, as a refusal names it."""

@@ -31,8 +31,12 @@ server must tokenize :data:`PARITY_TEXTS` as it does, or the connection is refus
 dialect follows llama.cpp's documentation and meets only a fake server.
 
 Concurrency: independent requests go out together through ``logprobs_many`` (a scored example's
-ablations, a prompt's labels), at most ``concurrency`` in flight, each result returned for its own
-request; :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
+ablations, the labels of an audit's prompts), at most ``concurrency`` in flight, each result
+returned for its own request. The backend is :class:`~ctxlite.runtime.backend.ConcurrentRequests`:
+its methods may be called from several threads (a score run's examples in flight together), and
+every HTTP exchange holds one of ``concurrency`` slots, so the bound holds across all of them
+(the slots and the request pool serve the lower ``in_turn`` rank first: a score run's earliest
+example in flight). :meth:`OpenAIServer.request_stats` counts the requests in flight (and the most ever in
 flight), ended, and the prompt tokens the server reports, for the CLI's progress line.
 
 A server whose completions carry no ``logprobs`` is found at connection: :func:`connect` gives it as
@@ -80,7 +84,7 @@ import numpy as np
 from ctxlite.errors import ContextOverflow, InvalidParameter, ServerError
 from ctxlite.identity import software
 from ctxlite.runtime.server_dialects import Dialect, answer_field, probe_dialect
-from ctxlite.runtime.server_transport import Http, Pool, RequestStats, ServerConfig
+from ctxlite.runtime.server_transport import Http, Pool, RequestStats, ServerConfig, ranked
 
 LOGPROB_TOLERANCE = 1e-4
 """How far above 0 a served log-probability may be (nats): float32 log-softmax of a token of
@@ -172,7 +176,8 @@ class ServedModel:
     no log-probabilities is (:func:`connect` connects to either kind)."""
 
     on_request: Callable[[], None] | None = None
-    """Called in the calling thread after each request of a batch ends (the CLI redraws its progress line)."""
+    """Called in the thread that sent a batch after each of its requests ends (the CLI redraws its
+    progress line; several threads at once when a score run keeps examples in flight)."""
 
     def __init__(self, config: ServerConfig, *, sleep=time.sleep, tokenizer=None, tokenizer_name: str = ""):
         """Connect: probe the server (:meth:`_probe`); with a local ``tokenizer`` (a backend, named
@@ -297,6 +302,16 @@ class ServedModel:
     @property
     def bos_id(self) -> int | None:
         return self.dialect.bos
+
+    @property
+    def concurrency(self) -> int:
+        """The most requests in flight at once (``--concurrency``), whatever threads send them."""
+        return self.config.concurrency
+
+    def in_turn(self, rank: int):
+        """A context in which the batches this thread sends wait behind those of lower ``rank``
+        (the score run's examples in input order: the one logged next goes first)."""
+        return ranked(rank)
 
     def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None:
         """Refuse a sequence longer than the server's context window, where it is known."""

@@ -5,6 +5,8 @@ what each guarantees)."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import math
 import os
@@ -13,6 +15,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpcore
@@ -80,32 +83,91 @@ class RequestStats:
     prompt_tokens: int | None
 
 
-class Pool:
-    """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
-    (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout)."""
+_rank = threading.local()
+"""``_rank.value``: the rank of the requests this thread sends (lower: served first; 0 by default)."""
+
+
+def current_rank() -> int:
+    return getattr(_rank, "value", 0)
+
+
+@contextmanager
+def ranked(rank: int):
+    """The requests this thread sends inside the block, and the pool jobs it submits (which carry
+    the rank to the thread that runs them), have rank ``rank``: they wait behind lower ranks."""
+    before = current_rank()
+    _rank.value = rank
+    try:
+        yield
+    finally:
+        _rank.value = before
+
+
+class Slots:
+    """A semaphore of ``n`` slots whose waiters are served lowest rank first (then first come): every
+    HTTP exchange holds one, so at most ``n`` are in flight whatever threads send them, and a score
+    run's earliest example in flight, the one logged next, is never starved by later ones."""
 
     def __init__(self, n: int):
-        self._n, self._jobs = n, queue.SimpleQueue()
+        self._free, self._waiting, self._seq = n, [], itertools.count()
+        self._cond = threading.Condition()
+
+    def __enter__(self):
+        me = (current_rank(), next(self._seq))
+        with self._cond:
+            heapq.heappush(self._waiting, me)
+            try:
+                while not (self._free and self._waiting[0] == me):
+                    self._cond.wait()
+            except BaseException:
+                self._waiting.remove(me)
+                heapq.heapify(self._waiting)
+                self._cond.notify_all()
+                raise
+            heapq.heappop(self._waiting)
+            self._free -= 1
+            self._cond.notify_all()  # the next waiter may take another free slot
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+
+class Pool:
+    """``n`` daemon worker threads: a Ctrl-C ends the process without waiting for requests in flight
+    (``ThreadPoolExecutor`` joins its workers at exit, which would wait up to a request timeout).
+
+    Jobs are served lowest rank first, then in order of submission; a job has the rank of the
+    thread that submitted it (:func:`ranked`) and runs with it."""
+
+    def __init__(self, n: int):
+        self._n, self._jobs, self._seq = n, queue.PriorityQueue(), itertools.count()
         for i in range(n):
             threading.Thread(target=self._work, name=f"ctxlite-http-{i}", daemon=True).start()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while True:
+            rank, _, job = self._jobs.get()
+            if job is None:
+                return
             future, fn, item = job
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(item))
+                    with ranked(rank):
+                        future.set_result(fn(item))
                 except BaseException as exc:  # handed to the caller, who re-raises it
                     future.set_exception(exc)
 
     def submit(self, fn, item) -> Future:
         future: Future = Future()
-        self._jobs.put((future, fn, item))
+        self._jobs.put((current_rank(), next(self._seq), (future, fn, item)))
         return future
 
     def shutdown(self) -> None:
         for _ in range(self._n):
-            self._jobs.put(None)
+            self._jobs.put((math.inf, next(self._seq), None))
 
 
 _deadline = threading.local()
@@ -190,6 +252,9 @@ class Http:
         self._sleep = sleep
         self._open: str | None = None  # the breaker's message once open
         self._lock = threading.Lock()
+        # every exchange holds a slot: at most ``concurrency`` in flight whichever threads send them
+        # (a score run's example workers tokenize while the pool's workers send their ablations)
+        self._slots = Slots(config.concurrency)
         self.requests = 0  # HTTP requests sent (retries included): a cost counter
         self.retried = 0
         self.in_flight = self.max_in_flight = self.ended = 0
@@ -228,16 +293,17 @@ class Http:
                 raise ServerError(self._open)
             delay = None
             try:
-                with self._lock:
-                    self.requests += 1
-                    self.in_flight += 1
-                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                try:
-                    status, headers, content = self.send("POST", url, payload)
-                finally:
+                with self._slots:
                     with self._lock:
-                        self.in_flight -= 1
-                        self.ended += 1
+                        self.requests += 1
+                        self.in_flight += 1
+                        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                    try:
+                        status, headers, content = self.send("POST", url, payload)
+                    finally:
+                        with self._lock:
+                            self.in_flight -= 1
+                            self.ended += 1
             except httpx.TimeoutException:
                 last = f"no answer within {cfg.timeout:g} s (--request-timeout bounds the whole request)"
             except httpx.TransportError as exc:
@@ -300,7 +366,8 @@ class Http:
         """GET ``url`` once, bounded like every request: its JSON object, or None on any failure (for
         optional information: a version, a context size)."""
         try:
-            status, _, content = self.send("GET", url)
+            with self._slots:
+                status, _, content = self.send("GET", url)
             body = json.loads(content) if status < 400 else None
         except (httpx.HTTPError, _TooLarge, ValueError):
             return None

@@ -252,7 +252,9 @@ def test_a_server_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path, m
     server = LlamaServer(tmp_path).start()
     out = tmp_path / "scores.jsonl"
     args = ["score", "--data", str(data), "--doc", "--template", TEMPLATE]
-    args += _args(server.url, "-T", "1", "--out", str(out), "--json", "--retries", "1")
+    # one request at a time: "the third call" is then example b's first (with examples in flight
+    # together it could be a's; tests/server/test_concurrency.py kills a server under --concurrency 8)
+    args += _args(server.url, "-T", "1", "--out", str(out), "--json", "--retries", "1", "--concurrency", "1")
     real, calls = OpenAIServer.logprobs, []
 
     def killing(self, *a, **kw):

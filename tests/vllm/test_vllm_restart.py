@@ -24,7 +24,9 @@ def test_vllm_killed_mid_run_loses_nothing_and_a_rerun_completes(vllm_server, tm
     out = tmp_path / "scores.jsonl"
     args = ["score", "--data", str(data), "--ngram", "4", "--template", "qa", "--backend", "openai", "-T", "1"]
     args += ["--base-url", vllm_server.url, "--model-name", vllm_server.served_name, "--retries", "1"]
-    args += ["--out", str(out), "--json"]
+    # one example at a time: "the third batch" is then example b's first (with examples in flight
+    # together it could be a's; tests/server/test_concurrency.py kills a server under --concurrency 8)
+    args += ["--out", str(out), "--json", "--concurrency", "1"]
     real, calls = OpenAIServer.logprobs_many, []
 
     def killing(self, *a, **kw):
