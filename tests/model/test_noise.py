@@ -102,7 +102,7 @@ def test_the_floor_covers_the_rounding_of_another_batch_size(engine, with_respon
     from ctxlite.runtime.engine import Engine, EngineConfig
 
     settings = InfluenceSettings(lambdas=(1.0,), ngram=4, stride=2, search="exhaustive")
-    examples = [Example(**{k: d[k] for k in ("context", "query", "response")}) for d in map(_short, with_response[:1])]
+    examples = [Example(**{k: d[k] for k in ("context", "query", "response")}) for d in [_short(with_response[0], 30)]]
     diffs, floors, results = [], [], []
     with Engine(None, EngineConfig(n_batch=37)) as other:
         for ex in examples:
