@@ -491,8 +491,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "I2",
         "ctxlite/influence/scorer.py",
-        "            b = spans[i][1]\n",
-        "            b = spans[i][1] - 1\n",
+        "    ranges = [tuple(span)] if isinstance(span[0], int) else sorted(tuple(r) for r in span)\n",
+        "    ranges = [(span[0], span[1] - 1)] if isinstance(span[0], int) else sorted(tuple(r) for r in span)\n",
         (INFL,),
         "scorer_matches",
         "an ablation removes n - 1 tokens",

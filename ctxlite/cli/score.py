@@ -75,6 +75,7 @@ def _settings(o) -> InfluenceSettings:
         refine_ratio=o.refine_ratio,
         unit=o.unit,
         sentence_language=o.sentence_language,
+        duplicate_threshold=None if o.duplicate_threshold == 0 else o.duplicate_threshold,
     )
 
 
@@ -137,6 +138,8 @@ def _check_combination(o, examples) -> None:
     if o.unit != "ngram" and (o.doc or given & set(WINDOW_ONLY)):
         flags = ", ".join(["--doc"] * o.doc + [_flag(n) for n in WINDOW_ONLY if n in given])
         raise click.UsageError(f"{flags}: no effect with --unit {o.unit} (one ablation per unit, no n-grams)")
+    if given_explicitly("duplicate_threshold") and o.unit == "ngram":
+        raise click.UsageError("--duplicate-threshold: no effect without --unit (n-grams have no near-duplicates)")
     if given_explicitly("sentence_language") and o.unit != "sentence":
         raise click.UsageError("--sentence-language: no effect without --unit sentence")
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
@@ -329,6 +332,15 @@ def _flag(name: str) -> str:
     default=_i("sentence_language"),
     show_default=True,
     help="Language (ISO 639 code) of --unit sentence's rule-based segmenter.",
+)
+@click.option(
+    "--duplicate-threshold",
+    type=click.FloatRange(0, 1),
+    default=_i("duplicate_threshold"),
+    show_default=True,
+    help="With --unit: a unit whose most similar other unit is at least this similar (Jaccard of "
+    "lowercased word 3-gram shingles) is also removed together with it (τ_pair: a fact both hold, "
+    "which leave-one-out misses); 0 = off.",
 )
 @fail_above_influence_option
 @junit_option

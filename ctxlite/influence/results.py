@@ -72,7 +72,10 @@ class UnitInfluence:
     """τ_u for one removed unit (``ctxlite.influence.units``): its ``kind`` and ``label``, its text
     and characters [char_start, char_end) of D; the tokens [token_start, token_end) removed, which
     hold characters [removed_start, removed_end) (``snapped``: more than the unit's own);
-    ``above_noise`` as for an n-gram."""
+    ``above_noise`` as for an n-gram. Where its most similar other unit is a near-duplicate
+    (``ctxlite.influence.redundancy``): that unit's ``partner`` label, their ``similarity`` and
+    ``pair_influence`` τ_pair = Σ_t |log p̄_λ(y_t | D) − log p̄_λ(y_t | D ∖ {u, v})|, the two removed
+    together (a fact both hold, which removing either alone does not show)."""
 
     kind: str
     label: str
@@ -86,6 +89,9 @@ class UnitInfluence:
     influence: float
     per_token: list[float]
     above_noise: bool | None = None
+    partner: str | None = None
+    similarity: float | None = None
+    pair_influence: float | None = None
 
     @property
     def snapped(self) -> bool:
@@ -106,13 +112,20 @@ class UnitInfluence:
             "influence": self.influence,
             "per_token": list(self.per_token),
             "above_noise": self.above_noise,
-        }
+        } | self._pair()
+
+    def _pair(self) -> dict:
+        """The near-duplicate fields, only where the unit has a partner (older logs stay as they were)."""
+        if self.partner is None:
+            return {}
+        return {"partner": self.partner, "similarity": self.similarity, "pair_influence": self.pair_influence}
 
     @classmethod
     def from_dict(cls, d: dict) -> UnitInfluence:
         keys = ("kind", "label", "char_start", "char_end", "text", "token_start", "token_end")
         rest = ("removed_start", "removed_end", "influence")
-        return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"])
+        pair = (d.get("partner"), d.get("similarity"), d.get("pair_influence"))
+        return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"], *pair)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
+from ctxlite.influence.redundancy import DUPLICATE_THRESHOLD, check_threshold, partners
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.influence.results import (
     Block,
@@ -73,7 +74,10 @@ class InfluenceSettings:
     is unbounded CID. ``unit``: what is removed, n-gram windows (``"ngram"``) or the units of one
     kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``,
     ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
-    do not apply). Each ε must be finite and > 0; the sweep is kept sorted, without repeats
+    do not apply); with units, ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard
+    similarity of word 3-gram shingles, in (0, 1]; None: off) also removes each unit together with
+    its most similar other unit where they are at least that similar (τ_pair).
+    Each ε must be finite and > 0; the sweep is kept sorted, without repeats
     (a single number is taken as a sweep of one). A given response is scored once per λ, with
     no ε: it was not generated under one.
     """
@@ -85,6 +89,7 @@ class InfluenceSettings:
     exact: bool = False
     unit: str = "ngram"
     sentence_language: str = "en"
+    duplicate_threshold: float | None = DUPLICATE_THRESHOLD
     epsilons: tuple[float, ...] = ()
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     top_spans: int = 5
@@ -116,6 +121,7 @@ class InfluenceSettings:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
         choose_search(self.search, 0)
         check_kind(self.unit)
+        check_threshold(self.duplicate_threshold)
         if self.unit != "ngram" and self.search == "adaptive":
             raise InvalidParameter(f"unit {self.unit} is scored with one ablation per unit: no adaptive search")
         if self.unit != "ngram" and self.context_sizes:
@@ -435,7 +441,7 @@ class InfluenceScorer:
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
         ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
         if units is not None:
-            unit_outs, nulls, search = self._ablate_units(enc, y, units, passes, base)
+            unit_outs, pair_outs, nulls, search = self._ablate_units(enc, y, units, passes, base)
         spans = self.engine.char_spans(enc.context)
         ctx_text = self.engine.detokenize(enc.context)
         results = []
@@ -464,10 +470,14 @@ class InfluenceScorer:
             unit_results = None
             if units is not None:
                 unit_results = []
-                for tu, out in zip(units, unit_outs):
+                for i, (tu, out) in enumerate(zip(units, unit_outs)):
                     per_tok = np.abs(lp - out[key])
                     infl = float(per_tok.sum())
                     u = tu.unit
+                    pair = pair_outs[i]
+                    if pair is not None:
+                        j, sim, pair_out = pair
+                        pair = (units[j].unit.label, sim, float(np.abs(lp - pair_out[key]).sum()))
                     unit_results.append(
                         UnitInfluence(
                             u.kind,
@@ -482,6 +492,7 @@ class InfluenceScorer:
                             infl,
                             per_tok.tolist(),
                             None if floor is None else infl > floor.max,
+                            *(pair or ()),
                         )
                     )
                 unit_results.sort(key=lambda u: -u.influence)  # ranked; ties in the order of the context
@@ -555,11 +566,23 @@ class InfluenceScorer:
 
     def _ablate_units(self, enc: EncodedPrompt, y: list[int], units: list[TokenUnit], passes, base: dict):
         """log p̄ per key with each unit's tokens removed (one dict per unit, in the order of
-        ``units``), the noise floor's probes and the run's record (``windows``: the units)."""
-        probes = self.settings.null_ablations if passes.reuse else 0
-        runner = _Ablations(self.engine, enc, y, passes, base, self.settings.exact, self.progress)
-        outs = runner.run([(u.token_start, u.token_end) for u in units], probes)
-        return outs, runner.nulls, runner.record("exhaustive", len(units))
+        ``units``); per unit, None or its near-duplicate partner's index, their similarity and log p̄
+        with both removed (``redundancy.partners``; a mutual pair is one ablation); the noise floor's
+        probes and the run's record (``windows``: the units; its ablations count the pairs)."""
+        st = self.settings
+        probes = st.null_ablations if passes.reuse else 0
+        runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
+        found = partners([u.unit.text for u in units], st.duplicate_threshold)
+        pairs = sorted({tuple(sorted((i, p[0]))) for i, p in enumerate(found) if p is not None})
+        ranges = [
+            ((units[i].token_start, units[i].token_end), (units[j].token_start, units[j].token_end)) for i, j in pairs
+        ]
+        outs = runner.run([(u.token_start, u.token_end) for u in units] + ranges, probes)
+        by_pair = dict(zip(pairs, outs[len(units) :]))
+        pair_outs = [
+            None if p is None else (p[0], p[1], by_pair[tuple(sorted((i, p[0])))]) for i, p in enumerate(found)
+        ]
+        return outs[: len(units)], pair_outs, runner.nulls, runner.record("exhaustive", len(units))
 
     def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the
@@ -610,21 +633,25 @@ class _Ablations:
         self.count, self.done, self.tokens, self.null_tokens = 0, 0, 0, 0
         self.nulls: dict = {}
 
-    def _probed(self, spans: list[tuple[int, int]], pairs: int) -> list[int]:
-        """Indices of the spans that get a probe pair (``noise.probe_spans``), by what each ablation
-        decodes: from its split point on (from position 0 in exact mode), the response included."""
+    def _probed(self, removals: list[tuple[tuple[int, int], ...]], pairs: int) -> list[int]:
+        """Indices of the removals that get a probe pair (``noise.probe_spans``), by what each
+        ablation decodes: from its split point on (from position 0 in exact mode), the response
+        included."""
         p, tf, ny = len(self.enc.prefix), len(self.enc.with_context), len(self.y)
-        costs = [tf - (b - a) + ny - (0 if self.exact else p + a) for a, b in spans]
-        return probe_spans(costs, [a for a, _ in spans], pairs, extra=tf + ny)
+        costs = [tf - _removed(r) + ny - (0 if self.exact else p + r[0][0]) for r in removals]
+        return probe_spans(costs, [r[0][0] for r in removals], pairs, extra=tf + ny)
 
-    def run(self, spans: list[tuple[int, int]], pairs: int = 0) -> list[dict]:
+    def run(self, spans: list, pairs: int = 0) -> list[dict]:
         """log p̄ per key with each span removed, in the order of ``spans``; with ``pairs``, the
-        noise floor's probes of up to that many of them are added to ``self.nulls``."""
+        noise floor's probes of up to that many of them are added to ``self.nulls``. A span is
+        ``(a, b)`` or a tuple of such ranges removed together (near-duplicate units): it shares
+        the base's prefix up to its first range, which orders it among the others."""
         p, full, y = len(self.enc.prefix), self.enc.with_context, self.y
-        jobs = [(a, self.ABLATION, i, None) for i, (a, _) in enumerate(spans)]
-        for pair, i in enumerate(self._probed(spans, pairs) if pairs else ()):
+        removals = [_ranges(s) for s in spans]
+        jobs = [(r[0][0], self.ABLATION, i, None) for i, r in enumerate(removals)]
+        for pair, i in enumerate(self._probed(removals, pairs) if pairs else ()):
             null_tiling, ablation_tiling = tilings_for(pair)
-            a = spans[i][0]
+            a = removals[i][0][0]
             jobs += [(a, self.ABLATION_PROBE, i, ablation_tiling), (a, self.NULL_PROBE, i, null_tiling)]
         jobs.sort(key=lambda job: (-job[0], job[1], job[2]))
         outs: list = [None] * len(spans)
@@ -633,8 +660,11 @@ class _Ablations:
         def sequence(a: int, kind: int, i: int) -> tuple[list[int], int]:
             if kind == self.NULL_PROBE:
                 return full + y, len(full)
-            b = spans[i][1]
-            return full[: p + a] + full[p + b :] + y, len(full) - (b - a)
+            kept, at = full[: p + a], p + a
+            for ra, rb in removals[i]:
+                kept += full[at : p + ra]
+                at = p + rb
+            return kept + full[at:] + y, len(full) - _removed(removals[i])
 
         sent = None
         if self.passes.batched and jobs:  # no probes here: a server has no tiling to choose
@@ -685,6 +715,24 @@ class _Ablations:
             "null_ablations": len(self.nulls.get("points", [])),
             "null_tokens": self.null_tokens if counted else None,
         }
+
+
+def _ranges(span) -> tuple[tuple[int, int], ...]:
+    """A removal as sorted, disjoint token ranges of D: ``(a, b)`` or several ranges, where ranges
+    that overlap or touch are merged (two units snapped onto one shared token)."""
+    ranges = [tuple(span)] if isinstance(span[0], int) else sorted(tuple(r) for r in span)
+    merged: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return tuple(merged)
+
+
+def _removed(ranges: tuple[tuple[int, int], ...]) -> int:
+    """Tokens a removal takes out of D."""
+    return sum(b - a for a, b in ranges)
 
 
 class _StepCollector(_Collector):

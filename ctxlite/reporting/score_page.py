@@ -349,7 +349,14 @@ def _units(result: LambdaResult, redact: Redactor) -> str:
         chars = f"{u.char_start}–{u.char_end}" + ("*" if u.snapped else "")
         rows.append([esc(u.label), esc(u.kind), redact(u.text, u.label), rank, u.influence, above, chars])
     head = ["unit", "kind", "text", "rank", "τ_u (nats)", "above floor", "characters"]
-    return '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3)
+    pairs = [
+        f"<li>{esc(u.label)} with its near-duplicate {esc(u.partner)} (similarity {u.similarity:.2f}): "
+        f"τ_pair {u.pair_influence:.2f} nats</li>"
+        for u in result.ranked_units()
+        if u.partner is not None
+    ]
+    note = "" if not pairs else '<ul data-role="pairs">' + "".join(pairs) + "</ul>"
+    return '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3) + note
 
 
 def _summary(summary: Summary | None) -> str:

@@ -103,11 +103,18 @@ def top_spans_block(
 def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: int = 36) -> list[str]:
     """Per example and λ, its units (passages, sentences, fields or spans) ranked by τ_u, largest
     first: label, τ_u, whether it stands above the noise floor, characters and text (``*`` after the
-    characters: snapped to whole tokens, which removed more); [] where no result scored units."""
+    characters: snapped to whole tokens, which removed more); [] where no result scored units. A
+    note line per unit with a near-duplicate partner gives τ_pair, the two removed together."""
     rows = [("example", "λ", "rank", "unit", "τ_u", "above", "chars: text")]
+    notes = []
     for key, rec in zip(keys, records):
         for r in rec.results:
             for rank, u in enumerate(r.ranked_units(), 1):
+                if u.partner is not None:
+                    notes.append(
+                        f"  {printable(key)} {r.name}: {printable(u.label)} with its near-duplicate "
+                        f"{printable(u.partner)} (similarity {u.similarity:.2f}): τ_pair {u.pair_influence:.2f}"
+                    )
                 text = printable(u.text)
                 text = text if len(text) <= width else text[: width - 1] + "…"
                 above = "-" if u.above_noise is None else ("yes" if u.above_noise else "no")
@@ -120,6 +127,8 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
     for row in rows:
         cells = [cell.rjust(w) if i > 1 and i != 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join([*cells, row[-1]]))
+    if notes:
+        lines += ["near-duplicate units, removed together (τ_pair; leave-one-out misses what both hold):", *notes]
     return lines + [""]
 
 

@@ -90,7 +90,7 @@ def score_identity(backend, template: PromptTemplate, settings: InfluenceSetting
     unit settings only when units are scored: a log of n-grams keeps the identity it had before them)."""
     fields = asdict(settings)
     if settings.unit == "ngram":
-        del fields["unit"], fields["sentence_language"]
+        del fields["unit"], fields["sentence_language"], fields["duplicate_threshold"]
     identity = {**backend.identity(), "template": template.text, "settings": fields}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}

@@ -116,3 +116,33 @@ def test_a_unit_run_writes_format_2_which_a_format_1_reader_refuses(tmp_path, mo
     refused = run("report", units)
     assert refused.exit_code == 4 and "log format 2" in refused.output and "newer ctxlite" in refused.output
     assert run("report", ngrams).exit_code == 0
+
+
+def test_a_planted_copy_is_removed_with_its_original_in_the_table_json_log_and_page(tmp_path):
+    passages = [PASSAGES[0], PASSAGES[1], PASSAGES[0]]
+    data = write(tmp_path / "dup.jsonl", {"id": "d1", "passages": passages, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "d.jsonl"
+    r = run("score", "--data", data, "--unit", "passage", "--out", out)
+    assert r.exit_code == 0, r.output
+    shown_json = run("report", out, "--json")
+    (shown,) = json.loads(shown_json.stdout)["examples"][0]["results"]
+    by = {u["label"]: u for u in shown["units"]}
+    assert by["passage 1"]["partner"] == "passage 3" and by["passage 3"]["partner"] == "passage 1"
+    assert by["passage 1"]["similarity"] == 1.0 and "partner" not in by["passage 2"]
+    record = ExampleResult.from_dict(json.loads(out.read_text().splitlines()[1])["result"])
+    tau_pair = {u.label: u.pair_influence for u in record.results[0].units}["passage 1"]
+    assert by["passage 1"]["pair_influence"] == tau_pair
+    assert json.loads(out.read_text().splitlines()[0])["identity"]["settings"]["duplicate_threshold"] == 0.5
+    report = run("report", out, "--html", tmp_path / "d.html")
+    assert report.exit_code == 0, report.output
+    assert f"passage 1 with its near-duplicate passage 3 (similarity 1.00): τ_pair {tau_pair:.2f}" in report.stdout
+    assert "λ=λ" not in report.stdout
+    assert "near-duplicate passage 3" in (tmp_path / "d.html").read_text(encoding="utf-8")
+    off = run("score", "--data", data, "--unit", "passage", "--duplicate-threshold", "0", "--out", tmp_path / "o.jsonl")
+    assert off.exit_code == 0 and "partner" not in (tmp_path / "o.jsonl").read_text(encoding="utf-8")
+
+
+def test_the_duplicate_threshold_needs_units(tmp_path):
+    data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": "x"})
+    r = run("score", "--data", data, "--duplicate-threshold", "0.7")
+    assert r.exit_code == 2 and "--duplicate-threshold: no effect without --unit" in r.output

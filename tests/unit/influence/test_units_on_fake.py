@@ -4,6 +4,8 @@ ablated prompt from scratch -- on generated unit layouts, without a model."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,11 +21,12 @@ WORDS = ["Alice", "Smith", "takes", "losartan", "the", "is", "a", "of", "Ohio", 
 word_runs = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
 
 
-def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float) -> list[float]:
+def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float, pairs: bool = False) -> list:
     """τ_u of each unit, obviously: decode the full prompt, each prompt without one unit's tokens and
     the prompt without context from scratch (``logits_rows``, no cache reused), mix the logits in
     numpy (float64; the scorer's kernels round in float32, hence the tests' 1e-4 nats of tolerance,
-    far below what a wrong ablation moves), sum |Δ log p̄_λ| over the response tokens."""
+    far below what a wrong ablation moves), sum |Δ log p̄_λ| over the response tokens. ``pairs``:
+    instead, per unit, None or (partner label, similarity, τ_pair) of it and its near-duplicate."""
     enc = scorer.encode(example)
     y = scorer.encode_response(enc, example.response)
     T = scorer.settings.sampling.temperature
@@ -43,7 +46,33 @@ def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float
     for u in scorer.units(example, enc):
         ablated = full[: p + u.token_start] + full[p + u.token_end :]
         taus.append(float(np.abs(base - logp(ablated)).sum()))
-    return taus
+    if not pairs:
+        return taus
+    units = scorer.units(example, enc)
+    out = []
+    for u in units:  # its most similar other unit, compared by brute force; both removed token by token
+        sims = [(reference_similarity(u.unit.text, v.unit.text), -j) for j, v in enumerate(units) if v is not u]
+        sim, j = max(sims) if sims else (0.0, 0)
+        threshold = scorer.settings.duplicate_threshold
+        if threshold is None or sim < threshold:
+            out.append(None)
+            continue
+        v = units[-j]
+        drop = set(range(u.token_start, u.token_end)) | set(range(v.token_start, v.token_end))
+        ablated = full[:p] + [t for i, t in enumerate(enc.context) if i not in drop] + enc.suffix
+        out.append((v.unit.label, sim, float(np.abs(base - logp(ablated)).sum())))
+    return out
+
+
+def reference_similarity(a: str, b: str) -> float:
+    """Jaccard of lowercased word 3-gram shingles, written out (fewer than 3 words: one shingle)."""
+
+    def grams(text):
+        words = re.findall(r"\w+", text.lower())
+        return {tuple(words)} if 0 < len(words) <= 3 else {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+    ga, gb = grams(a), grams(b)
+    return len(ga & gb) / len(ga | gb) if ga and gb else 0.0
 
 
 def units_of(result: LambdaResult) -> list:
@@ -163,7 +192,8 @@ def test_passage_influence_equals_the_from_scratch_reference(passages, lam, seed
     np.testing.assert_allclose(
         [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, lam), 1e-6, 1e-4
     )
-    assert r.ngrams == [] and r.search.ablations == len(passages)
+    pairs = {tuple(sorted((u.label, u.partner))) for u in r.units if u.partner is not None}
+    assert r.ngrams == [] and r.search.ablations == len(passages) + len(pairs)
 
 
 @settings(max_examples=25)
@@ -237,3 +267,64 @@ def test_a_broken_prefix_reuse_is_caught_over_units():
     backend = ReusesOneCellTooMany(seed=7)
     reuse, exact = (score(backend, example, unit="sentence", exact=e)[1] for e in (False, True))
     assert [units_of(r) for r in reuse.results] != [units_of(r) for r in exact.results]
+
+
+# ----- near-duplicate units: removed together ---------------------------------------------------
+
+
+def pairs_of(result: LambdaResult) -> list:
+    return [(u.partner, u.similarity, u.pair_influence) if u.partner else None for u in in_order(result)]
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_near_duplicate_pairs_equal_the_reference_and_reuse_equals_exact(data):
+    """Passage layouts with planted copies (verbatim, or edited by a word): each unit's partner,
+    similarity and τ_pair equal the brute-force reference, and the reuse path with two-range
+    removals equals a decode from scratch bit for bit."""
+    distinct = data.draw(st.lists(word_runs, min_size=1, max_size=3))
+    passages = list(distinct)
+    for _ in range(data.draw(st.integers(1, 2))):
+        copy = data.draw(st.sampled_from(distinct))
+        if data.draw(st.booleans()):
+            copy += " " + data.draw(st.sampled_from(WORDS))
+        passages.insert(data.draw(st.integers(0, len(passages))), copy)
+    threshold = data.draw(st.sampled_from([0.5, 0.3, 1.0, None]))
+    example = Example(context="\n\n".join(passages), query="Who?", response=passages[-1], passages=passages, id="d")
+    backend = FakeBackend(seed=data.draw(st.integers(0, 2**16)))
+    scorer, reuse = score(backend, example, unit="passage", duplicate_threshold=threshold)
+    _, exact = score(backend, example, unit="passage", duplicate_threshold=threshold, exact=True)
+    assert [pairs_of(r) for r in reuse.results] == [pairs_of(r) for r in exact.results]
+    assert [units_of(r) for r in reuse.results] == [units_of(r) for r in exact.results]
+    for r in reuse.results:
+        want = reference_tau(backend, scorer, example, r.lam, pairs=True)
+        got = pairs_of(r)
+        assert [g and g[:2] for g in got] == [w and (w[0], pytest.approx(w[1])) for w in want]
+        np.testing.assert_allclose([g[2] for g in got if g], [w[2] for w in want if w], 1e-6, 1e-4)
+        assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+
+
+def test_a_verbatim_copy_is_found_and_removed_with_its_original():
+    passages = ["Alice Smith takes losartan daily.", "Bob Jones lives in Ohio.", "Alice Smith takes losartan daily."]
+    example = Example(
+        context="\n\n".join(passages), query="What does Alice take?", response="losartan", passages=passages, id="c"
+    )
+    _, result = score(FakeBackend(seed=7), example, unit="passage")
+    for r in result.results:
+        by = {u.label: u for u in r.units}
+        assert (by["passage 1"].partner, by["passage 3"].partner, by["passage 2"].partner) == (
+            "passage 3",
+            "passage 1",
+            None,
+        )
+        assert by["passage 1"].similarity == 1.0 and by["passage 1"].pair_influence == by["passage 3"].pair_influence
+        assert r.search.ablations == 4  # three units and one pair, run once for both
+        assert "partner" not in r.to_dict()["units"][-1] or r.to_dict()["units"][-1]["partner"]
+    _, off = score(FakeBackend(seed=7), example, unit="passage", duplicate_threshold=None)
+    assert all(u.partner is None for r in off.results for u in r.units) and off.results[0].search.ablations == 3
+
+
+def test_the_duplicate_threshold_is_checked():
+    for bad in (0, -0.1, 1.5, "x"):
+        with pytest.raises(InvalidParameter, match="duplicate_threshold"):
+            InfluenceSettings(unit="passage", duplicate_threshold=bad)

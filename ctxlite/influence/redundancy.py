@@ -1,0 +1,72 @@
+"""Near-duplicate units: a fact copied into two passages is invisible to leave-one-out, since
+removing either copy leaves the other (each copy's τ_u falls). For each unit whose most similar
+other unit is a near-duplicate, the scorer also removes the two together (τ_pair).
+
+Similarity is the Jaccard index of word 3-gram shingles (Broder, "On the resemblance and
+containment of documents", 1997): J(u, v) = |S(u) ∩ S(v)| / |S(u) ∪ S(v)|, where S is the set of
+runs of ``SHINGLE`` consecutive words (``WORD``: Unicode word characters, lowercased); a unit of
+fewer words is one shingle of all of them. It is deterministic and model-free, symmetric, 1 for a
+verbatim copy and near 0 for passages that only share entities (a name shared by two passages
+makes one or two common shingles out of dozens), which is why shingles and not single words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ctxlite.errors import InvalidParameter
+
+SHINGLE = 3
+"""Words per shingle."""
+
+WORD = re.compile(r"\w+")
+"""A word: a run of Unicode word characters."""
+
+DUPLICATE_THRESHOLD = 0.5
+"""The default similarity from which two units are near-duplicates."""
+
+
+def check_threshold(threshold: float | None) -> float | None:
+    """``threshold`` if it is None (no pairs) or in (0, 1], else ``InvalidParameter``."""
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold <= 1):
+        raise InvalidParameter(f"duplicate_threshold must be in (0, 1] (or None: off), got {threshold!r}")
+    return threshold
+
+
+def shingles(text: str) -> frozenset[tuple[str, ...]]:
+    """The word ``SHINGLE``-grams of ``text``, lowercased (fewer words: one shingle of them all)."""
+    words = [w.lower() for w in WORD.findall(text)]
+    if len(words) <= SHINGLE:
+        return frozenset([tuple(words)]) if words else frozenset()
+    return frozenset(tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1))
+
+
+def similarity(a: str, b: str) -> float:
+    """Jaccard similarity of the shingles of ``a`` and ``b`` (0 where either has no word)."""
+    sa, sb = shingles(a), shingles(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def partners(texts: Sequence[str], threshold: float | None) -> list[tuple[int, float] | None]:
+    """For each text, its most similar other text (the first in order on a tie) and their
+    similarity, where it is >= ``threshold``; None otherwise (and everywhere for ``None``)."""
+    out: list[tuple[int, float] | None] = [None] * len(texts)
+    if threshold is None:
+        return out
+    sets = [shingles(t) for t in texts]
+    for i, si in enumerate(sets):
+        best = None
+        for j, sj in enumerate(sets):
+            if j != i and si and sj:
+                s = len(si & sj) / len(si | sj)
+                if best is None or s > best[1]:
+                    best = (j, s)
+        if best is not None and best[1] >= threshold:
+            out[i] = best
+    return out
+
+
+__all__ = ["DUPLICATE_THRESHOLD", "SHINGLE", "WORD", "check_threshold", "partners", "shingles", "similarity"]
