@@ -44,10 +44,11 @@ def shingles(text: str) -> frozenset[tuple[str, ...]]:
 
 def similarity(a: str, b: str) -> float:
     """Jaccard similarity of the shingles of ``a`` and ``b`` (0 where either has no word)."""
-    sa, sb = shingles(a), shingles(b)
-    if not sa or not sb:
-        return 0.0
-    return len(sa & sb) / len(sa | sb)
+    return _jaccard(shingles(a), shingles(b))
+
+
+def _jaccard(sa: frozenset, sb: frozenset) -> float:
+    return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
 
 
 def partners(texts: Sequence[str], threshold: float | None) -> list[tuple[int, float] | None]:
@@ -61,7 +62,7 @@ def partners(texts: Sequence[str], threshold: float | None) -> list[tuple[int, f
         best = None
         for j, sj in enumerate(sets):
             if j != i and si and sj:
-                s = len(si & sj) / len(si | sj)
+                s = _jaccard(si, sj)
                 if best is None or s > best[1]:
                     best = (j, s)
         if best is not None and best[1] >= threshold:

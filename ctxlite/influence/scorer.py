@@ -434,13 +434,12 @@ class InfluenceScorer:
         )
         full = enc.with_context
         base = passes.base(full + y, len(full))
-        if units is not None:
-            windows = []
-        else:
-            windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
-        ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
-        if units is not None:
+        if units is None:
+            windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
+            ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
+        else:  # units instead of n-gram windows
+            ablated = {}
             unit_outs, pair_outs, nulls, search = self._ablate_units(enc, y, units, passes, base)
         spans = self.engine.char_spans(enc.context)
         ctx_text = self.engine.detokenize(enc.context)
