@@ -75,7 +75,8 @@ class UnitInfluence:
     ``above_noise`` as for an n-gram. Where its most similar other unit is a near-duplicate
     (``ctxlite.influence.redundancy``): that unit's ``partner`` label, their ``similarity`` and
     ``pair_influence`` τ_pair = Σ_t |log p̄_λ(y_t | D) − log p̄_λ(y_t | D ∖ {u, v})|, the two removed
-    together (a fact both hold, which removing either alone does not show)."""
+    together (a fact both hold, which removing either alone does not show), and ``pair_above_noise``:
+    τ_pair exceeds the result's noise floor (None: no floor measured, or a log that did not say)."""
 
     kind: str
     label: str
@@ -92,6 +93,7 @@ class UnitInfluence:
     partner: str | None = None
     similarity: float | None = None
     pair_influence: float | None = None
+    pair_above_noise: bool | None = None
 
     @property
     def snapped(self) -> bool:
@@ -118,13 +120,18 @@ class UnitInfluence:
         """The near-duplicate fields, only where the unit has a partner (older logs stay as they were)."""
         if self.partner is None:
             return {}
-        return {"partner": self.partner, "similarity": self.similarity, "pair_influence": self.pair_influence}
+        return {
+            "partner": self.partner,
+            "similarity": self.similarity,
+            "pair_influence": self.pair_influence,
+            "pair_above_noise": self.pair_above_noise,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> UnitInfluence:
         keys = ("kind", "label", "char_start", "char_end", "text", "token_start", "token_end")
         rest = ("removed_start", "removed_end", "influence")
-        pair = (d.get("partner"), d.get("similarity"), d.get("pair_influence"))
+        pair = (d.get("partner"), d.get("similarity"), d.get("pair_influence"), d.get("pair_above_noise"))
         return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"], *pair)
 
 

@@ -476,7 +476,8 @@ class InfluenceScorer:
                     pair = pair_outs[i]
                     if pair is not None:
                         j, sim, pair_out = pair
-                        pair = (units[j].unit.label, sim, float(np.abs(lp - pair_out[key]).sum()))
+                        tau_pair = float(np.abs(lp - pair_out[key]).sum())
+                        pair = (units[j].unit.label, sim, tau_pair, None if floor is None else tau_pair > floor.max)
                     unit_results.append(
                         UnitInfluence(
                             u.kind,

@@ -339,6 +339,10 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
     return "".join(out)
 
 
+PAIR_FLOOR = {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}
+"""How a τ_pair stands against its result's noise floor (``UnitInfluence.pair_above_noise``)."""
+
+
 def _units(result: LambdaResult, redact: Redactor) -> str:
     """The units of one result, largest τ_u first: label, kind, text (redacted as the rest of the
     page), rank, τ_u, whether it stands above the noise floor, the characters (``*``: snapped to
@@ -351,7 +355,7 @@ def _units(result: LambdaResult, redact: Redactor) -> str:
     head = ["unit", "kind", "text", "rank", "τ_u (nats)", "above floor", "characters"]
     pairs = [
         f"<li>{esc(u.label)} with its near-duplicate {esc(u.partner)} (similarity {u.similarity:.2f}): "
-        f"τ_pair {u.pair_influence:.2f} nats</li>"
+        f"τ_pair {u.pair_influence:.2f} nats, {PAIR_FLOOR[u.pair_above_noise]}</li>"
         for u in result.ranked_units()
         if u.partner is not None
     ]

@@ -25,6 +25,8 @@ from ctxlite.visible import visible
 
 BOLD_REVERSE, REVERSE, RESET = "\x1b[1;7m", "\x1b[7m", "\x1b[0m"
 GAP = "…"
+FLAG = {True: "yes", False: "no", None: "-"}
+"""Whether a τ stands above its noise floor, in a table cell ("-": no floor measured)."""
 
 
 def printable(text: str) -> str:
@@ -113,11 +115,12 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
                 if u.partner is not None:
                     notes.append(
                         f"  {printable(key)} {r.name}: {printable(u.label)} with its near-duplicate "
-                        f"{printable(u.partner)} (similarity {u.similarity:.2f}): τ_pair {u.pair_influence:.2f}"
+                        f"{printable(u.partner)} (similarity {u.similarity:.2f}): τ_pair {u.pair_influence:.2f}, "
+                        f"above floor: {FLAG[u.pair_above_noise]}"
                     )
                 text = printable(u.text)
                 text = text if len(text) <= width else text[: width - 1] + "…"
-                above = "-" if u.above_noise is None else ("yes" if u.above_noise else "no")
+                above = FLAG[u.above_noise]
                 where = f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
                 rows.append((printable(key), r.name, str(rank), printable(u.label), f"{u.influence:.2f}", above, where))
     if len(rows) == 1:

@@ -146,3 +146,30 @@ def test_the_duplicate_threshold_needs_units(tmp_path):
     data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": "x"})
     r = run("score", "--data", data, "--duplicate-threshold", "0.7")
     assert r.exit_code == 2 and "--duplicate-threshold: no effect without --unit" in r.output
+
+
+def test_the_gate_fails_on_a_near_duplicate_pair_and_report_recomputes_it(tmp_path):
+    """A budget above each copy's τ_u and below τ_pair: exit 8 from the run and from ``ctxlite report``
+    on its log, the verdict naming τ_pair (before, the pair was shown and not gated: exit 10)."""
+    passages = [PASSAGES[0], PASSAGES[1], PASSAGES[0]]
+    data = write(tmp_path / "dup.jsonl", {"id": "d1", "passages": passages, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "d.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--out", out).exit_code == 0
+    (r,) = ExampleResult.from_dict(json.loads(out.read_text().splitlines()[1])["result"]).results
+    top_unit, tau_pair = max(u.influence for u in r.units), r.units[0].pair_influence
+    assert tau_pair > top_unit + 1
+    budget = f"{(top_unit + tau_pair) / 2:.3f}"
+    gated = run("score", "--data", data, "--unit", "passage", "--fail-above-influence", budget, "--json")
+    assert gated.exit_code == 8, gated.output
+    (case,) = json.loads(gated.stdout)["verdict"]["failed"]
+    assert "τ_pair" in case["message"] and "near-duplicate" in case["message"]
+    reported = run("report", out, "--fail-above-influence", budget)
+    assert reported.exit_code == 8 and "τ_pair" in reported.stdout, reported.output
+    assert run("report", out, "--fail-above-influence", f"{top_unit + 0.001:.3f}").exit_code == 8
+    # τ_pair is flagged against the floor like τ_u: terminal, JSON and page
+    assert r.units[0].pair_above_noise is (tau_pair > r.noise_floor.max) is True
+    shown = run("report", out, "--json", "--html", tmp_path / "d.html")
+    (res,) = json.loads(shown.stdout)["examples"][0]["results"]
+    assert [u.get("pair_above_noise") for u in res["units"]] == [True, True, None]
+    assert f"τ_pair {tau_pair:.2f}, above floor: yes" in run("report", out).stdout
+    assert f"τ_pair {tau_pair:.2f} nats, above the noise floor" in (tmp_path / "d.html").read_text(encoding="utf-8")

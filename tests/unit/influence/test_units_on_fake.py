@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.influence.results import LambdaResult
+from ctxlite.gates import Outcome, influence_cases
+from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 from ctxlite.influence.units import split_units, to_tokens
 from ctxlite.runtime.fake import FakeBackend
@@ -328,3 +329,63 @@ def test_the_duplicate_threshold_is_checked():
     for bad in (0, -0.1, 1.5, "x"):
         with pytest.raises(InvalidParameter, match="duplicate_threshold"):
             InfluenceSettings(unit="passage", duplicate_threshold=bad)
+
+
+# ----- the gate reads τ_pair like τ_u -----------------------------------------------------------
+
+COPIED = "Dana Whitcombe takes lisinopril daily for her blood pressure."
+
+
+def copied_twice() -> tuple[LambdaResult, ExampleResult]:
+    """A passage and its verbatim copy that the response repeats: each copy's τ_u is small beside
+    τ_pair, the two removed together (measured noise floor: the fake's tiling noise)."""
+    passages = [COPIED, "The clinic opens at nine.", COPIED]
+    example = Example(context="\n\n".join(passages), query="What?", response=COPIED[:37], passages=passages, id="dup")
+    _, rec = score(FakeBackend(seed=0, tiling_noise=0.05), example, lambdas=(1.0,), unit="passage", null_ablations=2)
+    return rec.results[0], rec
+
+
+def test_the_gate_fails_on_a_pair_that_moves_the_response_beyond_the_budget():
+    """Each copy's τ_u + floor within the budget, τ_pair − floor beyond it: fail, naming the pair."""
+    r, rec = copied_twice()
+    floor = r.noise_floor.max
+    units_high = max(u.influence for u in r.units) + floor
+    tau_pair = r.units[0].pair_influence
+    assert tau_pair - floor > units_high + 1  # the planted duplicate hides from leave-one-out
+    budget = (units_high + tau_pair - floor) / 2
+    (case,) = influence_cases([("dup", rec)], budget)
+    assert case.outcome is Outcome.FAIL, case.message
+    assert "τ_pair" in case.message and "near-duplicate" in case.message
+    assert "passage 1" in case.message and "passage 3" in case.message
+
+
+def test_a_pair_within_its_floor_of_the_budget_is_inconclusive_and_beyond_it_passes():
+    r, rec = copied_twice()
+    floor, tau_pair = r.noise_floor.max, r.units[0].pair_influence
+    (case,) = influence_cases([("dup", rec)], tau_pair)  # τ_pair − floor ≤ budget < τ_pair + floor
+    assert case.outcome is Outcome.INCONCLUSIVE and "τ_pair" in case.message, case.message
+    (case,) = influence_cases([("dup", rec)], tau_pair + floor + 0.01)
+    assert case.outcome is Outcome.PASS, case.message
+
+
+def test_a_pair_is_flagged_against_the_noise_floor_like_a_unit():
+    r, _ = copied_twice()
+    floor = r.noise_floor.max
+    for u in r.units:
+        assert u.pair_above_noise == (None if u.partner is None else u.pair_influence > floor)
+    assert r.units[0].pair_above_noise is True
+    assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+    _, rec = score(FakeBackend(seed=0), Example(**_copied_example()), unit="passage", null_ablations=0)
+    assert all(u.pair_above_noise is None for r in rec.results for u in r.units)  # no floor measured
+    # copies the response does not repeat: each copy within the floor, the pair above it
+    passages = [COPIED, "Parking is free on Sundays and the clinic opens at nine.", COPIED]
+    example = Example(context="\n\n".join(passages), query="What?", response="Parking", passages=passages)
+    _, rec = score(FakeBackend(seed=0, tiling_noise=0.05), example, lambdas=(1.0,), unit="passage", null_ablations=2)
+    (r,) = rec.results
+    copies = [u for u in r.units if u.partner is not None]
+    assert [(u.above_noise, u.pair_above_noise) for u in copies] == [(False, True)] * 2
+
+
+def _copied_example() -> dict:
+    passages = [COPIED, "The clinic opens at nine.", COPIED]
+    return {"context": "\n\n".join(passages), "query": "What?", "response": COPIED[:37], "passages": passages}
