@@ -29,6 +29,7 @@ from ctxlite.cli.options import (
 from ctxlite.cli.progress import progress_line, say
 from ctxlite.errors import DataError
 from ctxlite.gates import InfluenceGate
+from ctxlite.influence.analysis import largest_units
 from ctxlite.influence.dataset import load_examples
 from ctxlite.influence.scorer import Example, InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
@@ -391,7 +392,8 @@ def score(**options):
 
 def _show(run, as_json: bool) -> None:
     """The data set's summary on stderr; the JSON, or the verdict and its basis then the table, on stdout."""
-    for text in summary_lines(run.summary) if run.summary is not None else ():
+    largest = largest_units(run.keys, run.results)
+    for text in summary_lines(run.summary, largest) if run.summary is not None else ():
         say(text)
     if wants_json(as_json):
         emit_json(score_json(run))

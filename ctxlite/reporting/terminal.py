@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ctxlite.audit.report import AuditReport
 from ctxlite.gates import Verdict
-from ctxlite.influence.analysis import Summary
+from ctxlite.influence.analysis import LargestUnit, Summary
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.runs.audit import AuditRun
 from ctxlite.runs.score import ScoreRun
@@ -177,16 +177,23 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def summary_lines(summary: Summary) -> list[str]:
+def summary_lines(summary: Summary, largest: dict[str, LargestUnit] | None = None) -> list[str]:
     """One line per λ (and context size and ε): the data set's mean document influence with its
-    bootstrap CI, and the mean utility where the data has answers."""
+    bootstrap CI, the n-gram max-of-mean (a unit run, ``largest`` from
+    :func:`~ctxlite.influence.analysis.largest_units`: its largest τ_u, its example and unit instead,
+    since it measured no n-gram), and the mean utility where the data has answers."""
     lines = []
     for s in summary:
         d, u = s.document_influence, s.utility
         utility = "" if u is None else f", ROUGE-L F {u.mean:.3f} (95% CI {u.ci[0]:.3f}–{u.ci[1]:.3f})"
+        top = (largest or {}).get(s.key)
+        if top is not None:
+            where = f"{printable(top.key)}, {printable(top.unit.label)}"
+            most = f"largest {top.unit.kind} τ_u {top.influence:.2f} ({where})"
+        else:
+            most = f"n-gram max-of-mean {_num(s.ngram_influence.max_of_mean)}"
         lines.append(
-            f"{s.name}: document influence {d.mean:.2f} (95% CI {d.ci[0]:.2f}–{d.ci[1]:.2f}), "
-            f"n-gram max-of-mean {_num(s.ngram_influence.max_of_mean)}, "
+            f"{s.name}: document influence {d.mean:.2f} (95% CI {d.ci[0]:.2f}–{d.ci[1]:.2f}), {most}, "
             f"Repeat {s.regurgitation.repeat}, Rouge {s.regurgitation.rouge} of {s.examples}{utility}"
         )
     return lines

@@ -5,12 +5,14 @@ exit code 4 (bad data) or 2 (usage) in one line -- without a model."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.influence.results import ExampleResult
+from ctxlite.reporting.page import heat_class
 from tests.fake_models import use_fake_models
 
 PASSAGES = ["Dana Whitcombe takes lisinopril daily.", "The clinic opens at nine.", "Parking is free on Sundays."]
@@ -173,3 +175,37 @@ def test_the_gate_fails_on_a_near_duplicate_pair_and_report_recomputes_it(tmp_pa
     assert [u.get("pair_above_noise") for u in res["units"]] == [True, True, None]
     assert f"τ_pair {tau_pair:.2f}, above floor: yes" in run("report", out).stdout
     assert f"τ_pair {tau_pair:.2f} nats, above the noise floor" in (tmp_path / "d.html").read_text(encoding="utf-8")
+
+
+def test_a_unit_runs_summary_gives_its_largest_unit_and_its_page_shades_the_context_by_unit(tmp_path):
+    """A unit run measures no n-gram: its summary line and the page's data-set table give the largest
+    τ_u (example and unit), never an n-gram figure; the page shades each unit of the context by its
+    τ_u on the page's scale, in reading order, its τ_u in the tooltip (and no text with --no-text)."""
+    lines = [{"id": f"r{i}", "passages": PASSAGES, "query": "What?", "response": PASSAGES[i]} for i in (0, 1)]
+    data, out = write(tmp_path / "rag.jsonl", *lines), tmp_path / "s.jsonl"
+    r = run("score", "--data", data, "--unit", "passage", "--out", out)
+    assert r.exit_code == 0, r.output
+    records = [json.loads(x) for x in out.read_text().splitlines()[1:] if '"example"' in x]
+    results = {d["key"]: ExampleResult.from_dict(d["result"]).results[0] for d in records}
+    key, best = max(((k, u) for k, res in results.items() for u in res.units), key=lambda ku: ku[1].influence)
+    assert f"largest passage τ_u {best.influence:.2f} ({key}, {best.label})" in r.stderr, r.stderr
+    assert "max-of-mean" not in r.stderr
+    assert run("report", out, "--html", tmp_path / "s.html").exit_code == 0
+    html = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "n-gram max of mean" not in html and "largest τ_u" in html and f"{key}: {best.label}" in html
+    top = max(max(u.influence for u in res.units) for res in results.values())
+    top = max(top, *(t for res in results.values() for t in res.token_influence))  # the page's one scale
+    for k, res in results.items():
+        section = html[html.index(f'data-example="{k}"') :]
+        heat = section[section.index('data-role="unit-heatmap"') :]
+        heat = heat[: heat.index("</div>")]
+        unit_span = r'<span class="tok (h\d+)[^"]*" tabindex="0" data-unit="([^"]+)"[^>]*title="([^"]*)">'
+        shaded = re.findall(unit_span, heat)
+        in_order = sorted(res.units, key=lambda u: u.char_start)
+        assert [label for _, label, _ in shaded] == [u.label for u in in_order]
+        assert [cls for cls, _, _ in shaded] == [heat_class(u.influence, top) for u in in_order]
+        assert all(f"τ_u = {u.influence:.4f} nats" in tip for (_, _, tip), u in zip(shaded, in_order))
+        assert PASSAGES[0] in heat and heat.count("…") == 2  # the two separators, in no unit
+    assert run("report", out, "--html", tmp_path / "n.html", "--no-text").exit_code == 0
+    redacted = (tmp_path / "n.html").read_text(encoding="utf-8")
+    assert 'data-role="unit-heatmap"' in redacted and "Dana Whitcombe" not in redacted
