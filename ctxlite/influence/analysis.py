@@ -309,7 +309,7 @@ def summarize(records: Iterable[ExampleResult], confidence: float = 0.95) -> Sum
         size, eps = (None if size == -1 else size), (None if eps == -1.0 else eps)
         doc = [r.document_influence for r in results]
         # adaptive search measured only the n-grams it chose: averages over them would be biased
-        adaptive = sum(r.search is not None and r.search.adaptive for r in results)
+        adaptive = sum((r.search is not None and r.search.adaptive) or r.descent is not None for r in results)
         measured = [] if adaptive else results
         ngram_profile = start_means(r.ngrams for r in measured)
         all_grams = [g for r in measured for g in r.ngrams]

@@ -386,7 +386,39 @@ def _units(result: LambdaResult, redact: Redactor) -> str:
         if u.partner is not None
     ]
     note = "" if not pairs else '<ul data-role="pairs">' + "".join(pairs) + "</ul>"
-    return '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3) + note
+    return (
+        '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3) + note + _descent(result, redact)
+    )
+
+
+def _descent(result: LambdaResult, redact: Redactor) -> str:
+    """A hierarchical search's levels below the units: what it descended into, by which rule, and the
+    sentences it measured, largest τ_u first (its n-grams are shaded in the context below)."""
+    d = result.descent
+    if d is None:
+        return ""
+    rows = []
+    for rank, u in enumerate(d.ranked_sentences(), 1):
+        chars = f"{u.char_start}–{u.char_end}" + ("*" if u.snapped else "")
+        rows.append(
+            [
+                esc(u.label),
+                esc(u.parent or "-"),
+                redact(u.text, u.label),
+                rank,
+                u.influence,
+                PAIR_FLOOR[u.above_noise],
+                chars,
+            ]
+        )
+    head = ["sentence", "in", "text", "rank", "τ_u (nats)", "noise floor", "characters"]
+    into = " → ".join(esc(label) for label in d.into)
+    said = (
+        f'<p data-role="descent">Hierarchical search: descended into {into} ({esc(d.rule)}); '
+        f"{len(result.ngrams)} of {d.windows} n-gram windows measured, each exactly; exhaustive n-gram search "
+        f"would decode {_count(d.exhaustive_tokens)} tokens.</p>"
+    )
+    return said + (table(head, rows, 3) if rows else "")
 
 
 def _summary(summary: Summary | None, largest: dict[str, LargestUnit] | None = None) -> str:

@@ -132,7 +132,30 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
         lines.append("  ".join([*cells, row[-1]]))
     if notes:
         lines += ["near-duplicate units, removed together (τ_pair; leave-one-out misses what both hold):", *notes]
-    return lines + [""]
+    return lines + descent_lines(keys, records, width) + [""]
+
+
+def descent_lines(keys: Sequence[str], records: Sequence[ExampleResult], width: int = 36) -> list[str]:
+    """Per example and λ of a hierarchical search, what it descended into and the sentences it
+    measured there, largest τ_u first (each exact); its n-grams follow in the n-gram table."""
+    lines, rule = [], ""
+    for key, rec in zip(keys, records):
+        for r in rec.results:
+            d = r.descent
+            if d is None:
+                continue
+            measured = f"{len(r.ngrams)} of {d.windows} n-gram windows"
+            into = " → ".join(printable(label) for label in d.into)
+            lines.append(f"  {printable(key)} {r.name}: descended into {into}; {measured} measured")
+            rule = d.rule
+            for u in d.ranked_sentences():
+                text = printable(u.text)
+                text = text if len(text) <= width else text[: width - 1] + "…"
+                lines.append(
+                    f"    {printable(u.label)}  τ_u {u.influence:.2f}  above: {FLAG[u.above_noise]}  "
+                    f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
+                )
+    return [f"hierarchical search ({rule}), exact τ at every level measured:", *lines] if lines else []
 
 
 def score_table(keys: Sequence[str], records: Sequence[ExampleResult], ansi: bool, width: int = 36) -> str:

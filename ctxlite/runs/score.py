@@ -130,7 +130,7 @@ class _Job:
         """Open ``out`` (locked for the run) and find what it holds for these inputs: a logged result is
         reused only for the identical input; a log whose finished results match none of the inputs is
         another input's and is refused; an example whose input changed is scored again."""
-        version = format_of_run(self.settings.unit)
+        version = format_of_run(self.settings.unit, self.settings.descends)
         self.log = stack.enter_context(RecordLog(self.out, self.identity, kind=KIND, schema_version=version))
         log = self.log
         finished = [ex.id for ex in self.examples if log.done(ex.id)]

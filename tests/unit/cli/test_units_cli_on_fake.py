@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from ctxlite.influence.results import ExampleResult
+from ctxlite.influence.results import DESCENT_RULE, ExampleResult
 from ctxlite.reporting.page import heat_class
 from tests.fake_models import use_fake_models
 
@@ -209,3 +209,42 @@ def test_a_unit_runs_summary_gives_its_largest_unit_and_its_page_shades_the_cont
     assert run("report", out, "--html", tmp_path / "n.html", "--no-text").exit_code == 0
     redacted = (tmp_path / "n.html").read_text(encoding="utf-8")
     assert 'data-role="unit-heatmap"' in redacted and "Dana Whitcombe" not in redacted
+
+
+def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_page(tmp_path):
+    """--search adaptive with --unit passage: all passages, then the sentences of the top one, then its
+    n-grams, exact τ at every level, in the terminal (passages first), the JSON, the format-3 log and
+    the page; ``ctxlite report`` re-renders it; field units refuse it, and --ngram is its n-gram size."""
+    passages = ["Dana Whitcombe takes lisinopril daily. She lives in Ohio.", PASSAGES[1], PASSAGES[2]]
+    line = {"id": "h1", "passages": passages, "query": "What?", "response": "Dana Whitcombe takes lisinopril"}
+    data, out = write(tmp_path / "h.jsonl", line), tmp_path / "h.log.jsonl"
+    args = ("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--ngram", "4")
+    r = run(*args, "--out", out)
+    assert r.exit_code == 0, r.output
+    header, record = (json.loads(x) for x in out.read_text().splitlines()[:2])
+    assert header["schema_version"] == 3
+    (lam,) = ExampleResult.from_dict(record["result"]).results
+    assert lam.units[0].label == "passage 1"
+    d = lam.descent
+    assert d.into == ["passage 1", "passage 1 › sentence 1"] and d.rule == DESCENT_RULE
+    assert [u.label for u in d.ranked_sentences()] == ["passage 1 › sentence 1", "passage 1 › sentence 2"]
+    assert all(u.parent == "passage 1" for u in d.sentences)
+    first = d.ranked_sentences()[0]
+    assert lam.ngrams and all(g.start < first.token_end and g.start + 4 > first.token_start for g in lam.ngrams)
+    assert lam.search.ablations == len(lam.units) + len(d.sentences) + len(lam.ngrams)
+    table = run("report", out).stdout
+    assert table.index("passage 1") < table.index("hierarchical search") < table.index("doc τ")
+    assert "descended into passage 1 → passage 1 › sentence 1" in table
+    assert f"τ_u {first.influence:.2f}" in table and f"{len(lam.ngrams)} of {d.windows} n-gram windows" in table
+    shown = json.loads(run("report", out, "--json").stdout)["examples"][0]["results"][0]
+    assert [u["label"] for u in shown["units"]] == [u.label for u in lam.units]  # passages first
+    assert shown["descent"]["into"] == d.into and shown["descent"]["ngrams_measured"] == len(lam.ngrams)
+    assert shown["descent"]["sentences"][0]["influence"] == first.influence
+    assert run("report", out, "--html", tmp_path / "h.html").exit_code == 0
+    html = (tmp_path / "h.html").read_text(encoding="utf-8")
+    assert html.index('data-role="units"') < html.index('data-role="descent"') < html.index('data-role="heatmap"')
+    assert "passage 1 › sentence 1" in html
+    refused = run("score", "--data", data, "--unit", "field", "--search", "adaptive")
+    assert refused.exit_code == 2 and "no finer units to descend into" in refused.output
+    refused = run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--refine-ratio", "2")
+    assert refused.exit_code == 2 and "--refine-ratio: no effect with --unit passage" in refused.output
