@@ -84,3 +84,23 @@ def test_the_name_span_the_answer_copies_ranks_first(engine):
     first, second, *_ = units
     assert (first.label, first.text) == ("PERSON", "Marta Oyelaran"), _shows(units)
     assert first.influence > 2 * second.influence, _shows(units)
+
+
+def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path):
+    """--search adaptive on the first bundled example (no noise floor: the docs example runs all three
+    with it): it descends into the answer passage, and every n-gram it measured shares a token with
+    that passage's sentence it chose."""
+    out = tmp_path / "h.jsonl"
+    args = ["score", "--data", str(DATA), "--unit", "passage", "--search", "adaptive", "--out", str(out)]
+    args += ["--limit", "1", "--null-ablations", "0"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()[1:]]
+    results = {d["key"]: ExampleResult.from_dict(d["result"]) for d in records if d.get("type") == "example"}
+    for key, rec in results.items():
+        (lam,) = rec.results
+        d = lam.descent
+        assert d.into[0] == ANSWER[key] and d.into[1].startswith(ANSWER[key] + " › "), (key, d.into)
+        chosen = next(u for u in d.sentences if u.label == d.into[1])
+        assert lam.ngrams and all(g.start < chosen.token_end and chosen.token_start < g.start + g.n for g in lam.ngrams)
+        assert len(lam.ngrams) < d.windows

@@ -248,3 +248,17 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
     assert refused.exit_code == 2 and "no finer units to descend into" in refused.output
     refused = run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--refine-ratio", "2")
     assert refused.exit_code == 2 and "--refine-ratio: no effect with --unit passage" in refused.output
+
+
+def test_a_hierarchical_runs_log_is_format_3_which_an_older_reader_refuses(tmp_path, monkeypatch):
+    from ctxlite import logformat
+
+    data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "h.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--out", out).exit_code == 0
+    assert json.loads(out.read_text().splitlines()[0])["schema_version"] == 3
+    flat = run("score", "--data", data, "--unit", "passage", "--out", out)  # no descent: format 2, another run
+    assert flat.exit_code != 0 and out.read_text().count('"type": "example"') == 1
+    monkeypatch.setattr(logformat, "FORMATS", (1, 2))  # the previous ctxlite's reader
+    refused = run("report", out)
+    assert refused.exit_code == 4 and "log format 3" in refused.output and "newer ctxlite" in refused.output
