@@ -620,9 +620,15 @@ class InfluenceScorer:
                 for s in split_units("sentence", p.unit.text, language=st.sentence_language):
                     a, b = p.unit.char_start + s.char_start, p.unit.char_start + s.char_end
                     inner.append(Unit("sentence", f"{p.unit.label} › {s.label}", a, b, s.text))
-                    parents.append(p.unit.label)
+                    parents.append(p)
             inner = to_tokens(inner, chars)
-            outs = runner.run([(u.token_start, u.token_end) for u in inner])
+            # a sentence on exactly its passage's tokens (a passage of one sentence) is the same removal:
+            # its log p̄ is the passage's, not decoded twice
+            same = {id(p): unit_outs[units.index(p)] for p in into}
+            fresh = [u for u, p in zip(inner, parents) if (u.token_start, u.token_end) != (p.token_start, p.token_end)]
+            measured = dict(zip(map(id, fresh), runner.run([(u.token_start, u.token_end) for u in fresh])))
+            outs = [measured.get(id(u), same[id(p)]) for u, p in zip(inner, parents)]
+            parents = [p.unit.label for p in parents]
             sentences = list(zip(inner, parents, outs))
             picked = [inner[i] for i in _largest(outs, base, drive)]
             labels = [u.unit.label for u in into + picked]

@@ -520,3 +520,17 @@ def test_field_and_span_units_have_nothing_to_descend_into():
             InfluenceSettings(unit=unit, search="adaptive")
     assert InfluenceSettings(unit="passage", search="adaptive").descends
     assert not InfluenceSettings(unit="passage").descends
+
+
+def test_a_one_sentence_passage_is_not_removed_twice():
+    """The sentence of a one-sentence passage is the same removal: its τ_u is the passage's, and it
+    costs no ablation of its own."""
+    passages = ["Dana Whitcombe takes lisinopril daily.", "The clinic opens at nine. Parking is free."]
+    example = Example(context="\n\n".join(passages), query="What?", response="lisinopril", passages=passages, id="1")
+    _, result = score(FakeBackend(seed=2), example, lambdas=(1.0,), unit="passage", search="adaptive", ngram=4)
+    (r,) = result.results
+    assert r.units[0].label == "passage 1"
+    (sentence,) = r.descent.sentences
+    assert (sentence.token_start, sentence.token_end) == (r.units[0].token_start, r.units[0].token_end)
+    assert sentence.per_token == r.units[0].per_token and sentence.influence == r.units[0].influence
+    assert r.search.ablations == len(r.units) + len(r.ngrams)
