@@ -43,6 +43,13 @@ ADAPTIVE_PLAN = (
 )
 """What a plan of adaptive search counts."""
 
+DESCENT_PLAN = (
+    "a hierarchical search descends into the unit of largest τ_u, which a plan does not compute: its "
+    "ablations were counted for the passage and sentence a dry run happened to pick, whose sentences "
+    "and n-grams may be more or fewer than the real run's"
+)
+"""What a plan of a hierarchical search (``--unit passage|sentence --search adaptive``) counts."""
+
 __all__ = ["ADAPTIVE_FROM_TOKENS", "ScoreRun", "plan_score", "run_score", "score_identity"]
 
 
@@ -338,4 +345,5 @@ def plan_score(
 
         searched = any(job.settings.search_for(len(scorer.encode(ex).context)) == "adaptive" for ex in todo)
         estimate = ADAPTIVE_PLAN if searched and job.settings.ngram is not None else None
+        estimate = DESCENT_PLAN if job.settings.descends else estimate
         return plan_run([engine], run, any(ex.response is None for ex in todo), estimate)
