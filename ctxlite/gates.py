@@ -29,6 +29,9 @@ never 0). The README's verdict table is this module's.
   was measured, and every τ_i + u_i ≤ Y; inconclusive otherwise (an n-gram within its uncertainty
   of Y, a result without a measured floor, an adaptive search that did not measure every window,
   no n-gram measured).
+  A unit run (``--unit``) reads each unit's τ_u the same way, and also each near-duplicate pair's
+  τ_pair (the unit and its partner removed together, :mod:`ctxlite.influence.redundancy`) with the
+  same floor: a fact two passages both hold moves the response by τ_pair, not by either τ_u.
 
 Messages carry numbers and positions, never the private text: JUnit files end up in CI
 dashboards that the data's owners do not control.
@@ -246,11 +249,54 @@ def worst_ngram(result: LambdaResult) -> NgramInfluence | None:
     return max(grams, key=lambda g: g.influence, default=None)
 
 
-def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence) -> str:
-    """Which result and which n-gram or unit, by position (and a unit's label; never the text)."""
+@dataclass(frozen=True)
+class PairRemoval:
+    """A unit removed together with its near-duplicate ``partner``, as the gate reads it: its
+    ``influence`` is τ_pair, ``above_noise`` whether τ_pair exceeds the noise floor."""
+
+    unit: UnitInfluence
+    partner: UnitInfluence | None  # None: a partner label the result does not hold (never in a log it wrote)
+
+    @property
+    def influence(self) -> float:
+        return self.unit.pair_influence
+
+    @property
+    def above_noise(self) -> bool | None:
+        return self.unit.pair_above_noise
+
+
+def pair_removals(result: LambdaResult) -> list[PairRemoval]:
+    """The result's near-duplicate pairs, one per pair (a mutual pair is one removal), in rank order."""
+    out, seen = [], set()
+    for u in result.units or ():
+        if u.partner is None or u.pair_influence is None:
+            continue
+        partner = next((v for v in result.units if v.label == u.partner and v is not u), None)
+        key = frozenset((id(u), id(partner)))
+        if key not in seen:
+            seen.add(key)
+            out.append(PairRemoval(u, partner))
+    return out
+
+
+def tau_name(item, tau: str) -> str:
+    """How a gated item's influence is written: τ_pair for a pair, else ``tau`` (τ_i or τ_u)."""
+    return "τ_pair" if isinstance(item, PairRemoval) else tau
+
+
+def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence | PairRemoval) -> str:
+    """Which result and which n-gram, unit or pair, by position (and a unit's label; never the text)."""
     eps = result.epsilon_label
     size = "" if result.context_size is None else f", first {result.context_size} context tokens"
     at = f"λ={result.lam:g}" + (f", ε={eps}" if eps else "") + size
+    if isinstance(gram, PairRemoval):
+        u, v = gram.unit, gram.partner
+        other = "" if v is None else f" (tokens {v.token_start}–{v.token_end}, characters {v.char_start}–{v.char_end})"
+        return (
+            f"at {at}: {u.kind} {u.label!r} (tokens {u.token_start}–{u.token_end}, characters "
+            f"{u.char_start}–{u.char_end}) removed with its near-duplicate {u.partner!r}{other}"
+        )
     if isinstance(gram, UnitInfluence):
         return (
             f"at {at}: {gram.kind} {gram.label!r}, context tokens {gram.token_start}–{gram.token_end}, "
@@ -260,8 +306,9 @@ def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence) -> str:
 
 
 def measured_items(result: LambdaResult) -> list:
-    """What a result's gate reads: its units where it scored units (``InfluenceSettings.unit``), else its n-grams."""
-    return result.ngrams if result.units is None else result.units
+    """What a result's gate reads: its units and near-duplicate pairs where it scored units
+    (``InfluenceSettings.unit``, :func:`pair_removals`), else its n-grams."""
+    return result.ngrams if result.units is None else [*result.units, *pair_removals(result)]
 
 
 def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Case:
@@ -269,16 +316,17 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     largest τ_i above the noise floor, reported."""
     grams = [(res, g) for res in rec.results for g in measured_items(res)]
     units = any(res.units is not None for res in rec.results)
+    paired = any(pair_removals(res) for res in rec.results)
     what, tau = ("unit", "τ_u") if units else ("n-gram", "τ_i")
+    every = f"every {what}'s {tau}" + (" and every near-duplicate pair's τ_pair" if paired else "")
     if threshold is None:
         shown = [(r, g) for r, g in grams if g.above_noise is not False]
         if not shown:
             return Case(key, Outcome.PASS, f"no {what} above the noise floor")
         res, g = max(shown, key=lambda rg: rg[1].influence)
         floor = None if res.noise_floor is None else res.noise_floor.max
-        return Case(
-            key, Outcome.PASS, f"max {tau} {_num(g.influence)} nats (noise floor {_num(floor)}) {_where(res, g)}"
-        )
+        says = f"max {tau_name(g, tau)} {_num(g.influence)} nats (noise floor {_num(floor)}) {_where(res, g)}"
+        return Case(key, Outcome.PASS, says)
     unit = f"budget {threshold:g} nats"
     if not grams:
         says = f"no {what} measured (document level only), {unit}"
@@ -294,10 +342,10 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     if low(worst) > threshold:
         if u(worst) is None:
             basis = Basis.THIS_BUILD
-            says = f"{tau} {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
+            says = f"{tau_name(g, tau)} {_num(g.influence)} > {unit} {_where(res, g)}; {floor_measured(res)}"
         else:
             basis = Basis.MEASURED
-            says = f"{tau} {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
+            says = f"{tau_name(g, tau)} {_num(g.influence)} − floor {_num(u(worst))} nats > {unit} {_where(res, g)}"
         return Case(key, Outcome.FAIL, f"fail ({basis.value}): {says}", basis)
     unmeasured = [r for r in rec.results if not r.every_window]
     if unmeasured:
@@ -313,11 +361,12 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     blind = [(r, gr) for r, gr in grams if u((r, gr)) is None]
     if blind:
         res, g = max(blind, key=lambda rg: rg[1].influence)
+        name = tau_name(g, tau)
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): {tau} {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
-            f"how far rounding on another build moves {tau} was not measured: {floor_measured(res)}; to decide, "
+            f"inconclusive ({Basis.NO_PROOF.value}): {name} {_num(g.influence)} ≤ {unit} {_where(res, g)}, but "
+            f"how far rounding on another build moves {name} was not measured: {floor_measured(res)}; to decide, "
             f"{CONCLUSIVE}",
             Basis.NO_PROOF,
         )
@@ -326,8 +375,8 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
         return Case(
             key,
             Outcome.INCONCLUSIVE,
-            f"inconclusive ({Basis.NO_PROOF.value}): {tau} {_num(g.influence)} is within its estimated noise "
-            f"floor {_num(u(high))} nats of the {unit} {_where(res, g)}",
+            f"inconclusive ({Basis.NO_PROOF.value}): {tau_name(g, tau)} {_num(g.influence)} is within its "
+            f"estimated noise floor {_num(u(high))} nats of the {unit} {_where(res, g)}",
             Basis.NO_PROOF,
         )
     pairs = sorted({probe_pairs(r) for r in rec.results if measured_items(r)})
@@ -337,7 +386,7 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     return Case(
         key,
         Outcome.PASS,
-        f"pass ({Basis.MEASURED.value}): every {what}'s {tau} + floor ≤ {unit}; largest {tau} + floor "
+        f"pass ({Basis.MEASURED.value}): {every} + floor ≤ {unit}; largest {tau_name(g, tau)} + floor "
         f"{_num(g.influence + u(high))} nats {_where(res, g)}; each floor estimated from {counted} "
         "re-decoded in other batch tilings, an estimate of the rounding between builds, not a bound on "
         "another build's rounding",
@@ -501,7 +550,7 @@ def score_verdict(
 ) -> Verdict:
     """The influence gate over a score run's example results (in ``keys`` order)."""
     units = identity.get("settings", {}).get("unit", "ngram") != "ngram"
-    what = "unit's τ_u" if units else "n-gram's τ_i"
+    what = "unit's τ_u (and near-duplicate pair's τ_pair)" if units else "n-gram's τ_i"
     gate = None if threshold is None else f"every {what} + its noise floor ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))

@@ -8,7 +8,7 @@ the schema.
 
 The policy for a log of another format (docs/log-schema.md says the same for users):
 
-* a log of **this** format (:data:`FORMATS`: 1 or 2) is read, resumed and reported; a run resumes
+* a log of **this** format (:data:`FORMATS`: 1, 2 or 3) is read, resumed and reported; a run resumes
   only a log of the format it writes (:func:`format_of_run`);
 * a log written **before** formats were versioned (no ``schema_version``: ctxlite before the run
   layer) is read for ``ctxlite report`` and ``ctxlite verify`` but never resumed or appended to
@@ -30,20 +30,26 @@ from importlib import resources
 
 from ctxlite.errors import DataError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The newest format this ctxlite reads and writes (the header's ``schema_version``)."""
 
-FORMATS = (1, 2)
+FORMATS = (1, 2, 3)
 """The formats this ctxlite reads, resumes and writes. Format 2 adds a score result's ``units`` (and
-a unit run's ``unit``/``sentence_language`` settings); a run writes the oldest format that holds
-its records (:func:`format_of_run`), so an n-gram run's log stays a format-1 log, byte for byte
-what the previous version wrote and readable by it, while a ctxlite that knows format 1 only
-refuses a unit run's log instead of reporting it without its units."""
+a unit run's ``unit``/``sentence_language`` settings); format 3 a hierarchical search's ``descent``
+(the sentences it measured inside a passage, each with its ``parent``). A run writes the oldest
+format that holds its records (:func:`format_of_run`), so an n-gram run's log stays a format-1
+log, byte for byte what the previous version wrote and readable by it, a unit run without a
+descent stays format 2, while a ctxlite that knows an older format only refuses a newer log
+instead of reporting it without what it cannot read."""
 
 
-def format_of_run(unit: str | None) -> int:
-    """The format a score run writes: 2 where it scores units (``--unit`` other than ``ngram``), else 1."""
-    return 1 if unit in (None, "ngram") else 2
+def format_of_run(unit: str | None, descends: bool = False) -> int:
+    """The format a score run writes: 3 where it descends the unit hierarchy (``--search adaptive``
+    with ``--unit passage`` or ``sentence``), 2 where it scores units (``--unit`` other than
+    ``ngram``), else 1."""
+    if unit in (None, "ngram"):
+        return 1
+    return 3 if descends else 2
 
 
 SCHEMA_FILE = "log.schema.json"

@@ -29,6 +29,7 @@ from ctxlite.cli.options import (
 from ctxlite.cli.progress import progress_line, say
 from ctxlite.errors import DataError
 from ctxlite.gates import InfluenceGate
+from ctxlite.influence.analysis import largest_units
 from ctxlite.influence.dataset import load_examples
 from ctxlite.influence.scorer import Example, InfluenceSettings
 from ctxlite.influence.search import ADAPTIVE_FROM_TOKENS, SEARCHES
@@ -111,6 +112,8 @@ NGRAM_ONLY = ("ngram", "stride", "null_ablations", "exact", "top", "fail_above_i
 """Options that only shape the n-gram ablations (--doc has none)."""
 WINDOW_ONLY = ("ngram", "stride", "search", "refine_ratio", "context_sizes")
 """Options of n-gram windows that a --unit other than ngram does not use."""
+DESCENT_USES = ("ngram", "stride", "search")
+"""The window options a hierarchical search (``--search adaptive`` with --unit passage or sentence) uses."""
 
 
 def _check_usage(o) -> None:
@@ -135,13 +138,23 @@ def _check_combination(o, examples) -> None:
     if o.doc and given & set(NGRAM_ONLY):
         flags = ", ".join(_flag(n) for n in NGRAM_ONLY if n in given)
         raise click.UsageError(f"{flags}: no effect with --doc (document level only, no n-gram ablations)")
-    if o.unit != "ngram" and (o.doc or given & set(WINDOW_ONLY)):
-        flags = ", ".join(["--doc"] * o.doc + [_flag(n) for n in WINDOW_ONLY if n in given])
-        raise click.UsageError(f"{flags}: no effect with --unit {o.unit} (one ablation per unit, no n-grams)")
+    descends = o.unit in ("passage", "sentence") and o.search == "adaptive"
+    if o.unit in ("field", "span") and o.search == "adaptive":
+        raise click.UsageError(
+            f"--search adaptive: unit {o.unit} has no finer units to descend into (the hierarchy descends from "
+            "--unit passage or sentence)"
+        )
+    unused = [n for n in WINDOW_ONLY if n in given and not (descends and n in DESCENT_USES)]
+    if o.unit != "ngram" and (o.doc or unused):
+        flags = ", ".join(["--doc"] * o.doc + [_flag(n) for n in unused])
+        how = "a hierarchical search measures every unit, then n-grams" if descends else "one ablation per unit"
+        raise click.UsageError(f"{flags}: no effect with --unit {o.unit} ({how}, no n-gram search)")
     if given_explicitly("duplicate_threshold") and o.unit == "ngram":
         raise click.UsageError("--duplicate-threshold: no effect without --unit (n-grams have no near-duplicates)")
-    if given_explicitly("sentence_language") and o.unit != "sentence":
-        raise click.UsageError("--sentence-language: no effect without --unit sentence")
+    if given_explicitly("sentence_language") and o.unit != "sentence" and not (o.unit == "passage" and descends):
+        raise click.UsageError(
+            "--sentence-language: no effect without --unit sentence (or --unit passage --search adaptive)"
+        )
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
         raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
     if o.epsilon and (o.top_k or o.top_p < 1):
@@ -308,7 +321,9 @@ def _flag(name: str) -> str:
     help=f"Which n-grams to ablate: all (exhaustive), or a coarse-to-fine search for the --top most "
     f"influential, each with its exact τ (adaptive; on a context of few windows it measures them all, "
     f"and says so); auto = adaptive from {ADAPTIVE_FROM_TOKENS} context tokens on, exhaustive below and "
-    "with --fail-above-influence (a gate on adaptive search is inconclusive where it skipped windows).",
+    "with --fail-above-influence (a gate on adaptive search is inconclusive where it skipped windows). "
+    "With --unit passage or sentence, adaptive descends the hierarchy: every unit, then the sentences of "
+    "the passage of largest τ_u (per λ), then the n-grams of the sentence of largest τ_u, each exactly.",
 )
 @click.option(
     "--refine-ratio",
@@ -391,7 +406,8 @@ def score(**options):
 
 def _show(run, as_json: bool) -> None:
     """The data set's summary on stderr; the JSON, or the verdict and its basis then the table, on stdout."""
-    for text in summary_lines(run.summary) if run.summary is not None else ():
+    largest = largest_units(run.keys, run.results)
+    for text in summary_lines(run.summary, largest) if run.summary is not None else ():
         say(text)
     if wants_json(as_json):
         emit_json(score_json(run))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence
+from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
 
 
 def bootstrap_ci(
@@ -309,7 +309,7 @@ def summarize(records: Iterable[ExampleResult], confidence: float = 0.95) -> Sum
         size, eps = (None if size == -1 else size), (None if eps == -1.0 else eps)
         doc = [r.document_influence for r in results]
         # adaptive search measured only the n-grams it chose: averages over them would be biased
-        adaptive = sum(r.search is not None and r.search.adaptive for r in results)
+        adaptive = sum((r.search is not None and r.search.adaptive) or r.descent is not None for r in results)
         measured = [] if adaptive else results
         ngram_profile = start_means(r.ngrams for r in measured)
         all_grams = [g for r in measured for g in r.ngrams]
@@ -353,6 +353,29 @@ def summarize(records: Iterable[ExampleResult], confidence: float = 0.95) -> Sum
             )
         )
     return Summary(entries)
+
+
+@dataclass(frozen=True)
+class LargestUnit:
+    """The unit of largest τ_u at one summary key, over a unit run's examples: its example's ``key``."""
+
+    influence: float
+    key: str
+    unit: UnitInfluence
+
+
+def largest_units(keys: Sequence[str], records: Iterable[ExampleResult]) -> dict[str, LargestUnit]:
+    """Per summary key (:func:`summary_key`), the unit of largest τ_u over the examples (the first
+    in example order on a tie); empty for an n-gram run, whose summary has its n-gram figures
+    instead (a unit run measures no n-gram: its ``ngram_influence`` is null)."""
+    out: dict[str, LargestUnit] = {}
+    for key, rec in zip(keys, records):
+        for r in rec.results:
+            for u in r.units or ():
+                k = summary_key(r.lam, r.context_size, r.epsilon)
+                if k not in out or u.influence > out[k].influence:
+                    out[k] = LargestUnit(u.influence, key, u)
+    return out
 
 
 def _utility(results: list[LambdaResult], confidence: float) -> MeanWithCI | None:

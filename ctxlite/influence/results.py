@@ -75,7 +75,10 @@ class UnitInfluence:
     ``above_noise`` as for an n-gram. Where its most similar other unit is a near-duplicate
     (``ctxlite.influence.redundancy``): that unit's ``partner`` label, their ``similarity`` and
     ``pair_influence`` τ_pair = Σ_t |log p̄_λ(y_t | D) − log p̄_λ(y_t | D ∖ {u, v})|, the two removed
-    together (a fact both hold, which removing either alone does not show)."""
+    together (a fact both hold, which removing either alone does not show), and ``pair_above_noise``:
+    τ_pair exceeds the result's noise floor (None: no floor measured, or a log that did not say).
+    ``parent``: the label of the unit it lies in, for a unit a hierarchical search measured inside
+    another (:class:`Descent`; None for the units asked for)."""
 
     kind: str
     label: str
@@ -92,40 +95,90 @@ class UnitInfluence:
     partner: str | None = None
     similarity: float | None = None
     pair_influence: float | None = None
+    pair_above_noise: bool | None = None
+    parent: str | None = None
 
     @property
     def snapped(self) -> bool:
         return (self.removed_start, self.removed_end) != (self.char_start, self.char_end)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "label": self.label,
-            "char_start": self.char_start,
-            "char_end": self.char_end,
-            "text": self.text,
-            "token_start": self.token_start,
-            "token_end": self.token_end,
-            "removed_start": self.removed_start,
-            "removed_end": self.removed_end,
-            "snapped": self.snapped,
-            "influence": self.influence,
-            "per_token": list(self.per_token),
-            "above_noise": self.above_noise,
-        } | self._pair()
+        return (
+            {
+                "kind": self.kind,
+                "label": self.label,
+                "char_start": self.char_start,
+                "char_end": self.char_end,
+                "text": self.text,
+                "token_start": self.token_start,
+                "token_end": self.token_end,
+                "removed_start": self.removed_start,
+                "removed_end": self.removed_end,
+                "snapped": self.snapped,
+                "influence": self.influence,
+                "per_token": list(self.per_token),
+                "above_noise": self.above_noise,
+            }
+            | self._pair()
+            | ({} if self.parent is None else {"parent": self.parent})
+        )
 
     def _pair(self) -> dict:
         """The near-duplicate fields, only where the unit has a partner (older logs stay as they were)."""
         if self.partner is None:
             return {}
-        return {"partner": self.partner, "similarity": self.similarity, "pair_influence": self.pair_influence}
+        return {
+            "partner": self.partner,
+            "similarity": self.similarity,
+            "pair_influence": self.pair_influence,
+            "pair_above_noise": self.pair_above_noise,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> UnitInfluence:
         keys = ("kind", "label", "char_start", "char_end", "text", "token_start", "token_end")
         rest = ("removed_start", "removed_end", "influence")
-        pair = (d.get("partner"), d.get("similarity"), d.get("pair_influence"))
-        return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"], *pair)
+        pair = (d.get("partner"), d.get("similarity"), d.get("pair_influence"), d.get("pair_above_noise"))
+        return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"], *pair, d.get("parent"))
+
+
+DESCENT_RULE = "at each level, per λ, the unit of largest τ_u (the first in the context on a tie)"
+"""Which units a hierarchical search descends into (``InfluenceSettings.descends``)."""
+
+
+@dataclass
+class Descent:
+    """What a hierarchical search (``--search adaptive`` with ``--unit passage`` or ``sentence``)
+    measured below the units asked for, each removal exact leave-one-out: the units it descended
+    into by ``rule`` (``into``, labels: the passages, then the sentences), the ``sentences`` of the
+    passages descended into (τ_u each, ``parent`` their passage; empty for ``--unit sentence``),
+    and of the n-gram level the context's ``windows`` (the result's ``ngrams`` hold the windows
+    measured, those overlapping the last units descended into, with their exact τ_i) and the tokens
+    exhaustive n-gram search would have decoded (``exhaustive_tokens``, None where not counted)."""
+
+    rule: str
+    into: list[str]
+    sentences: list[UnitInfluence]
+    windows: int
+    exhaustive_tokens: int | None
+
+    def ranked_sentences(self) -> list[UnitInfluence]:
+        """The sentences measured, largest τ_u first."""
+        return sorted(self.sentences, key=lambda u: -u.influence)
+
+    def to_dict(self) -> dict:
+        return {
+            "rule": self.rule,
+            "into": list(self.into),
+            "sentences": [u.to_dict() for u in self.sentences],
+            "windows": self.windows,
+            "exhaustive_tokens": self.exhaustive_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Descent:
+        sentences = [UnitInfluence.from_dict(u) for u in d["sentences"]]
+        return cls(d["rule"], list(d["into"]), sentences, d["windows"], d["exhaustive_tokens"])
 
 
 @dataclass
@@ -282,7 +335,8 @@ class LambdaResult:
     ``units`` holds τ_u of each unit of the kind asked for (``InfluenceSettings.unit``; None for
     n-grams), largest τ_u first; ``context_tokens`` of D were used (``context_size``:
     the requested truncation, None for the whole context); ``epsilon``: the ε of the ε-bounded
-    CID that generated the response (None: unbounded, or a given response)."""
+    CID that generated the response (None: unbounded, or a given response); ``descent``: what a
+    hierarchical search measured below the units (:class:`Descent`; its n-grams are in ``ngrams``)."""
 
     lam: float
     response: str
@@ -305,6 +359,7 @@ class LambdaResult:
     epsilon: float | None = None
     top: list[NgramInfluence] = field(default_factory=list)
     units: list[UnitInfluence] | None = None
+    descent: Descent | None = None
 
     @property
     def max_unit_influence(self) -> float:
@@ -343,29 +398,33 @@ class LambdaResult:
         return f"λ={self.label}" + (f" ε={self.epsilon_label}" if self.epsilon is not None else "")
 
     def to_dict(self) -> dict:
-        return {
-            "lam": self.lam,
-            "response": self.response,
-            "response_ids": list(self.response_ids),
-            "generated": self.generated,
-            "token_logprob": list(self.token_logprob),
-            "token_logprob_without": list(self.token_logprob_without),
-            "token_pmi": list(self.token_pmi),
-            "token_influence": list(self.token_influence),
-            "response_token_chars": [list(span) for span in self.response_token_chars],
-            "document_influence": self.document_influence,
-            "ngrams": [g.to_dict() for g in self.ngrams],
-            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_dict(),
-            "regurgitation": None if self.regurgitation is None else self.regurgitation.to_dict(),
-            "generation": None if self.generation is None else self.generation.to_dict(),
-            "utility": None if self.utility is None else self.utility.to_dict(),
-            "context_tokens": self.context_tokens,
-            "context_size": self.context_size,
-            "search": None if self.search is None else self.search.to_dict(),
-            "epsilon": self.epsilon,
-            "top_spans": [g.to_dict() for g in self.top],
-            "max_ngram_influence": self.max_ngram_influence,
-        } | ({} if self.units is None else {"units": [u.to_dict() for u in self.units]})
+        return (
+            {
+                "lam": self.lam,
+                "response": self.response,
+                "response_ids": list(self.response_ids),
+                "generated": self.generated,
+                "token_logprob": list(self.token_logprob),
+                "token_logprob_without": list(self.token_logprob_without),
+                "token_pmi": list(self.token_pmi),
+                "token_influence": list(self.token_influence),
+                "response_token_chars": [list(span) for span in self.response_token_chars],
+                "document_influence": self.document_influence,
+                "ngrams": [g.to_dict() for g in self.ngrams],
+                "noise_floor": None if self.noise_floor is None else self.noise_floor.to_dict(),
+                "regurgitation": None if self.regurgitation is None else self.regurgitation.to_dict(),
+                "generation": None if self.generation is None else self.generation.to_dict(),
+                "utility": None if self.utility is None else self.utility.to_dict(),
+                "context_tokens": self.context_tokens,
+                "context_size": self.context_size,
+                "search": None if self.search is None else self.search.to_dict(),
+                "epsilon": self.epsilon,
+                "top_spans": [g.to_dict() for g in self.top],
+                "max_ngram_influence": self.max_ngram_influence,
+            }
+            | ({} if self.units is None else {"units": [u.to_dict() for u in self.units]})
+            | ({} if self.descent is None else {"descent": self.descent.to_dict()})
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> LambdaResult:
@@ -394,6 +453,7 @@ class LambdaResult:
             epsilon=d["epsilon"],
             top=[NgramInfluence.from_dict(g) for g in d["top_spans"]],
             units=None if "units" not in d else [UnitInfluence.from_dict(u) for u in d["units"]],
+            descent=None if "descent" not in d else Descent.from_dict(d["descent"]),
         )
 
 
@@ -421,7 +481,9 @@ class ExampleResult:
 
 
 __all__ = [
+    "DESCENT_RULE",
     "Block",
+    "Descent",
     "ExampleResult",
     "Generation",
     "LambdaResult",

@@ -33,7 +33,9 @@ from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
 from ctxlite.influence.redundancy import DUPLICATE_THRESHOLD, check_threshold, partners
 from ctxlite.influence.regurgitation import regurgitation, rouge_l
 from ctxlite.influence.results import (
+    DESCENT_RULE,
     Block,
+    Descent,
     ExampleResult,
     Generation,
     LambdaResult,
@@ -43,7 +45,15 @@ from ctxlite.influence.results import (
     Utility,
 )
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
-from ctxlite.influence.units import TokenUnit, check_kind, check_spans, join_passages, split_units, to_tokens
+from ctxlite.influence.units import (
+    TokenUnit,
+    Unit,
+    check_kind,
+    check_spans,
+    join_passages,
+    split_units,
+    to_tokens,
+)
 from ctxlite.runtime import kernels
 from ctxlite.runtime.backend import CountsDecodes, LogitRows, PrefixReuse, Streams, TeacherForcing, require
 from ctxlite.runtime.chat import render_chat
@@ -74,9 +84,12 @@ class InfluenceSettings:
     is unbounded CID. ``unit``: what is removed, n-gram windows (``"ngram"``) or the units of one
     kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``,
     ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
-    do not apply); with units, ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard
-    similarity of word 3-gram shingles, in (0, 1]; None: off) also removes each unit together with
-    its most similar other unit where they are at least that similar (τ_pair).
+    do not apply; except that ``search="adaptive"`` with passages or sentences descends the
+    hierarchy passages → sentences → n-grams of ``ngram`` tokens, :attr:`descends`); with units,
+    ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard similarity of word 3-gram
+    shingles, in (0, 1]; None: off) also removes each unit together with its most similar other
+    unit where they are at least that similar (τ_pair; the units asked for only, not the levels
+    below them).
     Each ε must be finite and > 0; the sweep is kept sorted, without repeats
     (a single number is taken as a sweep of one). A given response is scored once per λ, with
     no ε: it was not generated under one.
@@ -122,8 +135,11 @@ class InfluenceSettings:
         choose_search(self.search, 0)
         check_kind(self.unit)
         check_threshold(self.duplicate_threshold)
-        if self.unit != "ngram" and self.search == "adaptive":
-            raise InvalidParameter(f"unit {self.unit} is scored with one ablation per unit: no adaptive search")
+        if self.unit in ("field", "span") and self.search == "adaptive":
+            raise InvalidParameter(
+                f"unit {self.unit} has no finer units to descend into: no adaptive search (it descends from "
+                "passages or sentences)"
+            )
         if self.unit != "ngram" and self.context_sizes:
             raise InvalidParameter(f"unit {self.unit} needs the whole context: no context sizes")
         if self.search == "adaptive" and self.ngram is None:
@@ -131,6 +147,12 @@ class InfluenceSettings:
         if self.search == "adaptive" and self.top_spans < 1:
             raise InvalidParameter("adaptive search needs top_spans >= 1: the number of n-grams to find")
         self.adaptive_rule  # validates ρ, branching and top_blocks
+
+    @property
+    def descends(self) -> bool:
+        """Whether a unit run is a hierarchical search: ``search="adaptive"`` with passages (→ sentences
+        → n-grams) or sentences (→ n-grams), descending by ``results.DESCENT_RULE``."""
+        return self.unit in ("passage", "sentence") and self.search == "adaptive"
 
     @property
     def adaptive_rule(self) -> AdaptiveRule:
@@ -457,8 +479,12 @@ class InfluenceScorer:
             windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
             ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
         else:  # units instead of n-gram windows
-            ablated = {}
-            unit_outs, pair_outs, nulls, search = self._ablate_units(enc, y, units, passes, base)
+            ablated, descent = {}, None
+            unit_outs, pair_outs, nulls, runner = self._ablate_units(enc, y, units, passes, base)
+            if st.descends:
+                descent = self._descend(enc, y, units, unit_outs, runner, base, drive)
+                ablated = descent["ablated"]
+            search = runner.record("exhaustive", len(units))  # the ablations and tokens of every level
         spans = self.engine.char_spans(enc.context)
         ctx_text = self.engine.detokenize(enc.context)
         results = []
@@ -484,34 +510,28 @@ class InfluenceScorer:
                         None if floor is None else infl > floor.max,
                     )
                 )
-            unit_results = None
+            unit_results, descended = None, None
+            if units is not None and descent is not None:
+                sentences = []
+                for tu, parent, out in descent["sentences"]:
+                    per_tok = np.abs(lp - out[key])
+                    infl = float(per_tok.sum())
+                    above = None if floor is None else infl > floor.max
+                    sentences.append(_unit_influence(tu, infl, per_tok, above, parent=parent))
+                sentences.sort(key=lambda u: -u.influence)
+                descended = Descent(DESCENT_RULE, descent["into"], sentences, descent["windows"], descent["exhaustive"])
             if units is not None:
                 unit_results = []
                 for i, (tu, out) in enumerate(zip(units, unit_outs)):
                     per_tok = np.abs(lp - out[key])
                     infl = float(per_tok.sum())
-                    u = tu.unit
                     pair = pair_outs[i]
                     if pair is not None:
                         j, sim, pair_out = pair
-                        pair = (units[j].unit.label, sim, float(np.abs(lp - pair_out[key]).sum()))
-                    unit_results.append(
-                        UnitInfluence(
-                            u.kind,
-                            u.label,
-                            u.char_start,
-                            u.char_end,
-                            u.text,
-                            tu.token_start,
-                            tu.token_end,
-                            tu.removed_start,
-                            tu.removed_end,
-                            infl,
-                            per_tok.tolist(),
-                            None if floor is None else infl > floor.max,
-                            *(pair or ()),
-                        )
-                    )
+                        tau_pair = float(np.abs(lp - pair_out[key]).sum())
+                        pair = (units[j].unit.label, sim, tau_pair, None if floor is None else tau_pair > floor.max)
+                    above = None if floor is None else infl > floor.max
+                    unit_results.append(_unit_influence(tu, infl, per_tok, above, pair))
                 unit_results.sort(key=lambda u: -u.influence)  # ranked; ties in the order of the context
             results.append(
                 LambdaResult(
@@ -529,6 +549,7 @@ class InfluenceScorer:
                     noise_floor=floor,
                     search=_search_record(search, key, spans, ctx_text),
                     units=unit_results,
+                    descent=descended,
                     generation=None
                     if generation is None
                     else Generation(
@@ -585,7 +606,7 @@ class InfluenceScorer:
         """log p̄ per key with each unit's tokens removed (one dict per unit, in the order of
         ``units``); per unit, None or its near-duplicate partner's index, their similarity and log p̄
         with both removed (``redundancy.partners``; a mutual pair is one ablation); the noise floor's
-        probes and the run's record (``windows``: the units; its ablations count the pairs)."""
+        probes and the runner, whose record (``windows``: the units) counts the pairs' ablations too."""
         st = self.settings
         probes = st.null_ablations if passes.reuse else 0
         runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
@@ -599,7 +620,52 @@ class InfluenceScorer:
         pair_outs = [
             None if p is None else (p[0], p[1], by_pair[tuple(sorted((i, p[0])))]) for i, p in enumerate(found)
         ]
-        return outs[: len(units)], pair_outs, runner.nulls, runner.record("exhaustive", len(units))
+        return outs[: len(units)], pair_outs, runner.nulls, runner
+
+    def _descend(self, enc: EncodedPrompt, y, units: list[TokenUnit], unit_outs: list, runner, base: dict, drive):
+        """The hierarchy below the units (``results.Descent``): by ``DESCENT_RULE``, the passage(s)
+        to descend into, their sentences (each removed exactly), the sentence(s) to descend into (for
+        ``--unit sentence``: the units themselves), then every n-gram window of the context's grid
+        (the exhaustive search's windows) that overlaps them, each removed exactly. Returns the
+        descended labels, (sentence, its passage's label, log p̄) per sentence measured, the n-grams'
+        log p̄ per key and start, the context's window count and exhaustive search's token cost."""
+        st, chars = self.settings, self.engine.char_spans(enc.context)
+        into = [units[i] for i in _largest(unit_outs, base, drive)]
+        sentences: list[tuple[TokenUnit, str, dict]] = []
+        if st.unit == "passage":
+            inner, parents = [], []
+            for p in into:
+                for s in split_units("sentence", p.unit.text, language=st.sentence_language):
+                    a, b = p.unit.char_start + s.char_start, p.unit.char_start + s.char_end
+                    inner.append(Unit("sentence", f"{p.unit.label} › {s.label}", a, b, s.text))
+                    parents.append(p)
+            inner = to_tokens(inner, chars)
+            # a sentence on exactly its passage's tokens (a passage of one sentence) is the same removal:
+            # its log p̄ is the passage's, not decoded twice
+            same = {id(p): unit_outs[units.index(p)] for p in into}
+            fresh = [u for u, p in zip(inner, parents) if (u.token_start, u.token_end) != (p.token_start, p.token_end)]
+            measured = dict(zip(map(id, fresh), runner.run([(u.token_start, u.token_end) for u in fresh])))
+            outs = [measured.get(id(u), same[id(p)]) for u, p in zip(inner, parents)]
+            parents = [p.unit.label for p in parents]
+            sentences = list(zip(inner, parents, outs))
+            picked = [inner[i] for i in _largest(outs, base, drive)]
+            labels = [u.unit.label for u in into + picked]
+            into = picked
+        else:
+            labels = [u.unit.label for u in into]
+        n = st.ngram
+        windows = ngram_starts(len(enc.context), n, st.window_stride)
+        inside = [c for c in windows if any(c < u.token_end and c + n > u.token_start for u in into)]
+        outs = runner.run([(c, c + n) for c in inside])
+        ablated = {k: {c: out[k] for c, out in zip(inside, outs)} for k in base}
+        exhaustive = self._exhaustive_tokens(enc, y, windows)
+        return {
+            "into": labels,
+            "sentences": sentences,
+            "ablated": ablated,
+            "windows": len(windows),
+            "exhaustive": exhaustive,
+        }
 
     def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:
         """Tokens exhaustive search's ablations would decode here, counted by running them on the
@@ -618,6 +684,37 @@ class InfluenceScorer:
             return eng.tokens_decoded - start
 
         return dry_count(eng, job)
+
+
+def _largest(outs: list[dict], base: dict, drive) -> list[int]:
+    """Indices of the removals of largest τ (Σ_t |log p̄ − log p̄ without|) for each key of ``drive``,
+    the first on a tie, in increasing order (``results.DESCENT_RULE``)."""
+    picked = set()
+    for k in drive:
+        taus = [float(np.abs(base[k] - out[k]).sum()) for out in outs]
+        picked.add(max(range(len(taus)), key=lambda i: (taus[i], -i)))
+    return sorted(picked)
+
+
+def _unit_influence(tu: TokenUnit, infl: float, per_tok, above, pair=None, parent=None) -> UnitInfluence:
+    """τ_u of a unit on the tokens of D, with its near-duplicate ``pair`` fields and ``parent``."""
+    u = tu.unit
+    return UnitInfluence(
+        u.kind,
+        u.label,
+        u.char_start,
+        u.char_end,
+        u.text,
+        tu.token_start,
+        tu.token_end,
+        tu.removed_start,
+        tu.removed_end,
+        infl,
+        per_tok.tolist(),
+        above,
+        *(pair or (None, None, None, None)),
+        parent=parent,
+    )
 
 
 def _search_record(search: dict | None, key, spans, ctx_text: str) -> SearchRecord | None:

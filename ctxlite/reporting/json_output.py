@@ -90,16 +90,31 @@ def _compact(record: ExampleResult) -> dict:
 
 def _compact_result(r: LambdaResult) -> dict:
     keep = ("start", "n", "char_start", "char_end", "text", "influence", "above_noise")
-    return {
-        "lam": r.lam,
-        "context_size": r.context_size,
-        "context_tokens": r.context_tokens,
-        "document_influence": r.document_influence,
-        "max_ngram_influence": r.max_ngram_influence,
-        "noise_floor": None if r.noise_floor is None else r.noise_floor.to_dict(),
-        "epsilon": r.epsilon,
-        "top_spans": [{k: g.to_dict()[k] for k in keep} for g in r.top],
-    } | ({} if r.units is None else {"units": [_compact_unit(u) for u in r.ranked_units()]})
+    return (
+        {
+            "lam": r.lam,
+            "context_size": r.context_size,
+            "context_tokens": r.context_tokens,
+            "document_influence": r.document_influence,
+            "max_ngram_influence": r.max_ngram_influence,
+            "noise_floor": None if r.noise_floor is None else r.noise_floor.to_dict(),
+            "epsilon": r.epsilon,
+            "top_spans": [{k: g.to_dict()[k] for k in keep} for g in r.top],
+        }
+        | ({} if r.units is None else {"units": [_compact_unit(u) for u in r.ranked_units()]})
+        | _compact_descent(r)
+    )
+
+
+def _compact_descent(r: LambdaResult) -> dict:
+    """A hierarchical search's descent, its sentences largest τ_u first without their per-token τ
+    (its n-grams are the result's top spans)."""
+    if r.descent is None:
+        return {}
+    d = r.descent.to_dict()
+    d["sentences"] = [_compact_unit(u) for u in r.descent.ranked_sentences()]
+    d["ngrams_measured"] = len(r.ngrams)
+    return {"descent": d}
 
 
 def _compact_unit(u) -> dict:

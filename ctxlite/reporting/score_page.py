@@ -3,7 +3,8 @@
 Per example and λ (and ε of ε-bounded CID): the context with every token shaded by τ_i of its
 n-gram (the largest τ_i of the windows covering it when windows overlap; underlined when above
 the noise floor), hover or keyboard focus showing τ_i, the n-gram and the floor verdict; the
-response and its per-token τ_t; the response-position profile τ_t and the n-gram-position
+response and its per-token τ_t; a unit run (``--unit``) also has its units ranked by τ_u and the
+context shaded unit by unit; the response-position profile τ_t and the n-gram-position
 profile τ_i; the λ sweep of document and largest n-gram influence; with an ε sweep, influence
 and utility against ε per λ; regurgitation; and the run's identity. For a data set: per λ (and
 ε) the mean influence, utility against influence, the privacy–utility curves across ε, the
@@ -17,8 +18,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ctxlite.influence.analysis import RealisedEpsilon, Summary
-from ctxlite.influence.results import Block, ExampleResult, LambdaResult, NgramInfluence
+from ctxlite.influence.analysis import LargestUnit, RealisedEpsilon, Summary, largest_units
+from ctxlite.influence.results import Block, ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
 from ctxlite.reporting.page import Redactor, esc, heat_class, legend, page, table, verdict_html
 from ctxlite.reporting.svg import line_plot
 from ctxlite.runs.score import ScoreRun
@@ -49,7 +50,7 @@ def _segments(ngrams: list[NgramInfluence]) -> list[tuple[int, int, NgramInfluen
     return out
 
 
-def _floor_word(g: NgramInfluence) -> str:
+def _floor_word(g: NgramInfluence | UnitInfluence) -> str:
     return {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}[g.above_noise]
 
 
@@ -73,9 +74,10 @@ def _unmeasured(blocks: list[Block], ngrams: list[NgramInfluence]) -> list[tuple
 
 
 def page_scale(results: list[LambdaResult]) -> float:
-    """The one colour scale of a page: its darkest step is the largest τ_i or τ_t (both nats) of every
+    """The one colour scale of a page: its darkest step is the largest τ_i, τ_u or τ_t (all nats) of every
     example and λ on it, so equal shades mean equal influence anywhere on the page."""
     taus = [g.influence for r in results for g in r.ngrams]
+    taus += [u.influence for r in results for u in r.units or ()]
     taus += [t for r in results for t in r.token_influence]
     return max(taus, default=0.0)
 
@@ -101,6 +103,29 @@ def _heatmap(ngrams: list[NgramInfluence], redact: Redactor, top: float, blocks:
     spans.sort(key=lambda span: span[0])
     body = "".join(html for _, html in spans)
     return legend(top, "τ_i (nats)") + f'<div class="text" data-role="heatmap">{body}</div>'
+
+
+def _unit_heatmap(units: list[UnitInfluence], redact: Redactor, top: float) -> str:
+    """The context as its units, in reading order, each shaded by its τ_u on the page's scale ``top``
+    (underlined when above the noise floor), hover or keyboard focus showing τ_u, where it lies and
+    the floor verdict (and τ_pair with its near-duplicate); characters no unit holds (separators,
+    text outside given spans) are not in the log and show as "…"."""
+    out, at = [], None
+    for u in sorted(units, key=lambda u: u.char_start):
+        if at is not None and u.char_start > at:
+            tip = f"characters {at}–{u.char_start}: in no unit (not in the log)"
+            out.append(f'<span class="gap" title="{tip}">…</span>')
+        at = u.char_end if at is None else max(at, u.char_end)
+        where = f"tokens {u.token_start}–{u.token_end}, chars {u.char_start}–{u.char_end}"
+        pair = "" if u.partner is None else f" · τ_pair = {u.pair_influence:.4f} nats with {u.partner}"
+        tip = esc(f"{u.label}: τ_u = {u.influence:.4f} nats · {where} · {_floor_word(u)}{pair}")
+        cls = f"tok {heat_class(u.influence, top)}" + (" above" if u.above_noise else "")
+        body = redact(u.text, u.label)
+        out.append(
+            f'<span class="{cls}" tabindex="0" data-unit="{esc(u.label)}" data-chars="{u.char_start} {u.char_end}" '
+            f'data-tip="{tip}" title="{tip}">{body}</span>'
+        )
+    return legend(top, "τ_u (nats)") + f'<div class="text" data-role="unit-heatmap">{" ".join(out)}</div>'
 
 
 def _response_tokens(result: LambdaResult, redact: Redactor, top: float) -> str:
@@ -325,6 +350,7 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
             )
         if r.units is not None:
             out.append(_units(r, redact))
+            out.append("<h4>Context, shaded by τ_u</h4>" + _unit_heatmap(r.units, redact, top))
         if r.ngrams:
             blocks = (search.blocks if search is not None else None) or []
             out.append("<h4>Context, shaded by τ_i</h4>" + _heatmap(r.ngrams, redact, top, blocks))
@@ -339,6 +365,10 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
     return "".join(out)
 
 
+PAIR_FLOOR = {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}
+"""How a τ_pair stands against its result's noise floor (``UnitInfluence.pair_above_noise``)."""
+
+
 def _units(result: LambdaResult, redact: Redactor) -> str:
     """The units of one result, largest τ_u first: label, kind, text (redacted as the rest of the
     page), rank, τ_u, whether it stands above the noise floor, the characters (``*``: snapped to
@@ -351,22 +381,62 @@ def _units(result: LambdaResult, redact: Redactor) -> str:
     head = ["unit", "kind", "text", "rank", "τ_u (nats)", "above floor", "characters"]
     pairs = [
         f"<li>{esc(u.label)} with its near-duplicate {esc(u.partner)} (similarity {u.similarity:.2f}): "
-        f"τ_pair {u.pair_influence:.2f} nats</li>"
+        f"τ_pair {u.pair_influence:.2f} nats, {PAIR_FLOOR[u.pair_above_noise]}</li>"
         for u in result.ranked_units()
         if u.partner is not None
     ]
     note = "" if not pairs else '<ul data-role="pairs">' + "".join(pairs) + "</ul>"
-    return '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3) + note
+    return (
+        '<h4 data-role="units">Units, largest τ_u first</h4>' + table(head, rows, 3) + note + _descent(result, redact)
+    )
 
 
-def _summary(summary: Summary | None) -> str:
+def _descent(result: LambdaResult, redact: Redactor) -> str:
+    """A hierarchical search's levels below the units: what it descended into, by which rule, and the
+    sentences it measured, largest τ_u first (its n-grams are shaded in the context below)."""
+    d = result.descent
+    if d is None:
+        return ""
+    rows = []
+    for rank, u in enumerate(d.ranked_sentences(), 1):
+        chars = f"{u.char_start}–{u.char_end}" + ("*" if u.snapped else "")
+        rows.append(
+            [
+                esc(u.label),
+                esc(u.parent or "-"),
+                redact(u.text, u.label),
+                rank,
+                u.influence,
+                PAIR_FLOOR[u.above_noise],
+                chars,
+            ]
+        )
+    head = ["sentence", "in", "text", "rank", "τ_u (nats)", "noise floor", "characters"]
+    into = " → ".join(esc(label) for label in d.into)
+    said = (
+        f'<p data-role="descent">Hierarchical search: descended into {into} ({esc(d.rule)}); '
+        f"{len(result.ngrams)} of {d.windows} n-gram windows measured, each exactly; exhaustive n-gram search "
+        f"would decode {_count(d.exhaustive_tokens)} tokens.</p>"
+    )
+    return said + (table(head, rows, 3) if rows else "")
+
+
+def _summary(summary: Summary | None, largest: dict[str, LargestUnit] | None = None) -> str:
+    """The data set's table (and plots); a unit run (``largest``, :func:`largest_units`) shows its
+    largest τ_u with its example and unit where an n-gram run shows the n-gram max of mean."""
     if not summary:
         return ""
     rows = []
     for s in summary:
         d = s.document_influence
-        rows.append([esc(s.key), s.examples, d.mean, d.ci[0], d.ci[1], s.ngram_influence.max_of_mean])
-    head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", "n-gram max of mean"]
+        top = (largest or {}).get(s.key)
+        most = [s.ngram_influence.max_of_mean] if not largest else [
+            None if top is None else top.influence,
+            "-" if top is None else f"{esc(top.key)}: {esc(top.unit.label)}",
+        ]  # fmt: skip
+        rows.append([esc(s.key), s.examples, d.mean, d.ci[0], d.ci[1], *most])
+    most_head = ["largest τ_u", "example: unit"] if largest else ["n-gram max of mean"]
+    head = ["λ", "examples", "mean document influence", "95% CI low", "95% CI high", *most_head]
     out = "<h2>Data set</h2>" + table(head, rows, 1) + _tradeoff(summary) + _context_sizes(summary)
     # the λ sweep over whole contexts, a curve per ε (the context-size entries have their own plot)
     groups = _by_epsilon([s for s in summary if s.context_size is None])
@@ -519,8 +589,8 @@ def score_html(run: ScoreRun, no_text: bool = False) -> str:
     parts = [f"<h1>ctxlite score report: {esc(name)}</h1>", verdict_html(run.verdict)]
     parts.append(
         '<div data-role="scale"><p class="note">One colour scale for the whole page: the darkest step is the '
-        f"largest influence on it, {top:.4g} nats; τ_i and τ_t are shaded alike.</p>"
-        + legend(top, "τ_i, τ_t (nats)")
+        f"largest influence on it, {top:.4g} nats; τ_i, τ_u and τ_t are shaded alike.</p>"
+        + legend(top, "τ_i, τ_u, τ_t (nats)")
         + "</div>"
     )
     parts.append(_contents(keys))
@@ -530,7 +600,7 @@ def score_html(run: ScoreRun, no_text: bool = False) -> str:
         )
     if no_text:
         parts.append('<p class="note">--no-text: private text is replaced by its position, length and hash.</p>')
-    parts.append(_summary(run.summary if run.complete else None))
+    parts.append(_summary(run.summary if run.complete else None, largest_units(keys, results)))
     for i, (key, result) in enumerate(zip(keys, results)):
         parts.append(_example(key, result, redact, top, example_anchor(i)))
     parts.append(identity_table(run.identity, redact))

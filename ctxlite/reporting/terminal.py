@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ctxlite.audit.report import AuditReport
 from ctxlite.gates import Verdict
-from ctxlite.influence.analysis import Summary
+from ctxlite.influence.analysis import LargestUnit, Summary
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.runs.audit import AuditRun
 from ctxlite.runs.score import ScoreRun
@@ -25,6 +25,8 @@ from ctxlite.visible import visible
 
 BOLD_REVERSE, REVERSE, RESET = "\x1b[1;7m", "\x1b[7m", "\x1b[0m"
 GAP = "…"
+FLAG = {True: "yes", False: "no", None: "-"}
+"""Whether a τ stands above its noise floor, in a table cell ("-": no floor measured)."""
 
 
 def printable(text: str) -> str:
@@ -113,11 +115,12 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
                 if u.partner is not None:
                     notes.append(
                         f"  {printable(key)} {r.name}: {printable(u.label)} with its near-duplicate "
-                        f"{printable(u.partner)} (similarity {u.similarity:.2f}): τ_pair {u.pair_influence:.2f}"
+                        f"{printable(u.partner)} (similarity {u.similarity:.2f}): τ_pair {u.pair_influence:.2f}, "
+                        f"above floor: {FLAG[u.pair_above_noise]}"
                     )
                 text = printable(u.text)
                 text = text if len(text) <= width else text[: width - 1] + "…"
-                above = "-" if u.above_noise is None else ("yes" if u.above_noise else "no")
+                above = FLAG[u.above_noise]
                 where = f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
                 rows.append((printable(key), r.name, str(rank), printable(u.label), f"{u.influence:.2f}", above, where))
     if len(rows) == 1:
@@ -129,7 +132,30 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
         lines.append("  ".join([*cells, row[-1]]))
     if notes:
         lines += ["near-duplicate units, removed together (τ_pair; leave-one-out misses what both hold):", *notes]
-    return lines + [""]
+    return lines + descent_lines(keys, records, width) + [""]
+
+
+def descent_lines(keys: Sequence[str], records: Sequence[ExampleResult], width: int = 36) -> list[str]:
+    """Per example and λ of a hierarchical search, what it descended into and the sentences it
+    measured there, largest τ_u first (each exact); its n-grams follow in the n-gram table."""
+    lines, rule = [], ""
+    for key, rec in zip(keys, records):
+        for r in rec.results:
+            d = r.descent
+            if d is None:
+                continue
+            measured = f"{len(r.ngrams)} of {d.windows} n-gram windows"
+            into = " → ".join(printable(label) for label in d.into)
+            lines.append(f"  {printable(key)} {r.name}: descended into {into}; {measured} measured")
+            rule = d.rule
+            for u in d.ranked_sentences():
+                text = printable(u.text)
+                text = text if len(text) <= width else text[: width - 1] + "…"
+                lines.append(
+                    f"    {printable(u.label)}  τ_u {u.influence:.2f}  above: {FLAG[u.above_noise]}  "
+                    f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
+                )
+    return [f"hierarchical search ({rule}), exact τ at every level measured:", *lines] if lines else []
 
 
 def score_table(keys: Sequence[str], records: Sequence[ExampleResult], ansi: bool, width: int = 36) -> str:
@@ -174,16 +200,23 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def summary_lines(summary: Summary) -> list[str]:
+def summary_lines(summary: Summary, largest: dict[str, LargestUnit] | None = None) -> list[str]:
     """One line per λ (and context size and ε): the data set's mean document influence with its
-    bootstrap CI, and the mean utility where the data has answers."""
+    bootstrap CI, the n-gram max-of-mean (a unit run, ``largest`` from
+    :func:`~ctxlite.influence.analysis.largest_units`: its largest τ_u, its example and unit instead,
+    since it measured no n-gram), and the mean utility where the data has answers."""
     lines = []
     for s in summary:
         d, u = s.document_influence, s.utility
         utility = "" if u is None else f", ROUGE-L F {u.mean:.3f} (95% CI {u.ci[0]:.3f}–{u.ci[1]:.3f})"
+        top = (largest or {}).get(s.key)
+        if top is not None:
+            where = f"{printable(top.key)}, {printable(top.unit.label)}"
+            most = f"largest {top.unit.kind} τ_u {top.influence:.2f} ({where})"
+        else:
+            most = f"n-gram max-of-mean {_num(s.ngram_influence.max_of_mean)}"
         lines.append(
-            f"{s.name}: document influence {d.mean:.2f} (95% CI {d.ci[0]:.2f}–{d.ci[1]:.2f}), "
-            f"n-gram max-of-mean {_num(s.ngram_influence.max_of_mean)}, "
+            f"{s.name}: document influence {d.mean:.2f} (95% CI {d.ci[0]:.2f}–{d.ci[1]:.2f}), {most}, "
             f"Repeat {s.regurgitation.repeat}, Rouge {s.regurgitation.rouge} of {s.examples}{utility}"
         )
     return lines

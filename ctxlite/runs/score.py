@@ -43,6 +43,13 @@ ADAPTIVE_PLAN = (
 )
 """What a plan of adaptive search counts."""
 
+DESCENT_PLAN = (
+    "a hierarchical search descends into the unit of largest τ_u, which a plan does not compute: its "
+    "ablations were counted for the passage and sentence a dry run happened to pick, whose sentences "
+    "and n-grams may be more or fewer than the real run's"
+)
+"""What a plan of a hierarchical search (``--unit passage|sentence --search adaptive``) counts."""
+
 __all__ = ["ADAPTIVE_FROM_TOKENS", "ScoreRun", "plan_score", "run_score", "score_identity"]
 
 
@@ -130,7 +137,7 @@ class _Job:
         """Open ``out`` (locked for the run) and find what it holds for these inputs: a logged result is
         reused only for the identical input; a log whose finished results match none of the inputs is
         another input's and is refused; an example whose input changed is scored again."""
-        version = format_of_run(self.settings.unit)
+        version = format_of_run(self.settings.unit, self.settings.descends)
         self.log = stack.enter_context(RecordLog(self.out, self.identity, kind=KIND, schema_version=version))
         log = self.log
         finished = [ex.id for ex in self.examples if log.done(ex.id)]
@@ -338,4 +345,5 @@ def plan_score(
 
         searched = any(job.settings.search_for(len(scorer.encode(ex).context)) == "adaptive" for ex in todo)
         estimate = ADAPTIVE_PLAN if searched and job.settings.ngram is not None else None
+        estimate = DESCENT_PLAN if job.settings.descends else estimate
         return plan_run([engine], run, any(ex.response is None for ex in todo), estimate)

@@ -34,3 +34,10 @@ def test_a_fact_stated_twice_shows_in_the_pair_not_in_either_copy(tmp_path):
     for u in copies:  # each copy's leave-one-out τ_u hides the fact; the pair shows it
         assert tau_pair > 5 * u.influence, [(v.label, v.influence, v.pair_influence) for v in lam.units]
     assert tau_pair > 0.5 * lam.document_influence  # the pair carries most of what the context does
+    # the gate reads τ_pair like τ_u: each copy within a budget of 5 nats, the pair beyond it
+    assert all(u.influence + lam.noise_floor.max < 5 for u in copies)
+    gated = CliRunner().invoke(main, ["report", str(out), "--fail-above-influence", "5"])
+    verdict = next(line for line in gated.output.splitlines() if line.startswith("verdict:"))
+    assert gated.exit_code == 8 and "τ_pair" in verdict and "near-duplicate" in verdict, gated.output
+    assert "'passage 2'" in verdict and "'passage 4'" in verdict
+    assert copies[0].pair_above_noise is True

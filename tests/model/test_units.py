@@ -1,6 +1,7 @@
-"""``ctxlite score --unit passage`` on the real default model: on each of the three retrieved-passage
-examples of ctxlite/data/examples/rag_passages.jsonl (issue 27's case), the passage that carries the
-answer ranks first, above the noise floor."""
+"""Units on the real default model: ``ctxlite score --unit passage`` on each of the three
+retrieved-passage examples of ctxlite/data/examples/rag_passages.jsonl (issue 27's case), where the
+passage that carries the answer ranks first, above the noise floor; and one short example per other
+kind (sentence, field, span), where the unit the response copies ranks first."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from ctxlite.influence.results import ExampleResult
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 from tests.docs_pages import REPO
 
 pytestmark = pytest.mark.model
@@ -31,3 +33,74 @@ def test_the_answer_passage_ranks_first(tmp_path):
         first, *rest = lam.units
         assert first.label == ANSWER[key] and first.above_noise, (key, [(u.label, u.influence) for u in lam.units])
         assert len(rest) == 2 and all(u.kind == "passage" for u in lam.units)
+
+
+# ----- sentences, fields and spans: one short example each, on the session's model ---------------
+
+
+def _ranked(engine, unit: str, example: Example) -> list:
+    """The example's units on the default model, largest τ_u first (λ = 1; no noise-floor probes, which
+    would cost more than the units: the passage test above checks the floor, these the ranking, by a
+    margin of 2x, where the floors measured on these examples were under 0.4 nats)."""
+    scorer = InfluenceScorer(engine, "qa", InfluenceSettings(unit=unit, null_ablations=0))
+    (lam,) = scorer.score(example).results
+    return lam.units
+
+
+def _shows(units) -> list:
+    return [(u.label, round(u.influence, 2), u.above_noise) for u in units]
+
+
+def test_the_sentence_the_answer_copies_ranks_first(engine):
+    context = "Marta lives on Harbor Street. Her cat is grey. Marta takes losartan daily. The clinic opens Saturdays."
+    example = Example(context=context, query="What does Marta take?", response="Losartan.", id="sentences")
+    units = _ranked(engine, "sentence", example)
+    assert [u.kind for u in units] == ["sentence"] * 4
+    first, second, *_ = units
+    assert first.text == "Marta takes losartan daily.", _shows(units)
+    assert first.influence > 2 * second.influence, _shows(units)
+
+
+def test_the_field_the_answer_copies_ranks_first(engine):
+    record = "Name: Marta Oyelaran\nBorn: 1966\nMedication: losartan"
+    example = Example(context=record, query="Which medication does the patient take?", response="Losartan.")
+    units = _ranked(engine, "field", example)
+    assert sorted(u.label for u in units) == ["Born", "Medication", "Name"]
+    first, second, *_ = units
+    assert first.label == "Medication", _shows(units)
+    assert first.influence > 2 * second.influence, _shows(units)
+
+
+def test_the_name_span_the_answer_copies_ranks_first(engine):
+    """Spans a PII detector would give (a person, a date, a doctor): the name the response repeats
+    moves it most."""
+    context = "Patient Marta Oyelaran, seen Tuesday by Dr. Brandt."
+    spans = [
+        [context.index(text), context.index(text) + len(text), label]
+        for text, label in [("Marta Oyelaran", "PERSON"), ("Tuesday", "DATE"), ("Dr. Brandt", "DOCTOR")]
+    ]
+    example = Example(context=context, query="What is the patient's name?", response="Marta Oyelaran.", spans=spans)
+    units = _ranked(engine, "span", example)
+    first, second, *_ = units
+    assert (first.label, first.text) == ("PERSON", "Marta Oyelaran"), _shows(units)
+    assert first.influence > 2 * second.influence, _shows(units)
+
+
+def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path):
+    """--search adaptive on the first bundled example (no noise floor: the docs example runs all three
+    with it): it descends into the answer passage, and every n-gram it measured shares a token with
+    that passage's sentence it chose."""
+    out = tmp_path / "h.jsonl"
+    args = ["score", "--data", str(DATA), "--unit", "passage", "--search", "adaptive", "--out", str(out)]
+    args += ["--limit", "1", "--null-ablations", "0"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()[1:]]
+    results = {d["key"]: ExampleResult.from_dict(d["result"]) for d in records if d.get("type") == "example"}
+    for key, rec in results.items():
+        (lam,) = rec.results
+        d = lam.descent
+        assert d.into[0] == ANSWER[key] and d.into[1].startswith(ANSWER[key] + " › "), (key, d.into)
+        chosen = next(u for u in d.sentences if u.label == d.into[1])
+        assert lam.ngrams and all(g.start < chosen.token_end and chosen.token_start < g.start + g.n for g in lam.ngrams)
+        assert len(lam.ngrams) < d.windows

@@ -5,12 +5,14 @@ exit code 4 (bad data) or 2 (usage) in one line -- without a model."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from ctxlite.influence.results import ExampleResult
+from ctxlite.influence.results import DESCENT_RULE, ExampleResult
+from ctxlite.reporting.page import heat_class
 from tests.fake_models import use_fake_models
 
 PASSAGES = ["Dana Whitcombe takes lisinopril daily.", "The clinic opens at nine.", "Parking is free on Sundays."]
@@ -146,3 +148,117 @@ def test_the_duplicate_threshold_needs_units(tmp_path):
     data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": "x"})
     r = run("score", "--data", data, "--duplicate-threshold", "0.7")
     assert r.exit_code == 2 and "--duplicate-threshold: no effect without --unit" in r.output
+
+
+def test_the_gate_fails_on_a_near_duplicate_pair_and_report_recomputes_it(tmp_path):
+    """A budget above each copy's τ_u and below τ_pair: exit 8 from the run and from ``ctxlite report``
+    on its log, the verdict naming τ_pair (before, the pair was shown and not gated: exit 10)."""
+    passages = [PASSAGES[0], PASSAGES[1], PASSAGES[0]]
+    data = write(tmp_path / "dup.jsonl", {"id": "d1", "passages": passages, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "d.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--out", out).exit_code == 0
+    (r,) = ExampleResult.from_dict(json.loads(out.read_text().splitlines()[1])["result"]).results
+    top_unit, tau_pair = max(u.influence for u in r.units), r.units[0].pair_influence
+    assert tau_pair > top_unit + 1
+    budget = f"{(top_unit + tau_pair) / 2:.3f}"
+    gated = run("score", "--data", data, "--unit", "passage", "--fail-above-influence", budget, "--json")
+    assert gated.exit_code == 8, gated.output
+    (case,) = json.loads(gated.stdout)["verdict"]["failed"]
+    assert "τ_pair" in case["message"] and "near-duplicate" in case["message"]
+    reported = run("report", out, "--fail-above-influence", budget)
+    assert reported.exit_code == 8 and "τ_pair" in reported.stdout, reported.output
+    assert run("report", out, "--fail-above-influence", f"{top_unit + 0.001:.3f}").exit_code == 8
+    # τ_pair is flagged against the floor like τ_u: terminal, JSON and page
+    assert r.units[0].pair_above_noise is (tau_pair > r.noise_floor.max) is True
+    shown = run("report", out, "--json", "--html", tmp_path / "d.html")
+    (res,) = json.loads(shown.stdout)["examples"][0]["results"]
+    assert [u.get("pair_above_noise") for u in res["units"]] == [True, True, None]
+    assert f"τ_pair {tau_pair:.2f}, above floor: yes" in run("report", out).stdout
+    assert f"τ_pair {tau_pair:.2f} nats, above the noise floor" in (tmp_path / "d.html").read_text(encoding="utf-8")
+
+
+def test_a_unit_runs_summary_gives_its_largest_unit_and_its_page_shades_the_context_by_unit(tmp_path):
+    """A unit run measures no n-gram: its summary line and the page's data-set table give the largest
+    τ_u (example and unit), never an n-gram figure; the page shades each unit of the context by its
+    τ_u on the page's scale, in reading order, its τ_u in the tooltip (and no text with --no-text)."""
+    lines = [{"id": f"r{i}", "passages": PASSAGES, "query": "What?", "response": PASSAGES[i]} for i in (0, 1)]
+    data, out = write(tmp_path / "rag.jsonl", *lines), tmp_path / "s.jsonl"
+    r = run("score", "--data", data, "--unit", "passage", "--out", out)
+    assert r.exit_code == 0, r.output
+    records = [json.loads(x) for x in out.read_text().splitlines()[1:] if '"example"' in x]
+    results = {d["key"]: ExampleResult.from_dict(d["result"]).results[0] for d in records}
+    key, best = max(((k, u) for k, res in results.items() for u in res.units), key=lambda ku: ku[1].influence)
+    assert f"largest passage τ_u {best.influence:.2f} ({key}, {best.label})" in r.stderr, r.stderr
+    assert "max-of-mean" not in r.stderr
+    assert run("report", out, "--html", tmp_path / "s.html").exit_code == 0
+    html = (tmp_path / "s.html").read_text(encoding="utf-8")
+    assert "n-gram max of mean" not in html and "largest τ_u" in html and f"{key}: {best.label}" in html
+    top = max(max(u.influence for u in res.units) for res in results.values())
+    top = max(top, *(t for res in results.values() for t in res.token_influence))  # the page's one scale
+    for k, res in results.items():
+        section = html[html.index(f'data-example="{k}"') :]
+        heat = section[section.index('data-role="unit-heatmap"') :]
+        heat = heat[: heat.index("</div>")]
+        unit_span = r'<span class="tok (h\d+)[^"]*" tabindex="0" data-unit="([^"]+)"[^>]*title="([^"]*)">'
+        shaded = re.findall(unit_span, heat)
+        in_order = sorted(res.units, key=lambda u: u.char_start)
+        assert [label for _, label, _ in shaded] == [u.label for u in in_order]
+        assert [cls for cls, _, _ in shaded] == [heat_class(u.influence, top) for u in in_order]
+        assert all(f"τ_u = {u.influence:.4f} nats" in tip for (_, _, tip), u in zip(shaded, in_order))
+        assert PASSAGES[0] in heat and heat.count("…") == 2  # the two separators, in no unit
+    assert run("report", out, "--html", tmp_path / "n.html", "--no-text").exit_code == 0
+    redacted = (tmp_path / "n.html").read_text(encoding="utf-8")
+    assert 'data-role="unit-heatmap"' in redacted and "Dana Whitcombe" not in redacted
+
+
+def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_page(tmp_path):
+    """--search adaptive with --unit passage: all passages, then the sentences of the top one, then its
+    n-grams, exact τ at every level, in the terminal (passages first), the JSON, the format-3 log and
+    the page; ``ctxlite report`` re-renders it; field units refuse it, and --ngram is its n-gram size."""
+    passages = ["Dana Whitcombe takes lisinopril daily. She lives in Ohio.", PASSAGES[1], PASSAGES[2]]
+    line = {"id": "h1", "passages": passages, "query": "What?", "response": "Dana Whitcombe takes lisinopril"}
+    data, out = write(tmp_path / "h.jsonl", line), tmp_path / "h.log.jsonl"
+    args = ("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--ngram", "4")
+    r = run(*args, "--out", out)
+    assert r.exit_code == 0, r.output
+    header, record = (json.loads(x) for x in out.read_text().splitlines()[:2])
+    assert header["schema_version"] == 3
+    (lam,) = ExampleResult.from_dict(record["result"]).results
+    assert lam.units[0].label == "passage 1"
+    d = lam.descent
+    assert d.into == ["passage 1", "passage 1 › sentence 1"] and d.rule == DESCENT_RULE
+    assert [u.label for u in d.ranked_sentences()] == ["passage 1 › sentence 1", "passage 1 › sentence 2"]
+    assert all(u.parent == "passage 1" for u in d.sentences)
+    first = d.ranked_sentences()[0]
+    assert lam.ngrams and all(g.start < first.token_end and g.start + 4 > first.token_start for g in lam.ngrams)
+    assert lam.search.ablations == len(lam.units) + len(d.sentences) + len(lam.ngrams)
+    table = run("report", out).stdout
+    assert table.index("passage 1") < table.index("hierarchical search") < table.index("doc τ")
+    assert "descended into passage 1 → passage 1 › sentence 1" in table
+    assert f"τ_u {first.influence:.2f}" in table and f"{len(lam.ngrams)} of {d.windows} n-gram windows" in table
+    shown = json.loads(run("report", out, "--json").stdout)["examples"][0]["results"][0]
+    assert [u["label"] for u in shown["units"]] == [u.label for u in lam.units]  # passages first
+    assert shown["descent"]["into"] == d.into and shown["descent"]["ngrams_measured"] == len(lam.ngrams)
+    assert shown["descent"]["sentences"][0]["influence"] == first.influence
+    assert run("report", out, "--html", tmp_path / "h.html").exit_code == 0
+    html = (tmp_path / "h.html").read_text(encoding="utf-8")
+    assert html.index('data-role="units"') < html.index('data-role="descent"') < html.index('data-role="heatmap"')
+    assert "passage 1 › sentence 1" in html
+    refused = run("score", "--data", data, "--unit", "field", "--search", "adaptive")
+    assert refused.exit_code == 2 and "no finer units to descend into" in refused.output
+    refused = run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--refine-ratio", "2")
+    assert refused.exit_code == 2 and "--refine-ratio: no effect with --unit passage" in refused.output
+
+
+def test_a_hierarchical_runs_log_is_format_3_which_an_older_reader_refuses(tmp_path, monkeypatch):
+    from ctxlite import logformat
+
+    data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "h.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--out", out).exit_code == 0
+    assert json.loads(out.read_text().splitlines()[0])["schema_version"] == 3
+    flat = run("score", "--data", data, "--unit", "passage", "--out", out)  # no descent: format 2, another run
+    assert flat.exit_code != 0 and out.read_text().count('"type": "example"') == 1
+    monkeypatch.setattr(logformat, "FORMATS", (1, 2))  # the previous ctxlite's reader
+    refused = run("report", out)
+    assert refused.exit_code == 4 and "log format 3" in refused.output and "newer ctxlite" in refused.output

@@ -8,12 +8,14 @@ import re
 
 import numpy as np
 import pytest
+import sentencex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.influence.results import LambdaResult
-from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.gates import Outcome, influence_cases
+from ctxlite.influence.results import ExampleResult, LambdaResult
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import split_units, to_tokens
 from ctxlite.runtime.fake import FakeBackend
 
@@ -239,8 +241,8 @@ def test_a_generated_response_is_scored_over_units():
 def test_unit_settings_are_checked():
     with pytest.raises(InvalidParameter, match="unit must be one of"):
         InfluenceSettings(unit="paragraph")
-    with pytest.raises(InvalidParameter, match="no adaptive search"):
-        InfluenceSettings(unit="passage", search="adaptive")
+    with pytest.raises(InvalidParameter, match="no finer units to descend into"):
+        InfluenceSettings(unit="field", search="adaptive")
     with pytest.raises(InvalidParameter, match="no context sizes"):
         InfluenceSettings(unit="sentence", context_sizes=(8,))
 
@@ -328,3 +330,207 @@ def test_the_duplicate_threshold_is_checked():
     for bad in (0, -0.1, 1.5, "x"):
         with pytest.raises(InvalidParameter, match="duplicate_threshold"):
             InfluenceSettings(unit="passage", duplicate_threshold=bad)
+
+
+# ----- the gate reads τ_pair like τ_u -----------------------------------------------------------
+
+COPIED = "Dana Whitcombe takes lisinopril daily for her blood pressure."
+
+
+def copied_twice() -> tuple[LambdaResult, ExampleResult]:
+    """A passage and its verbatim copy that the response repeats: each copy's τ_u is small beside
+    τ_pair, the two removed together (measured noise floor: the fake's tiling noise)."""
+    passages = [COPIED, "The clinic opens at nine.", COPIED]
+    example = Example(context="\n\n".join(passages), query="What?", response=COPIED[:37], passages=passages, id="dup")
+    _, rec = score(FakeBackend(seed=0, tiling_noise=0.05), example, lambdas=(1.0,), unit="passage", null_ablations=2)
+    return rec.results[0], rec
+
+
+def test_the_gate_fails_on_a_pair_that_moves_the_response_beyond_the_budget():
+    """Each copy's τ_u + floor within the budget, τ_pair − floor beyond it: fail, naming the pair."""
+    r, rec = copied_twice()
+    floor = r.noise_floor.max
+    units_high = max(u.influence for u in r.units) + floor
+    tau_pair = r.units[0].pair_influence
+    assert tau_pair - floor > units_high + 1  # the planted duplicate hides from leave-one-out
+    budget = (units_high + tau_pair - floor) / 2
+    (case,) = influence_cases([("dup", rec)], budget)
+    assert case.outcome is Outcome.FAIL, case.message
+    assert "τ_pair" in case.message and "near-duplicate" in case.message
+    assert "passage 1" in case.message and "passage 3" in case.message
+
+
+def test_a_pair_within_its_floor_of_the_budget_is_inconclusive_and_beyond_it_passes():
+    r, rec = copied_twice()
+    floor, tau_pair = r.noise_floor.max, r.units[0].pair_influence
+    (case,) = influence_cases([("dup", rec)], tau_pair)  # τ_pair − floor ≤ budget < τ_pair + floor
+    assert case.outcome is Outcome.INCONCLUSIVE and "τ_pair" in case.message, case.message
+    (case,) = influence_cases([("dup", rec)], tau_pair + floor + 0.01)
+    assert case.outcome is Outcome.PASS, case.message
+
+
+def test_a_pair_is_flagged_against_the_noise_floor_like_a_unit():
+    r, _ = copied_twice()
+    floor = r.noise_floor.max
+    for u in r.units:
+        assert u.pair_above_noise == (None if u.partner is None else u.pair_influence > floor)
+    assert r.units[0].pair_above_noise is True
+    assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+    _, rec = score(FakeBackend(seed=0), Example(**_copied_example()), unit="passage", null_ablations=0)
+    assert all(u.pair_above_noise is None for r in rec.results for u in r.units)  # no floor measured
+    # copies the response does not repeat: each copy within the floor, the pair above it
+    passages = [COPIED, "Parking is free on Sundays and the clinic opens at nine.", COPIED]
+    example = Example(context="\n\n".join(passages), query="What?", response="Parking", passages=passages)
+    _, rec = score(FakeBackend(seed=0, tiling_noise=0.05), example, lambdas=(1.0,), unit="passage", null_ablations=2)
+    (r,) = rec.results
+    copies = [u for u in r.units if u.partner is not None]
+    assert [(u.above_noise, u.pair_above_noise) for u in copies] == [(False, True)] * 2
+
+
+def _copied_example() -> dict:
+    passages = [COPIED, "The clinic opens at nine.", COPIED]
+    return {"context": "\n\n".join(passages), "query": "What?", "response": COPIED[:37], "passages": passages}
+
+
+# ----- hierarchical search: passages → sentences → n-grams ----------------------------------------
+
+SENTENCES = st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join), min_size=1, max_size=3)
+passage_texts = SENTENCES.map(lambda ss: " ".join(s + "." for s in ss))
+
+
+def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) -> dict:
+    """The hierarchy, obviously: every τ from a from-scratch decode of the prompt without that unit's
+    tokens (``reference_removal``); at each level the unit of largest τ for any λ (first on a tie) is
+    descended into; its sentences are sentencex's sentences of its text, mapped onto tokens by
+    brute force; the n-grams are the exhaustive grid's windows that share a token with the chosen
+    sentence(s). Returns, per λ, the τ of every passage, sentence and n-gram measured by label/start."""
+    st_ = scorer.settings
+    enc = scorer.encode(example)
+    chars = backend.char_spans(enc.context)
+
+    def tokens_of(a, b):  # the tokens holding any of the characters [a, b)
+        hold = [i for i, (s, e) in enumerate(chars) if (s < b and e > a) or (s == e and a <= s < b)]
+        return hold[0], hold[-1] + 1
+
+    def taus(ranges):
+        return {lam: [reference_removal(backend, scorer, example, lam, r) for r in ranges] for lam in lams}
+
+    def largest(t):
+        return sorted({max(range(len(t[lam])), key=lambda i: (t[lam][i], -i)) for lam in lams})
+
+    units = scorer.units(example, enc)
+    unit_tau = taus([(u.token_start, u.token_end) for u in units])
+    chosen = [units[i].unit for i in largest(unit_tau)]
+    out = {lam: {u.unit.label: unit_tau[lam][i] for i, u in enumerate(units)} for lam in lams}
+    if st_.unit == "passage":
+        inner = []
+        for p in chosen:
+            for k, s in enumerate(sentencex.get_sentence_boundaries("en", p.text)):
+                body = s["text"].strip()
+                if body:
+                    a = p.char_start + s["start_index"] + (len(s["text"]) - len(s["text"].lstrip()))
+                    inner.append(
+                        (
+                            f"{p.label} › sentence {len([x for x in inner if x[1] == p.label]) + 1}",
+                            p.label,
+                            a,
+                            a + len(body),
+                        )
+                    )
+        sentence_tau = taus([tokens_of(a, b) for _, _, a, b in inner])
+        for lam in lams:
+            out[lam].update({label: sentence_tau[lam][i] for i, (label, *_) in enumerate(inner)})
+        chosen_ranges = [tokens_of(*inner[i][2:]) for i in largest(sentence_tau)]
+    else:
+        chosen_ranges = [tokens_of(u.char_start, u.char_end) for u in chosen]
+    n, L = st_.ngram, len(enc.context)
+    grid = sorted(set(range(0, L - n + 1, st_.window_stride)) | {L - n})
+    windows = [c for c in grid if any(c < b and c + n > a for a, b in chosen_ranges)]
+    gram_tau = taus([(c, c + n) for c in windows])
+    for lam in lams:
+        out[lam].update({c: gram_tau[lam][i] for i, c in enumerate(windows)})
+    return out
+
+
+def reference_removal(backend, scorer: InfluenceScorer, example: Example, lam: float, token_range) -> float:
+    """τ of removing context tokens [a, b), decoded from scratch (as ``reference_tau``)."""
+    enc = scorer.encode(example)
+    y = scorer.encode_response(enc, example.response)
+    T = scorer.settings.sampling.temperature
+    without = backend.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64)
+
+    def logp(tokens):
+        rows = backend.logits_rows(tokens + y, len(tokens)).astype(np.float64)
+        z = (lam * rows + (1 - lam) * without) / T
+        z -= z.max(axis=1, keepdims=True)
+        mixed = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return mixed[np.arange(len(y)), np.asarray(y)]
+
+    p, full = len(enc.prefix), enc.with_context
+    a, b = token_range
+    return float(np.abs(logp(full) - logp(full[: p + a] + full[p + b :])).sum())
+
+
+def measured(result: LambdaResult) -> dict:
+    """Every τ a hierarchical result reports, by unit label or n-gram start."""
+    out = {u.label: u.influence for u in result.units}
+    out.update({u.label: u.influence for u in result.descent.sentences})
+    out.update({g.start: g.influence for g in result.ngrams})
+    return out
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(passage_texts, min_size=2, max_size=4),
+    st.sampled_from(["passage", "sentence"]),
+    st.sampled_from([(1.0,), (1.0, 0.5), (1.5,)]),
+    st.integers(2, 6),
+    st.integers(0, 2**16),
+    st.booleans(),
+)
+def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(passages, unit, lams, n, seed, pick):
+    """On generated layouts: the units descended into, and every τ reported at every level (passages,
+    sentences, n-grams), equal the slow reference's from-scratch leave-one-out on that unit; the
+    reuse path equals --exact; nothing is measured that the rule does not choose."""
+    context = "\n\n".join(passages)
+    response = passages[1] if pick else passages[0]
+    example = Example(context=context, query="Who?", response=response, passages=passages, id="h")
+    backend = FakeBackend(seed=seed)
+    kw = dict(lambdas=lams, unit=unit, search="adaptive", ngram=n, duplicate_threshold=None)
+    try:
+        scorer, result = score(backend, example, **kw)
+    except InvalidParameter:  # an n-gram longer than the context
+        return
+    _, exact = score(backend, example, exact=True, **kw)
+    want = reference_descent(backend, scorer, example, lams)
+    for r, e in zip(result.results, exact.results):
+        got = measured(r)
+        assert got == measured(e)  # reuse equals a decode from the first token, bit for bit
+        assert set(got) == set(want[r.lam])  # exactly what the rule chooses, nothing more
+        keys = sorted(got, key=str)
+        np.testing.assert_allclose([got[k] for k in keys], [want[r.lam][k] for k in keys], 1e-6, 1e-4)
+        assert r.descent.windows == len(ngram_starts(scorer.encode(example).context.__len__(), n, n))
+        assert all(u.parent == u.label.split(" › ")[0] for u in r.descent.sentences)
+        assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+
+
+def test_field_and_span_units_have_nothing_to_descend_into():
+    for unit in ("field", "span"):
+        with pytest.raises(InvalidParameter, match="no finer units to descend into"):
+            InfluenceSettings(unit=unit, search="adaptive")
+    assert InfluenceSettings(unit="passage", search="adaptive").descends
+    assert not InfluenceSettings(unit="passage").descends
+
+
+def test_a_one_sentence_passage_is_not_removed_twice():
+    """The sentence of a one-sentence passage is the same removal: its τ_u is the passage's, and it
+    costs no ablation of its own."""
+    passages = ["Dana Whitcombe takes lisinopril daily.", "The clinic opens at nine. Parking is free."]
+    example = Example(context="\n\n".join(passages), query="What?", response="lisinopril", passages=passages, id="1")
+    _, result = score(FakeBackend(seed=2), example, lambdas=(1.0,), unit="passage", search="adaptive", ngram=4)
+    (r,) = result.results
+    assert r.units[0].label == "passage 1"
+    (sentence,) = r.descent.sentences
+    assert (sentence.token_start, sentence.token_end) == (r.units[0].token_start, r.units[0].token_end)
+    assert sentence.per_token == r.units[0].per_token and sentence.influence == r.units[0].influence
+    assert r.search.ablations == len(r.units) + len(r.ngrams)

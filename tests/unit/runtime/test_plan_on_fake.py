@@ -13,6 +13,7 @@ from ctxlite.audit.dataset import load_records
 from ctxlite.audit.game import run_audit
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.runs.score import DESCENT_PLAN, plan_score
 from ctxlite.runtime.backend import DryRun
 from ctxlite.runtime.fake import DEFAULT_CAPABILITIES, FakeBackend
 from ctxlite.runtime.planning import plan_run
@@ -70,3 +71,19 @@ def test_adaptive_search_records_what_exhaustive_search_would_have_decoded():
     exhaustive = InfluenceScorer(dry_fake(), "qa", InfluenceSettings(**{**settings.__dict__, "search": "exhaustive"}))
     assert record.exhaustive_tokens == exhaustive.score(example).results[0].search.tokens_decoded
     assert record.tokens_decoded < record.exhaustive_tokens
+
+
+def test_a_hierarchical_search_is_planned_as_an_estimate_and_records_exhaustive_searchs_cost():
+    """Which passage it descends into depends on the logits, which a plan does not compute: the plan
+    says so. Its descent carries what exhaustive n-gram search would have decoded (a dry run)."""
+    passages = ["Dana Whitcombe takes lisinopril daily. She lives in Ohio.", "The clinic opens at nine."]
+    example = Example("\n\n".join(passages), "What?", "lisinopril", passages=tuple(passages), id="h")
+    settings = InfluenceSettings(lambdas=(1.0,), unit="passage", search="adaptive", ngram=4, null_ablations=0)
+    plan = plan_score(dry_fake(), [example], settings)
+    assert plan.estimate == DESCENT_PLAN and not plan.exact
+    (r,) = InfluenceScorer(dry_fake(), "qa", settings).score(example).results
+    exhaustive = InfluenceSettings(lambdas=(1.0,), ngram=4, search="exhaustive", null_ablations=0)
+    assert (
+        r.descent.exhaustive_tokens
+        == InfluenceScorer(dry_fake(), "qa", exhaustive).score(example).results[0].search.tokens_decoded
+    )
