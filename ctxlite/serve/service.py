@@ -101,6 +101,7 @@ class Outcome:
     def usage_extension(self, epsilon: float | None) -> dict:
         return {
             "epsilon": epsilon,
+            "token_ids": [s.token for s in self.steps],
             "epsilon_per_token": [s.epsilon for s in self.steps],
             "lambda_per_token": [s.lam for s in self.steps],
             "epsilon_total": self.charged,
