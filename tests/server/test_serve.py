@@ -153,3 +153,24 @@ def test_a_restart_keeps_the_budget_and_sigint_drains_then_exits_130(tmp_path):
         again.stop()
     log = read_run_log(tmp_path / "serve.jsonl")
     assert not [k for k in log.records if k.endswith("-open") and k.removesuffix("-open") not in log.records]
+
+
+def test_chat_completions_use_the_models_chat_template(served, tmp_path):
+    server, _ = served  # the default model is a base model: no chat template, a clear 400
+    r = _post(server, {"messages": [{"role": "user", "content": "Hi"}]}, path="/v1/chat/completions")
+    assert r.status_code == 400 and "no chat template" in r.json()["error"]["message"]
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = ["-m", "smollm2-135m-instruct", "--context", str(tmp_path / "note.txt"), "--epsilon", "2"]
+    chat = CtxliteServe(tmp_path, [*args, "--log", str(tmp_path / "chat.jsonl")]).start()
+    try:
+        body = {"messages": [{"role": "user", "content": "Who is the patient?"}], "max_tokens": 4, "seed": 2}
+        plain = _post(chat, body, key=None, path="/v1/chat/completions").json()
+        streamed = _post(chat, {**body, "stream": True}, key=None, path="/v1/chat/completions")
+    finally:
+        chat.stop()
+    assert plain["object"] == "chat.completion" and plain["choices"][0]["message"]["role"] == "assistant"
+    assert all(e <= 2.0 for e in plain["usage"]["ctxlite"]["epsilon_per_token"])
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == plain["choices"][0]["message"]["content"]
