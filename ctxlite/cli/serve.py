@@ -146,7 +146,7 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
     model = local_model(engine)
     identity = {
         **model.identity(),
-        "serve": {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)},
+        "settings": {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)},
     }
     ledger = Ledger(log_path, identity, budgets, epsilon)  # refuses another server's log before the model loads
     try:

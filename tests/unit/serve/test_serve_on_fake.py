@@ -23,7 +23,11 @@ from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
 from ctxlite.serve.service import SEPARATOR, ServeSettings, Service
 
 CONTEXT = "Dana Whitcombe takes lisinopril 10 mg daily. Dana Whitcombe was born on 04/09/1971."
-IDENTITY = {"serve": {"epsilon": 1.0}}
+IDENTITY = {
+    "software": {"ctxlite": "test"},
+    "model": None,
+    "settings": {"epsilon": 1.0, "lambda": 1.0, "context": "sha256:" + "0" * 64},
+}
 
 
 def reference_step(backend, prompt_with, prompt_without, lam, eps, T):
@@ -189,7 +193,7 @@ def test_a_response_cut_by_a_crash_counts_its_whole_reservation(tmp_path):
 
 @settings(max_examples=30, deadline=None)
 @given(
-    lengths=st.lists(st.integers(0, 9), max_size=12),
+    lengths=st.lists(st.integers(1, 9), max_size=12),
     eps=st.sampled_from([0.25, 0.5, 1.0, 3.0]),
     total=st.sampled_from([1.0, 5.0, 12.5]),
 )
