@@ -10,7 +10,7 @@ import click
 
 from ctxlite.cli.options import engine_options, local_model
 from ctxlite.cli.progress import say
-from ctxlite.errors import EXIT_INTERRUPTED, InvalidParameter
+from ctxlite.errors import EXIT_INTERRUPTED, DataError, InvalidParameter, LogInUse
 from ctxlite.identity import content_hash
 from ctxlite.records import read_jsonl, read_text
 from ctxlite.runtime.models import verified_entry
@@ -148,7 +148,10 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
         **model.identity(),
         "settings": {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)},
     }
-    ledger = Ledger(log_path, identity, budgets, epsilon)  # refuses another server's log before the model loads
+    try:  # refuses another server's log (or one in use) before the model loads
+        ledger = Ledger(log_path, identity, budgets, epsilon)
+    except (DataError, LogInUse) as exc:  # RecordLog's advice names a run's --out: here it is --log
+        raise type(exc)(str(exc).replace("--out", "--log").replace("ctxlite run", "ctxlite process")) from None
     try:
         eng = model.open()
         try:
@@ -164,6 +167,12 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
             previous = {sig: signal.signal(sig, _absorb) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 http.run()
+            except SystemExit:  # uvicorn exits when it cannot bind
+                if http.started:
+                    raise
+                raise InvalidParameter(
+                    f"cannot listen on {host}:{port}: the port is in use or the address is not this machine's"
+                ) from None
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
