@@ -13,12 +13,15 @@ import time
 import httpx
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from ctxlite.cli import main
 from ctxlite.influence.cid import EPSILON_MARGIN
 from ctxlite.records import read_run_log
 from ctxlite.runtime.engine import Engine
 from ctxlite.runtime.sampling import log_softmax
 from ctxlite.serve.service import SEPARATOR
+from tests.docs_pages import REPO
 from tests.servers import CtxliteServe
 
 pytestmark = pytest.mark.model
@@ -194,3 +197,27 @@ def test_concurrent_requests_are_served_one_at_a_time_each_accounted(served):
     after = read_run_log(tmp / "serve.jsonl")
     new = [k for k in after.records if k not in before.records and not k.endswith("-open")]
     assert len(new) == 7 and all(k + "-open" in after.records for k in new)
+
+
+def test_ctxlites_own_generation_audit_runs_against_it(tmp_path, monkeypatch):
+    """``ctxlite audit --backend openai`` connects (a server without prompt log-probabilities: a
+    ServedModel) and samples its answers from ``ctxlite serve``, each logged with its ε. Its canary is
+    in the audit's own prompt, which the server does not protect: tests/server/test_serve_audit.py
+    plays the game with the canary in the served records."""
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    log = tmp_path / "serve.jsonl"
+    server = CtxliteServe(tmp_path, ["--context", str(tmp_path / "note.txt"), "--epsilon", "1", "--log", str(log)])
+    server.start()
+    try:
+        monkeypatch.delenv("CTXLITE_API_KEY", raising=False)
+        data = str(REPO / "ctxlite" / "data" / "dialogue_sample.jsonl")
+        args = ["--quiet", "audit", "--backend", "openai", "--base-url", server.url, "--model-name", "gemma-3-270m"]
+        args += ["--data", data, "--task", "generate", "--mechanism", "none", "--trials", "4"]
+        args += ["--queries-per-trial", "1", "--reference-runs", "1", "--utility-queries", "0"]
+        args += ["--max-new-tokens", "4", "--shots", "4", "--out", str(tmp_path / "audit.jsonl")]
+        r = CliRunner().invoke(main, args, catch_exceptions=False)
+    finally:
+        server.stop()
+    assert r.exit_code == 0, r.output
+    answers = [rec for k, rec in read_run_log(log).records.items() if not k.endswith("-open")]
+    assert len(answers) >= 4 and all(max(a["epsilon_per_token"]) <= 1.0 for a in answers)
