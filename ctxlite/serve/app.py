@@ -20,10 +20,11 @@ import json
 import time
 import uuid
 
+import anyio
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.concurrency import run_in_threadpool
 
 from ctxlite._version import __version__
 from ctxlite.serve.ledger import key_id
@@ -115,10 +116,8 @@ def build_app(service: Service) -> FastAPI:
         first = await run_in_threadpool(next, gen)  # a refusal (403, 400) comes here, before any answer
         if req.stream:
             return StreamingResponse(_events(first, gen, req, endpoint, rid, made), media_type="text/event-stream")
-        pieces = [first]
-        async for item in iterate_in_threadpool(gen):
-            pieces.append(item)
-        outcome = pieces[-1][1]
+        rest = await anyio.to_thread.run_sync(list, gen)  # to its end in one go: a cancel waits for it
+        outcome = (rest or [first])[-1][1]
         text = req.echo + outcome.text
         answer = _answer(endpoint, rid, made, settings.model_name, text, outcome, settings.epsilon, req)
         return JSONResponse(answer, headers={HEADER: repr(outcome.charged)})
@@ -136,23 +135,25 @@ def build_app(service: Service) -> FastAPI:
                 out["usage"] = _usage(outcome, settings.epsilon, req)
             return f"data: {json.dumps(out)}\n\n"
 
-        if endpoint == "chat":
-            yield f"data: {json.dumps(_role_chunk(rid, made, settings.model_name))}\n\n"
-        if req.echo:
-            yield chunk(req.echo)
-        items = iterate_in_threadpool(gen)
-        item = first
-        while True:
-            piece, outcome = item
-            if outcome is not None:
-                yield chunk("", outcome.finish_reason, outcome)
-                break
-            yield chunk(piece)
-            try:
-                item = await items.__anext__()
-            except StopAsyncIteration:  # pragma: no cover - the generator always ends with its outcome
-                break
-        yield "data: [DONE]\n\n"
+        try:
+            if endpoint == "chat":
+                yield f"data: {json.dumps(_role_chunk(rid, made, settings.model_name))}\n\n"
+            if req.echo:
+                yield chunk(req.echo)
+            item = first
+            while True:
+                piece, outcome = item
+                if outcome is not None:
+                    yield chunk("", outcome.finish_reason, outcome)
+                    break
+                yield chunk(piece)
+                item = await anyio.to_thread.run_sync(next, gen)  # a cancel waits for the token in hand
+            yield "data: [DONE]\n\n"
+        finally:
+            # a client gone mid-stream: end its generation (logged, finish "interrupted") and free the
+            # engine's lock; shielded, since a cancelled stream would otherwise never get here
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(gen.close)
 
     @app.post("/v1/completions")
     async def completions(request: Request):

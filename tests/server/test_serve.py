@@ -27,7 +27,7 @@ from tests.servers import CtxliteServe
 pytestmark = pytest.mark.model
 
 NOTE = "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily."
-EPSILON, PER_KEY, CAP = 1.0, 18.0, 6
+EPSILON, PER_KEY, CAP = 1.0, 30.0, 6
 KEYS = {"main": "sk-test-main", "spender": "sk-test-spender", "other": "sk-test-other", "crowd": "sk-test-crowd"}
 
 
@@ -221,3 +221,15 @@ def test_ctxlites_own_generation_audit_runs_against_it(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     answers = [rec for k, rec in read_run_log(log).records.items() if not k.endswith("-open")]
     assert len(answers) >= 4 and all(max(a["epsilon_per_token"]) <= 1.0 for a in answers)
+
+
+def test_a_client_gone_mid_stream_frees_the_engine_and_its_tokens_are_charged(served):
+    server, tmp = served
+    url, auth = server.url + "/completions", {"Authorization": f"Bearer {KEYS['other']}"}
+    with httpx.stream("POST", url, json={"prompt": "Dana", "max_tokens": CAP, "stream": True}, headers=auth) as r:
+        next(line for line in r.iter_lines() if line.startswith("data: "))  # one token, then hang up
+    after = _post(server, {"prompt": "Dana", "max_tokens": 1}, key="main")  # served: the lock was freed
+    assert after.status_code == 200, after.text
+    log = read_run_log(tmp / "serve.jsonl")
+    gone = [rec for rec in log.records.values() if rec.get("finish_reason") == "interrupted"]
+    assert gone and gone[-1]["epsilon_charged"] == EPSILON * gone[-1]["tokens"] >= EPSILON
