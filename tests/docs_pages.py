@@ -55,6 +55,14 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     ),
 )
 
+NOT_RUN += (
+    (
+        r"curl -s http://127\.0\.0\.1:8000/v1/completions ",
+        "a request to the documented `ctxlite serve`: tests/test_docs_examples.py starts that server and sends "
+        "this very request (SERVE_REQUEST) to it",
+    ),
+)
+
 VLLM_SECTION = ("docs/servers.md", "## vLLM on a CPU machine")
 """The page and heading (down to the next ``## ``) whose commands run against a real vLLM."""
 

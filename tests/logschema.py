@@ -20,7 +20,11 @@ from ctxlite.errors import DataError
 from ctxlite.logformat import schema
 from ctxlite.records import read_run_log
 
-LINES = {"score-run": ("example_record", "score_end"), "audit": (("reference_record", "trial_record"), "audit_end")}
+LINES = {
+    "score-run": ("example_record", "score_end"),
+    "audit": (("reference_record", "trial_record"), "audit_end"),
+    "serve": (("serve_reservation", "serve_response"), "serve_response"),  # a budget log has no end line
+}
 
 
 @cache

@@ -277,3 +277,26 @@ class Proxy(LoopbackHTTP):
                     pass
 
         self.serve(Handler)
+
+
+class CtxliteServe(ServerProcess):
+    """``ctxlite serve`` itself on 127.0.0.1 (``python -m ctxlite serve ARGS``), ready when ``/health``
+    answers (its other routes may ask for a key); ``stop_with(sig)`` stops it cleanly and returns
+    its exit status."""
+
+    name = "ctxlite-serve"
+    ready_path = "/health"
+
+    def __init__(self, tmp: Path, args: list[str], port: int | None = None, env: dict | None = None):
+        super().__init__(tmp, port)
+        self.args, self.env = list(args), dict(env or {})
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "ctxlite", "serve", "--port", str(self.port), "-t", "1", *self.args]
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **self.env}
+
+    def stop_with(self, sig: int, timeout: float = 60.0) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)

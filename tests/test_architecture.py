@@ -9,7 +9,7 @@ package; side by side means neither imports the other)::
     ctxlite (the package's lazy re-exports) | __main__ (``python -m ctxlite``)
     cli
     reporting
-    runs
+    runs | serve
     gates
     influence | audit
     privacy | runtime
@@ -41,7 +41,7 @@ LAYERS = [
     ("package root, entry point", ("ctxlite", "ctxlite.__main__")),
     ("cli", ("ctxlite.cli",)),
     ("reporting", ("ctxlite.reporting",)),
-    ("runs", ("ctxlite.runs",)),
+    ("runs, serve", ("ctxlite.runs", "ctxlite.serve")),
     ("gates", ("ctxlite.gates",)),
     ("methods", ("ctxlite.influence", "ctxlite.audit")),
     ("models and mathematics", ("ctxlite.privacy", "ctxlite.runtime")),
@@ -66,6 +66,7 @@ leaves form one group, whose modules may import each other (without a cycle)."""
 
 LAZY_IMPORTS = {
     ("ctxlite.__main__", "ctxlite.cli"): "a Ctrl-C that lands while the command line is imported exits 130 too",
+    ("ctxlite.cli.serve", "ctxlite.serve.app"): "cost: FastAPI and uvicorn (~0.3 s) load for `ctxlite serve` only",
 }
 """The imports made inside a function, each with why: only for cost or a process's exit, never to
 dodge an import cycle (the package root's and ctxlite.audit's ``_WHERE`` re-exports are read as

@@ -16,14 +16,17 @@ import json
 import os
 import re
 import shlex
+import signal
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
 from tests.docs_pages import REPO, blocks, commands
 from tests.logschema import sweep
+from tests.servers import CtxliteServe
 
 pytestmark = pytest.mark.model
 
@@ -74,7 +77,7 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args[i] = str(PLACEHOLDERS[a])
         elif a in ("note.txt", "examples.jsonl"):
             args[i] = str(tmp / a)
-        elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] == "--out":
+        elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] in ("--out", "--log"):
             args[i] = str(tmp / Path(a).name)
         elif args[i - 1] in ("--junit", "--html"):
             args[i] = str(tmp / Path(a).name)
@@ -111,7 +114,24 @@ def _distinct(lines):
     return sorted(seen.values())
 
 
-EXAMPLES = _distinct(set().union(*(help_examples(c) for c in ("score", "audit", "report", "verify")), commands()))
+EXAMPLES = _distinct(
+    set().union(*(help_examples(c) for c in ("score", "audit", "report", "verify", "serve")), commands())
+)
+
+SERVE_REQUEST = {"prompt": "The patient is", "max_tokens": 8, "seed": 1}
+"""The request docs/serve.md sends with curl to the documented server."""
+
+
+def run_server(args: list[str], tmp: Path) -> None:
+    """A documented ``ctxlite serve`` runs until stopped: started as a process on a free port, asked
+    the documented request, stopped with Ctrl-C (SIGINT: exit 130 after the log is closed)."""
+    server = CtxliteServe(tmp, args[1:]).start()
+    try:
+        r = httpx.post(server.url + "/completions", json=SERVE_REQUEST, timeout=120)
+        assert r.status_code == 200 and r.json()["usage"]["ctxlite"]["epsilon_total"] > 0, r.text
+        assert server.stop_with(signal.SIGINT) == 130
+    finally:
+        server.stop()
 
 
 def test_the_documentation_has_examples():
@@ -157,6 +177,9 @@ def test_documented_command_runs(line, tmp_path, request):
         from ctxlite.records import read_run_log
 
         args[args.index("--head") + 1] = read_run_log(args[1]).head
+    if args[0] == "serve":  # a server: runs until stopped
+        run_server(args, tmp_path)
+        return
     if "--base-url" in args:  # --backend openai: the real loopback server of the test session
         args[args.index("--base-url") + 1] = request.getfixturevalue("llama_server").url
     r = CliRunner().invoke(main, args, catch_exceptions=False)

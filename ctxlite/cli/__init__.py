@@ -12,7 +12,7 @@ import sys
 import click
 
 from ctxlite._version import __version__
-from ctxlite.cli import audit, models, progress, report, score, verify, version
+from ctxlite.cli import audit, models, progress, report, score, serve, verify, version
 from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
 from ctxlite.visible import visible
 
@@ -69,6 +69,7 @@ def main(quiet):
     \b
     ctxlite score   context influence of each n-gram on the response (CID)
     ctxlite audit   ContextLeak canary audits of private in-context learning
+    ctxlite serve   answer over a private context, each token epsilon-bounded (HTTP)
     ctxlite report  re-render a run from its --out log, gate it, write JUnit
     ctxlite verify  check a log's hash chain (and its head against a kept one)
     ctxlite models  list / pull / locate GGUF models (offline)
@@ -80,7 +81,7 @@ def main(quiet):
     progress.QUIET = quiet
 
 
-for _command in (models.models, score.score, audit.audit, report.report, verify.verify, version.version):
+for _command in (models.models, score.score, audit.audit, serve.serve, report.report, verify.verify, version.version):
     main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover

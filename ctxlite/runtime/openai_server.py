@@ -340,7 +340,10 @@ class ServedModel:
             "model": self.config.model_name,
             "prompt": self._prompt(tokens),
             "max_tokens": 1,
-            "temperature": 0.0,
+            # the one generated token is discarded, and the echoed entries are log softmax of the raw
+            # logits whatever the temperature: sampled at T = 1, so that a server that refuses greedy
+            # decoding (ctxlite serve: no epsilon holds for it) answers the probe too
+            "temperature": 1.0,
             "echo": True,
             "logprobs": 1,
         }

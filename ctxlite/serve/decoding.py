@@ -1,0 +1,80 @@
+"""The token loop of ``ctxlite serve``: ε-bounded CID, one sampled token at a time.
+
+Each step reads the next-token logits with the private context (stream 0: its prompt starts with
+the context, so the engine's KV cache keeps the context's cells from one request to the next) and
+without it (stream 1), computes λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) with
+:func:`ctxlite.influence.cid.bounded_step`, and samples one token from the whole mixed distribution
+(no top-k, top-p or sampling window: a token p_T(·|∅) allows is never given probability 0). Both
+streams then take the sampled token. The end-of-generation token is sampled like any other: it is
+released (the response stops), so its step counts.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ctxlite.influence.cid import bounded_step, check_epsilon, check_lambda
+from ctxlite.runtime.sampling import SamplingSettings, sample_token
+
+
+@dataclass(frozen=True)
+class Step:
+    """One sampled token: its id, λ_t*, max_v |pmi_D(v)| and the realised bound 2·λ_t*·max|pmi|
+    (≤ ε when the loop is bounded); ``eog``: it ends the response."""
+
+    token: int
+    lam: float
+    max_abs_pmi: float
+    eog: bool
+
+    @property
+    def epsilon(self) -> float:
+        return 2.0 * self.lam * self.max_abs_pmi
+
+
+def steps(
+    engine,
+    prompt_with: Sequence[int],
+    prompt_without: Sequence[int],
+    lam: float,
+    epsilon: float | None,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None,
+) -> Iterator[Step]:
+    """Up to ``max_tokens`` steps of (ε-bounded) CID; the caller may stop early (the generator is
+    simply not resumed). ``seed`` None draws from the OS's entropy."""
+    lam, epsilon = check_lambda(lam), check_epsilon(epsilon)
+    settings = SamplingSettings(temperature=temperature, min_new_tokens=0, max_new_tokens=max_tokens)
+    engine.check_fits(max(len(prompt_with), len(prompt_without)) + max_tokens)
+    rng = np.random.default_rng(seed)
+    streams = engine.streams([list(prompt_with), list(prompt_without)])
+    for t in range(max_tokens):
+        rows = streams.last_logits
+        logp, lam_t, m = bounded_step(rows[0], rows[1], lam, epsilon, temperature)
+        token = sample_token(logp, settings, rng, full_vocabulary=True)
+        eog = bool(engine.is_eog(token))
+        yield Step(token, lam_t, m, eog)
+        if eog:
+            return
+        if t + 1 < max_tokens:
+            streams.step([token, token])
+
+
+class TextStream:
+    """The text of tokens as they come: each :meth:`add` returns the characters completed so far
+    (a character split over tokens comes out with the token that ends it); :meth:`flush` the rest."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, token: int) -> str:
+        return self._decoder.decode(self.engine.token_bytes(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

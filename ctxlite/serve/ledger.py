@@ -1,0 +1,136 @@
+"""The privacy budget of ``ctxlite serve``: what each API key and all of them together have spent,
+kept in an append-only, hash-chained log (:class:`ctxlite.records.RecordLog`, kind ``serve``) that a
+restart reads back, so a restart never resets a budget.
+
+Accounting is basic composition: every sampled token costs the configured ε (against the empty
+context; 2ε against a neighbouring context), whatever its realised bound 2·λ_t*·max|pmi| ≤ ε, which
+is reported but not charged (it is a function of the private context, and a budget spent by it
+would end generation at a context-dependent time). Before a response starts, its worst case
+(``max_tokens``·ε) is logged as a *reservation* (key ``r<n>-open``); when it ends, its actual cost
+(key ``r<n>``). A reservation without its end (the server was killed mid-response) counts in full
+when the log is read back: a crash can only over-count, never lose a token's cost.
+
+API keys are never logged: a key is named by :func:`key_id`, a hash of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from ctxlite.errors import InvalidParameter
+from ctxlite.logformat import SCHEMA_VERSION
+from ctxlite.records import RecordLog
+
+KIND = "serve"
+ANONYMOUS = "anonymous"
+"""The key id of requests to a server that has no API keys."""
+
+
+def key_id(key: str | None) -> str:
+    """``key-<12 hex>``: the first 48 bits of SHA-256 of the key (what the log names it by), or
+    :data:`ANONYMOUS` without one."""
+    if key is None:
+        return ANONYMOUS
+    return "key-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """ε budgets (None: none): all keys together, and each key."""
+
+    total: float | None = None
+    per_key: float | None = None
+
+    def __post_init__(self):
+        for name, b in (("--budget-total", self.total), ("--budget-per-key", self.per_key)):
+            if b is not None and not (b > 0 and math.isfinite(b)):
+                raise InvalidParameter(f"{name} must be a finite number > 0, got {b}")
+
+
+class Ledger:
+    """The budgets spent so far, read back from the log at ``path`` and appended to it.
+
+    Not thread-safe: the service calls it under its engine lock."""
+
+    def __init__(self, path: str | os.PathLike, identity: dict, budgets: Budgets, epsilon: float | None):
+        if epsilon is None and (budgets.total is not None or budgets.per_key is not None):
+            raise InvalidParameter("a budget needs --epsilon: without a bound no token has a privacy cost to charge")
+        self.budgets, self.epsilon = budgets, epsilon
+        self.log = RecordLog(path, identity, kind=KIND, schema_version=SCHEMA_VERSION)
+        self.spent_total = 0.0
+        self.spent: dict[str, float] = {}
+        self.responses = 0
+        open_ = {}
+        for rec in self.log:
+            if rec["key"].endswith("-open"):
+                open_[rec["key"].removesuffix("-open")] = rec
+            else:
+                open_.pop(rec["key"], None)
+                self._add(rec["key_id"], rec["epsilon_charged"])
+                self.responses += 1
+        for rec in open_.values():  # killed mid-response: its whole reservation counts
+            self._add(rec["key_id"], rec["epsilon_reserved"])
+            self.responses += 1
+        self.recovered = len(open_)
+
+    def _add(self, kid: str, eps: float) -> None:
+        self.spent_total += eps
+        self.spent[kid] = self.spent.get(kid, 0.0) + eps
+
+    def left(self, kid: str) -> float:
+        """ε left to ``kid``: the smaller of its own budget and the global one (inf: no budget)."""
+        out = math.inf
+        if self.budgets.total is not None:
+            out = min(out, self.budgets.total - self.spent_total)
+        if self.budgets.per_key is not None:
+            out = min(out, self.budgets.per_key - self.spent.get(kid, 0.0))
+        return max(out, 0.0)
+
+    def affordable(self, kid: str, already: int = 0) -> int | None:
+        """How many more tokens ``kid`` may be given after ``already`` tokens of the response in flight
+        (their cost is not in the ledger yet); None: no limit."""
+        left = self.left(kid)
+        if self.epsilon is None or math.isinf(left):
+            return None
+        return max(int(math.floor(left / self.epsilon + 1e-9)) - already, 0)
+
+    def open(self, kid: str, endpoint: str, max_tokens: int) -> str:
+        """Log the reservation of a response about to start; its record key."""
+        self.responses += 1
+        key = f"r{self.responses:07d}"
+        reserved = 0.0 if self.epsilon is None else max_tokens * self.epsilon
+        self.log.append(
+            f"{key}-open",
+            {"key_id": kid, "endpoint": endpoint, "max_tokens": max_tokens, "epsilon_reserved": reserved},
+        )
+        return key
+
+    def close(self, key: str, kid: str, endpoint: str, steps: list, finish_reason: str) -> float:
+        """Log a response's actual cost (n·ε for n sampled tokens) and the budget state; the cost."""
+        charged = 0.0 if self.epsilon is None else len(steps) * self.epsilon
+        self._add(kid, charged)
+        self.log.append(
+            key,
+            {
+                "key_id": kid,
+                "endpoint": endpoint,
+                "time": round(time.time(), 3),
+                "tokens": len(steps),
+                "finish_reason": finish_reason,
+                "epsilon_per_token": [s.epsilon for s in steps],
+                "lambda_per_token": [s.lam for s in steps],
+                "epsilon_charged": charged,
+                "spent_total": self.spent_total,
+                "spent_key": self.spent[kid],
+                "budget_total": self.budgets.total,
+                "budget_per_key": self.budgets.per_key,
+            },
+        )
+        return charged
+
+    def close_log(self) -> None:
+        self.log.close()

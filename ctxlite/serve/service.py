@@ -1,0 +1,260 @@
+"""What ``ctxlite serve`` does with a request, apart from HTTP: check it, build the two prompts
+(with and without the private context), run the token loop on the one engine (behind a lock:
+requests are served one at a time, in arrival order), charge the ledger, and say what was spent.
+
+The prompts: a completion's ``prompt`` P gives ``BOS + context + separator + P`` (with) and
+``BOS + P`` (without: the empty context); a chat's messages M give the model's chat template of
+``[system: context] + M`` (with) and of ``M`` (without). The private context is a prefix of every
+with-context prompt, so the engine's KV cache holds its cells from one request to the next.
+
+Every parameter that would change the sampled distribution away from the mixed one (top-k,
+top-p, min-p, typical-p, penalties, logit bias, several choices, greedy decoding) is refused
+with an OpenAI-style 400 naming it: a filter puts 0 where p_T(·|∅) is positive, and greedy
+decoding is a deterministic function of the context; either voids the bound. Log-probabilities
+are never returned (``logprobs`` is null): they are a deterministic function of the context.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ctxlite.errors import CtxliteError
+from ctxlite.runtime.chat import render_chat
+from ctxlite.serve.decoding import Step, TextStream, steps
+from ctxlite.serve.ledger import Ledger
+
+SEPARATOR = "\n\n"
+"""Between the private context and a completion's prompt."""
+
+NEUTRAL = {
+    "top_p": (1, 1.0),
+    "top_k": (0, -1),
+    "min_p": (0, 0.0),
+    "typical_p": (1, 1.0),
+    "tfs_z": (1, 1.0),
+    "repeat_penalty": (1, 1.0),
+    "repetition_penalty": (1, 1.0),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "n": (1,),
+    "best_of": (1,),
+    "mirostat_mode": (0,),
+}
+"""The parameters that change the sampled distribution, and the values that leave it alone
+(absent or null is fine too)."""
+
+BUDGET_SPENT = "privacy_budget"
+"""The ``finish_reason`` of a response cut short because the budget ran out."""
+
+
+class ApiError(Exception):
+    """An OpenAI-style error answer: HTTP ``status`` and ``{"error": {message, type, param, code}}``."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param=None, code=None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What the operator fixed at start."""
+
+    model_name: str
+    epsilon: float | None
+    lam: float = 1.0
+    max_tokens_cap: int = 256
+    max_request_bytes: int = 65536
+    api_keys: frozenset = field(default_factory=frozenset)
+
+
+@dataclass
+class Request:
+    """A checked request: the two prompts and how to sample."""
+
+    endpoint: str
+    prompt_with: list[int]
+    prompt_without: list[int]
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stream: bool
+    echo: str = ""
+
+
+@dataclass
+class Outcome:
+    """A response as it ends: its tokens' steps, text, why it stopped and what it cost."""
+
+    steps: list[Step]
+    text: str
+    finish_reason: str
+    charged: float
+    budget_left: float
+    key_id: str
+
+    def usage_extension(self, epsilon: float | None) -> dict:
+        return {
+            "epsilon": epsilon,
+            "token_ids": [s.token for s in self.steps],
+            "epsilon_per_token": [s.epsilon for s in self.steps],
+            "lambda_per_token": [s.lam for s in self.steps],
+            "epsilon_total": self.charged,
+            "epsilon_total_neighbour": 2 * self.charged,
+            "budget_left": None if math.isinf(self.budget_left) else self.budget_left,
+            "composition": "basic: epsilon per sampled token (end-of-generation included), summed",
+        }
+
+
+def _number(body: Mapping, name: str, default, *, integer: bool = False):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or (not integer and not math.isfinite(value)):
+        raise ApiError(400, f"{name} must be a {'whole ' if integer else ''}number, got {value!r}", param=name)
+    return value
+
+
+class Service:
+    """One engine, one private context, one ledger; :meth:`generate` serves one request at a time."""
+
+    def __init__(self, engine, context: str, settings: ServeSettings, ledger: Ledger):
+        self.engine, self.context, self.settings, self.ledger = engine, context, settings, ledger
+        self.lock = threading.Lock()
+        self._chat = None
+
+    # ----- checking a request ---------------------------------------------
+    def check_sampling(self, body: Mapping, endpoint: str) -> tuple[int, float, int | None, bool]:
+        """(max_tokens, temperature, seed, stream) of a request, or an ApiError."""
+        for name, neutral in NEUTRAL.items():
+            v = body.get(name)
+            if v is not None and v not in neutral:
+                raise ApiError(
+                    400,
+                    f"{name}={v!r} is refused: ctxlite serve samples the whole epsilon-bounded mixed distribution "
+                    f"(a filter or penalty voids the bound); leave {name} out or set it to {neutral[0]}",
+                    param=name,
+                )
+        if body.get("logit_bias"):
+            raise ApiError(400, "logit_bias is refused: it changes the bounded distribution", param="logit_bias")
+        if body.get("stop"):
+            raise ApiError(400, "stop sequences are not supported by ctxlite serve", param="stop")
+        model = body.get("model")
+        if model is not None and model != self.settings.model_name:
+            raise ApiError(
+                404, f"the model {model!r} does not exist: this server serves {self.settings.model_name!r}",
+                param="model", code="model_not_found",
+            )  # fmt: skip
+        names = ("max_completion_tokens", "max_tokens") if endpoint == "chat" else ("max_tokens",)
+        given = [body.get(n) for n in names if body.get(n) is not None]
+        default = 16 if endpoint == "completions" else self.settings.max_tokens_cap
+        max_tokens = _number({"max_tokens": given[0] if given else None}, "max_tokens", default, integer=True)
+        cap = self.settings.max_tokens_cap
+        if not 1 <= max_tokens <= cap:
+            raise ApiError(400, f"max_tokens must be in [1, {cap}] (this server's cap), got {max_tokens}",
+                           param="max_tokens")  # fmt: skip
+        temperature = float(_number(body, "temperature", 1.0))
+        if not temperature > 0:
+            raise ApiError(
+                400,
+                f"temperature must be > 0, got {temperature:g}: greedy decoding is a deterministic function of the "
+                "private context, so no epsilon holds for it",
+                param="temperature",
+            )
+        seed = _number(body, "seed", None, integer=True)
+        if seed is not None and seed < 0:
+            raise ApiError(400, f"seed must be >= 0, got {seed}", param="seed")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ApiError(400, f"stream must be true or false, got {stream!r}", param="stream")
+        return max_tokens, temperature, seed, stream
+
+    def completion_request(self, body: Mapping) -> Request:
+        max_tokens, temperature, seed, stream = self.check_sampling(body, "completions")
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise ApiError(400, "prompt must be one string (token ids and batches are not supported)", param="prompt")
+        echo = body.get("echo", False)
+        if not isinstance(echo, bool):
+            raise ApiError(400, f"echo must be true or false, got {echo!r}", param="echo")
+        tok = self.engine.tokenize
+        without = tok(prompt, add_bos=True, special=True)
+        with_ = tok(self.context + SEPARATOR + prompt, add_bos=True, special=True)
+        return Request("completions", with_, without, max_tokens, temperature, seed, stream, prompt if echo else "")
+
+    def chat_request(self, body: Mapping) -> Request:
+        max_tokens, temperature, seed, stream = self.check_sampling(body, "chat")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "messages must be a non-empty list", param="messages")
+        try:
+            without = render_chat(self.engine, messages)
+            with_ = render_chat(self.engine, [{"role": "system", "content": self.context}, *messages])
+        except CtxliteError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        tok = self.engine.tokenize
+        return Request(
+            "chat",
+            tok(with_, add_bos=True, special=True),
+            tok(without, add_bos=True, special=True),
+            max_tokens,
+            temperature,
+            seed,
+            stream,
+        )
+
+    # ----- serving --------------------------------------------------------
+    def generate(self, kid: str, req: Request) -> Iterator[tuple[str, Outcome | None]]:
+        """Yield ``(text piece, None)`` as tokens come, then ``("", Outcome)``. Holds the engine lock
+        from the first ``next`` to the end (or to ``close``: a disconnected client's response is
+        logged with what was sampled). Raises ApiError 403 before anything when the budget is spent."""
+        with self.lock:
+            ledger, eps = self.ledger, self.settings.epsilon
+            affordable = ledger.affordable(kid)
+            if affordable is not None and affordable < 1:
+                raise ApiError(
+                    403,
+                    f"the privacy budget of this API key is spent (epsilon left {ledger.left(kid):.6g} < {eps:g}, the "
+                    "cost of one token): nothing more can be released over the private context",
+                    kind="insufficient_quota",
+                    code="privacy_budget_exhausted",
+                )
+            try:
+                self.engine.check_fits(max(len(req.prompt_with), len(req.prompt_without)) + req.max_tokens)
+            except CtxliteError as exc:
+                raise ApiError(400, str(exc), param="max_tokens", code="context_length_exceeded") from None
+            n = req.max_tokens if affordable is None else min(req.max_tokens, affordable)
+            record = ledger.open(kid, req.endpoint, n)
+            taken: list[Step] = []
+            finish, parts = "interrupted", []  # what a response closed before its end (a client gone) logs
+            text = TextStream(self.engine)
+            try:
+                for step in steps(
+                    self.engine, req.prompt_with, req.prompt_without, self.settings.lam, eps,
+                    req.temperature, n, req.seed,
+                ):  # fmt: skip
+                    taken.append(step)
+                    if step.eog:
+                        finish = "stop"
+                        break
+                    piece = text.add(step.token)
+                    parts.append(piece)
+                    if piece:
+                        yield piece, None
+                else:
+                    finish = BUDGET_SPENT if n < req.max_tokens else "length"
+                tail = text.flush()
+                if tail:
+                    parts.append(tail)
+                    yield tail, None
+            finally:
+                charged = ledger.close(record, kid, req.endpoint, taken, finish)
+            yield "", Outcome(taken, "".join(parts), finish, charged, ledger.left(kid), kid)

@@ -1,0 +1,235 @@
+"""``ctxlite serve`` as a user runs it: a real subprocess on loopback serving the default model over a
+private note, with API keys, a per-key budget and small caps (one module-scoped server; the restart
+and the signals test start their own). Every reported per-token ε is recomputed here from the
+model's own next-token distributions (a local engine, decoded from scratch)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from ctxlite.influence.cid import EPSILON_MARGIN
+from ctxlite.records import read_run_log
+from ctxlite.runtime.engine import Engine
+from ctxlite.runtime.sampling import log_softmax
+from ctxlite.serve.service import SEPARATOR
+from tests.docs_pages import REPO
+from tests.servers import CtxliteServe
+
+pytestmark = pytest.mark.model
+
+NOTE = "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily."
+EPSILON, PER_KEY, CAP = 1.0, 30.0, 6
+KEYS = {"main": "sk-test-main", "spender": "sk-test-spender", "other": "sk-test-other", "crowd": "sk-test-crowd"}
+
+
+def _args(tmp):
+    (tmp / "note.txt").write_text(NOTE, encoding="utf-8")
+    (tmp / "keys.txt").write_text("\n".join(KEYS.values()) + "\n", encoding="utf-8")
+    return [
+        "--context", str(tmp / "note.txt"), "--epsilon", str(EPSILON), "--budget-per-key", str(PER_KEY),
+        "--api-keys", str(tmp / "keys.txt"), "--max-tokens-cap", str(CAP), "--max-request-bytes", "2048",
+        "--log", str(tmp / "serve.jsonl"),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    server = CtxliteServe(tmp, _args(tmp)).start()
+    yield server, tmp
+    server.stop()
+
+
+def _post(server, body, key="main", path="/v1/completions"):
+    headers = {"Authorization": f"Bearer {KEYS[key]}"} if key else {}
+    return httpx.post(server.url.removesuffix("/v1") + path, json=body, headers=headers, timeout=120)
+
+
+def test_a_completion_and_a_stream_carry_their_epsilon(served):
+    server, _ = served
+    r = _post(server, {"prompt": "The patient's name is", "max_tokens": 4, "seed": 7})
+    assert r.status_code == 200, r.text
+    ext = r.json()["usage"]["ctxlite"]
+    assert 1 <= len(ext["epsilon_per_token"]) <= 4 and all(0 <= e <= EPSILON for e in ext["epsilon_per_token"])
+    assert float(r.headers["X-Ctxlite-Epsilon"]) == ext["epsilon_total"] == EPSILON * len(ext["token_ids"])
+    s = _post(server, {"prompt": "The patient's name is", "max_tokens": 4, "seed": 7, "stream": True})
+    events = [line[6:] for line in s.text.splitlines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert events[-1] == "[DONE]" and chunks[-1]["usage"]["ctxlite"]["token_ids"] == ext["token_ids"]  # same seed
+    assert "".join(c["choices"][0]["text"] for c in chunks) == r.json()["choices"][0]["text"]
+    models = httpx.get(server.url + "/models", headers={"Authorization": f"Bearer {KEYS['main']}"}).json()
+    assert [m["id"] for m in models["data"]] == ["gemma-3-270m"]
+
+
+def test_every_tokens_epsilon_recomputed_from_the_model_is_within_the_bound(served):
+    server, _ = served
+    prompt = "Who is the patient? The patient is"
+    r = _post(server, {"prompt": prompt, "max_tokens": CAP, "seed": 1, "temperature": 0.8}).json()
+    ext = r["usage"]["ctxlite"]
+    with Engine("gemma-3-270m") as engine:
+        without = engine.tokenize(prompt, add_bos=True, special=True)
+        with_ = engine.tokenize(NOTE + SEPARATOR + prompt, add_bos=True, special=True)
+        for t, (token, eps_t, lam_t) in enumerate(
+            zip(ext["token_ids"], ext["epsilon_per_token"], ext["lambda_per_token"])
+        ):
+            done = ext["token_ids"][:t]
+            a = engine.next_logits(with_ + done, exact=True).astype(np.float64)
+            b = engine.next_logits(without + done, exact=True).astype(np.float64)
+            qa, qb = log_softmax(a, 0.8), log_softmax(b, 0.8)
+            m = np.max(np.abs(qa - qb))
+            lam_ref = min(1.0, (1 - EPSILON_MARGIN) * EPSILON / (2 * m))
+            mixed = log_softmax(lam_t * a + (1 - lam_t) * b, 0.8)
+            # max|pmi| is reached at the least likely of 262k tokens, where the server's KV-cached decode
+            # rounds otherwise than this from-scratch one (docs/design.md, batch-shape rounding): 1-6 % seen
+            assert lam_t == pytest.approx(lam_ref, rel=0.1)
+            assert eps_t <= EPSILON and np.max(np.abs(mixed - qb)) <= eps_t  # over the whole vocabulary
+            assert mixed[token] > -np.inf
+
+
+@pytest.mark.parametrize(
+    "body,key,status,code",
+    [
+        ({"prompt": "x"}, None, 401, "invalid_api_key"),
+        ({"prompt": "x" * 3000}, "main", 413, "too_large"),
+        ({"prompt": "x", "top_p": 0.5}, "main", 400, None),
+        ({"prompt": "x", "max_tokens": CAP + 1}, "main", 400, None),
+        ({"prompt": "x", "temperature": 0}, "main", 400, None),
+    ],
+)
+def test_refusals_are_clear_openai_errors_and_cost_nothing(served, body, key, status, code):
+    server, tmp = served
+    before = read_run_log(tmp / "serve.jsonl").lines
+    r = _post(server, body, key=key)
+    assert r.status_code == status and r.json()["error"]["code"] == code and r.json()["error"]["message"]
+    assert read_run_log(tmp / "serve.jsonl").lines == before
+
+
+def test_a_spent_budget_ends_generation_then_refuses_and_the_log_holds(served):
+    server, tmp = served
+    reasons = []
+    for _ in range(int(PER_KEY // CAP) + 1):
+        r = _post(server, {"prompt": "Dana", "max_tokens": CAP}, key="spender")
+        if r.status_code != 200:
+            break
+        reasons.append(r.json()["choices"][0]["finish_reason"])
+    assert r.status_code == 403 and r.json()["error"]["code"] == "privacy_budget_exhausted", r.text
+    assert _post(server, {"prompt": "Dana", "max_tokens": 2}, key="other").status_code == 200  # a key of its own
+    log = read_run_log(tmp / "serve.jsonl")  # the chain holds (read_run_log checks every line)
+    spent = [rec for k, rec in log.records.items() if not k.endswith("-open") and rec["key_id"].startswith("key-")]
+    assert all(KEYS["spender"] not in json.dumps(rec) for rec in log.records.values())
+    assert max(rec["spent_key"] for rec in spent) <= PER_KEY
+
+
+def test_a_restart_keeps_the_budget_and_sigint_drains_then_exits_130(tmp_path):
+    args = _args(tmp_path)
+    first = CtxliteServe(tmp_path, args).start()
+    served_before = 0
+    while _post(first, {"prompt": "Dana", "max_tokens": CAP}, key="spender").status_code == 200:
+        served_before += 1
+    assert served_before == PER_KEY // CAP and first.stop_with(signal.SIGTERM) == 0
+    again = CtxliteServe(tmp_path, args).start()
+    try:
+        r = _post(again, {"prompt": "Dana", "max_tokens": 1}, key="spender")
+        assert r.status_code == 403, r.text  # spent before the restart
+        answers = {}
+        t = threading.Thread(target=lambda: answers.update(r=_post(again, {"prompt": "Dana", "max_tokens": CAP})))
+        t.start()
+        logged = read_run_log(tmp_path / "serve.jsonl").records.keys()
+        while read_run_log(tmp_path / "serve.jsonl").records.keys() == logged:
+            time.sleep(0.05)  # the request is in flight once its reservation is logged
+        assert again.stop_with(signal.SIGINT) == 130
+        t.join()
+        assert answers["r"].status_code == 200  # drained: answered before the server stopped
+    finally:
+        again.stop()
+    log = read_run_log(tmp_path / "serve.jsonl")
+    assert not [k for k in log.records if k.endswith("-open") and k.removesuffix("-open") not in log.records]
+
+
+def test_chat_completions_use_the_models_chat_template(served, tmp_path):
+    server, _ = served  # the default model is a base model: no chat template, a clear 400
+    r = _post(server, {"messages": [{"role": "user", "content": "Hi"}]}, path="/v1/chat/completions")
+    assert r.status_code == 400 and "no chat template" in r.json()["error"]["message"]
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    args = ["-m", "smollm2-135m-instruct", "--context", str(tmp_path / "note.txt"), "--epsilon", "2"]
+    chat = CtxliteServe(tmp_path, [*args, "--log", str(tmp_path / "chat.jsonl")]).start()
+    try:
+        body = {"messages": [{"role": "user", "content": "Who is the patient?"}], "max_tokens": 4, "seed": 2}
+        plain = _post(chat, body, key=None, path="/v1/chat/completions").json()
+        streamed = _post(chat, {**body, "stream": True}, key=None, path="/v1/chat/completions")
+    finally:
+        chat.stop()
+    assert plain["object"] == "chat.completion" and plain["choices"][0]["message"]["role"] == "assistant"
+    assert all(e <= 2.0 for e in plain["usage"]["ctxlite"]["epsilon_per_token"])
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == plain["choices"][0]["message"]["content"]
+
+
+def test_concurrent_requests_are_served_one_at_a_time_each_accounted(served):
+    """Six requests sent at once: every one answered, none interleaved with another on the engine (each
+    response's tokens are its seed's, as when sent alone), and the log holds each exactly once."""
+    server, tmp = served
+    before = read_run_log(tmp / "serve.jsonl")
+    body = {"prompt": "The patient", "max_tokens": 3}
+    alone = _post(server, {**body, "seed": 11}, key="other").json()["usage"]["ctxlite"]["token_ids"]
+    answers = [None] * 6
+    threads = [
+        threading.Thread(target=lambda i=i: answers.__setitem__(i, _post(server, {**body, "seed": 11}, key="crowd")))
+        for i in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = [(a.status_code, a.json().get("usage", {}).get("ctxlite", {}).get("token_ids")) for a in answers]
+    assert got == [(200, alone)] * 6, (alone, got)
+    after = read_run_log(tmp / "serve.jsonl")
+    new = [k for k in after.records if k not in before.records and not k.endswith("-open")]
+    assert len(new) == 7 and all(k + "-open" in after.records for k in new)
+
+
+def test_ctxlites_own_generation_audit_runs_against_it(tmp_path, monkeypatch):
+    """``ctxlite audit --backend openai`` connects (a server without prompt log-probabilities: a
+    ServedModel) and samples its answers from ``ctxlite serve``, each logged with its ε. Its canary is
+    in the audit's own prompt, which the server does not protect: tests/server/test_serve_audit.py
+    plays the game with the canary in the served records."""
+    (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
+    log = tmp_path / "serve.jsonl"
+    server = CtxliteServe(tmp_path, ["--context", str(tmp_path / "note.txt"), "--epsilon", "1", "--log", str(log)])
+    server.start()
+    try:
+        monkeypatch.delenv("CTXLITE_API_KEY", raising=False)
+        data = str(REPO / "ctxlite" / "data" / "dialogue_sample.jsonl")
+        args = ["--quiet", "audit", "--backend", "openai", "--base-url", server.url, "--model-name", "gemma-3-270m"]
+        args += ["--data", data, "--task", "generate", "--mechanism", "none", "--trials", "4"]
+        args += ["--queries-per-trial", "1", "--reference-runs", "1", "--utility-queries", "0"]
+        args += ["--max-new-tokens", "4", "--shots", "4", "--out", str(tmp_path / "audit.jsonl")]
+        r = CliRunner().invoke(main, args, catch_exceptions=False)
+    finally:
+        server.stop()
+    assert r.exit_code == 0, r.output
+    answers = [rec for k, rec in read_run_log(log).records.items() if not k.endswith("-open")]
+    assert len(answers) >= 4 and all(max(a["epsilon_per_token"]) <= 1.0 for a in answers)
+
+
+def test_a_client_gone_mid_stream_frees_the_engine_and_its_tokens_are_charged(served):
+    server, tmp = served
+    url, auth = server.url + "/completions", {"Authorization": f"Bearer {KEYS['other']}"}
+    with httpx.stream("POST", url, json={"prompt": "Dana", "max_tokens": CAP, "stream": True}, headers=auth) as r:
+        next(line for line in r.iter_lines() if line.startswith("data: "))  # one token, then hang up
+    after = _post(server, {"prompt": "Dana", "max_tokens": 1}, key="main")  # served: the lock was freed
+    assert after.status_code == 200, after.text
+    log = read_run_log(tmp / "serve.jsonl")
+    gone = [rec for rec in log.records.values() if rec.get("finish_reason") == "interrupted"]
+    assert gone and gone[-1]["epsilon_charged"] == EPSILON * gone[-1]["tokens"] >= EPSILON

@@ -1,0 +1,87 @@
+"""ctxlite audits its own guarantee: the ContextLeak game against real ``ctxlite serve`` processes.
+
+A canary record ("Dana Whitcombe's locker code is 7391.") is in the served private records (IN) or
+not (OUT): the two contexts are neighbours, differing in that one record. Each trial asks the
+server the canary's own prefix and scores the answer by how many of the canary's digits it
+repeats; the threshold (2 digits) is fixed before any trial, so the Clopper-Pearson bound of
+:func:`ctxlite.privacy.estimators.clopper_pearson_epsilon` (95 %) is a certified lower bound ε_lb
+on the privacy loss of one response. The server enforces 2·n·ε against a neighbour for a response
+of n tokens (basic composition), so ε_lb must not exceed it; served at λ = 1 without a bound, the
+same game certifies more than the bounded server's guarantee (the game has the power to refute
+the bound, were it broken). Measured (16 trials a side, 4 tokens, T = 0.5): λ = 1 certifies 1.35
+(16/16 IN trials repeat the digits, 0/16 OUT); ε = 0.05 and 0.25 certify 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from ctxlite.privacy.estimators import clopper_pearson_epsilon
+from tests.servers import CtxliteServe
+
+pytestmark = pytest.mark.model
+
+RECORDS = [
+    "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily.",
+    "Dana Whitcombe's locker code is 7391.",
+    "Billing: the visit was covered by the patient's insurance.",
+]
+CANARY, DIGITS, QUERY = RECORDS[1], "7391", "Dana Whitcombe's locker code is"
+TRIALS, TOKENS, THRESHOLD, TEMPERATURE = 16, 4, 2, 0.5
+
+
+def score(text: str) -> int:
+    """How many leading digits of the canary's code the answer's first number repeats."""
+    m = re.search(r"\d+", text)
+    n = 0
+    for a, b in zip(m.group(0) if m else "", DIGITS):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def play(tmp, bound: list[str]) -> tuple[int, int]:
+    """(IN trials scoring >= THRESHOLD, OUT trials scoring >= THRESHOLD), TRIALS a side."""
+    hits = {}
+    for side, records in (("in", RECORDS), ("out", [r for r in RECORDS if r != CANARY])):
+        data = tmp / f"records-{side}.jsonl"
+        data.write_text("".join(json.dumps({"text": r}) + "\n" for r in records), encoding="utf-8")
+        server = CtxliteServe(tmp, ["--data", str(data), "--log", str(tmp / f"serve-{side}.jsonl"), *bound]).start()
+        try:
+            body = {"prompt": QUERY, "max_tokens": TOKENS, "temperature": TEMPERATURE}
+            answers = [
+                httpx.post(server.url + "/completions", json={**body, "seed": i}, timeout=120).json()
+                for i in range(TRIALS)
+            ]
+        finally:
+            server.stop()
+        assert all(len(a["usage"]["ctxlite"]["token_ids"]) <= TOKENS for a in answers)
+        hits[side] = sum(score(a["choices"][0]["text"]) >= THRESHOLD for a in answers)
+    return hits["in"], hits["out"]
+
+
+def certified(tp: int, fp: int) -> float:
+    return clopper_pearson_epsilon(tp, TRIALS, fp, TRIALS, alpha=0.05)
+
+
+@pytest.fixture(scope="module")
+def unbounded(tmp_path_factory):
+    """ε_lb of the same model served at λ = 1 with no bound."""
+    tp, fp = play(tmp_path_factory.mktemp("lambda1"), ["--lam", "1"])
+    return certified(tp, fp)
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.25])
+def test_the_audit_certifies_no_more_than_the_enforced_guarantee(epsilon, unbounded, tmp_path):
+    guarantee = 2 * TOKENS * epsilon  # one response of at most TOKENS tokens, against a neighbouring context
+    tp, fp = play(tmp_path, ["--epsilon", str(epsilon)])
+    eps_lb = certified(tp, fp)
+    assert eps_lb <= guarantee, (tp, fp, eps_lb, guarantee)
+    assert unbounded > eps_lb + 1.0, (unbounded, eps_lb)  # served without the bound, the same game certifies far more
+    if guarantee < 1.0:  # and more than the bound allows: the game could refute the bound were it broken
+        assert unbounded > guarantee, (unbounded, guarantee)

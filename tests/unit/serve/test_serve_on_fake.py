@@ -1,0 +1,222 @@
+"""``ctxlite serve`` on the FakeBackend, in process (FastAPI's TestClient): the token loop against a
+from-scratch reference, the per-token bound over the whole vocabulary, the ledger's composition and
+its restart, and every refusal (401, 413, 400, 404, 403). The real server is tests/server/test_serve.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxlite.errors import InvalidParameter
+from ctxlite.influence.cid import EPSILON_MARGIN
+from ctxlite.records import read_run_log
+from ctxlite.runtime.fake import FakeBackend
+from ctxlite.runtime.sampling import log_softmax
+from ctxlite.serve.app import HEADER, build_app
+from ctxlite.serve.decoding import Step, steps
+from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
+from ctxlite.serve.service import SEPARATOR, ServeSettings, Service
+
+CONTEXT = "Dana Whitcombe takes lisinopril 10 mg daily. Dana Whitcombe was born on 04/09/1971."
+IDENTITY = {
+    "software": {"ctxlite": "test"},
+    "model": None,
+    "settings": {"epsilon": 1.0, "lambda": 1.0, "context": "sha256:" + "0" * 64},
+}
+
+
+def reference_step(backend, prompt_with, prompt_without, lam, eps, T):
+    """One step from scratch, in plain numpy: log p̄ over the whole vocabulary, λ_t*, max|pmi|."""
+    a = np.asarray(backend.next_logits(prompt_with), dtype=np.float64)
+    b = np.asarray(backend.next_logits(prompt_without), dtype=np.float64)
+    qa, qb = log_softmax(a, T), log_softmax(b, T)
+    m = float(np.max(np.abs(qa - qb)))
+    lam_t = lam if eps is None or m == 0 else min(lam, (1 - EPSILON_MARGIN) * eps / (2 * m))
+    return log_softmax(lam_t * a + (1 - lam_t) * b, T), lam_t, m
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    eps=st.sampled_from([0.05, 0.5, 1.0, 4.0]),
+    lam=st.sampled_from([0.5, 1.0, 2.0]),
+    T=st.sampled_from([0.7, 1.0, 1.5]),
+)
+def test_every_step_matches_a_from_scratch_reference_and_keeps_the_bound(seed, eps, lam, T):
+    backend = FakeBackend(seed=seed % 7)
+    tok = backend.tokenize
+    without = tok("What is the dose?", add_bos=True)
+    with_ = tok(CONTEXT + SEPARATOR + "What is the dose?", add_bos=True)
+    taken = []
+    for s in steps(backend, with_, without, lam, eps, T, 6, seed):
+        logp, lam_t, m = reference_step(backend, with_ + taken, without + taken, lam, eps, T)
+        assert s.lam == pytest.approx(lam_t, rel=1e-5) and s.max_abs_pmi == pytest.approx(m, rel=1e-4, abs=1e-6)
+        assert s.epsilon <= eps * (1 + 1e-9)
+        base = log_softmax(np.asarray(backend.next_logits(without + taken), dtype=np.float64), T)
+        assert np.max(np.abs(logp - base)) <= eps * (1 + 1e-6)  # the guarantee, over every token
+        assert logp[s.token] > -np.inf
+        taken.append(s.token)
+
+
+def test_a_seeded_request_is_reproducible_and_another_seed_differs():
+    backend = FakeBackend(seed=1)
+    with_, without = backend.tokenize(CONTEXT + " Q:", add_bos=True), backend.tokenize(" Q:", add_bos=True)
+    runs = [[s.token for s in steps(backend, with_, without, 1.0, 2.0, 1.0, 12, seed)] for seed in (3, 3, 4)]
+    assert runs[0] == runs[1] != runs[2]
+
+
+def _service(tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl"):
+    backend = FakeBackend(seed=2)
+    ledger = Ledger(tmp_path / log, IDENTITY, budgets, eps)
+    settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys))
+    return Service(backend, CONTEXT, settings_, ledger)
+
+
+def _post(client, body, key=None, path="/v1/completions"):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return client.post(path, json=body, headers=headers)
+
+
+def test_a_completion_reports_each_tokens_epsilon_and_their_composed_total(tmp_path):
+    service = _service(tmp_path)
+    with TestClient(build_app(service)) as client:
+        r = _post(client, {"prompt": "The dose is", "max_tokens": 5, "seed": 1})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    ext = usage["ctxlite"]
+    assert usage["completion_tokens"] == len(ext["epsilon_per_token"]) >= 1
+    assert all(e <= 1.0 for e in ext["epsilon_per_token"])
+    assert ext["epsilon_total"] == usage["completion_tokens"] * 1.0 == float(r.headers[HEADER])
+    assert ext["epsilon_total_neighbour"] == 2 * ext["epsilon_total"]
+    assert r.json()["choices"][0]["logprobs"] is None
+
+
+def test_a_stream_sends_the_same_text_as_events_and_its_usage_last(tmp_path):
+    service = _service(tmp_path)
+    with TestClient(build_app(service)) as client:
+        plain = _post(client, {"prompt": "The dose is", "max_tokens": 8, "seed": 5}).json()
+        r = _post(client, {"prompt": "The dose is", "max_tokens": 8, "seed": 5, "stream": True})
+    assert r.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == plain["choices"][0]["text"]
+    assert chunks[-1]["usage"]["ctxlite"]["epsilon_per_token"] == plain["usage"]["ctxlite"]["epsilon_per_token"]
+
+
+@pytest.mark.parametrize(
+    "body,status,param",
+    [
+        ({"prompt": "x", "top_p": 0.9}, 400, "top_p"),
+        ({"prompt": "x", "top_k": 40}, 400, "top_k"),
+        ({"prompt": "x", "min_p": 0.05}, 400, "min_p"),
+        ({"prompt": "x", "presence_penalty": 0.5}, 400, "presence_penalty"),
+        ({"prompt": "x", "n": 2}, 400, "n"),
+        ({"prompt": "x", "temperature": 0}, 400, "temperature"),
+        ({"prompt": "x", "max_tokens": 33}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": [1, 2, 3]}, 400, "prompt"),
+        ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
+        ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),
+    ],
+)
+def test_what_would_void_the_bound_or_break_a_cap_is_refused_openai_style(tmp_path, body, status, param):
+    service = _service(tmp_path)
+    with TestClient(build_app(service)) as client:
+        r = _post(client, body)
+    assert r.status_code == status and r.json()["error"]["param"] == param, r.text
+    assert len(service.ledger.log) == 0  # nothing sampled, nothing charged
+
+
+def test_neutral_values_of_the_filters_are_accepted(tmp_path):
+    """What ctxlite's own client sends to turn a server's filters off."""
+    body = {"prompt": "x", "max_tokens": 2, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "typical_p": 1.0, "n": 1}
+    with TestClient(build_app(_service(tmp_path))) as client:
+        assert _post(client, {**body, "repeat_penalty": 1.0, "seed": 0}).status_code == 200
+
+
+def test_keys_are_checked_and_never_logged(tmp_path):
+    service = _service(tmp_path, keys=("sk-alpha", "sk-beta"))
+    with TestClient(build_app(service)) as client:
+        assert _post(client, {"prompt": "x"}).status_code == 401
+        assert _post(client, {"prompt": "x"}, key="sk-wrong").json()["error"]["code"] == "invalid_api_key"
+        assert client.get("/v1/models").status_code == 401 and client.get("/health").status_code == 200
+        assert _post(client, {"prompt": "x", "max_tokens": 2}, key="sk-alpha").status_code == 200
+    service.ledger.close_log()
+    text = (tmp_path / "serve.jsonl").read_text()
+    assert "sk-alpha" not in text and key_id("sk-alpha") in text
+
+
+def test_an_oversized_request_is_refused_with_413(tmp_path):
+    with TestClient(build_app(_service(tmp_path, max_bytes=512))) as client:
+        r = _post(client, {"prompt": "x" * 600})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+        assert client.post("/v1/completions", content=b"{not json").status_code == 400
+
+
+def test_budgets_end_a_response_then_refuse_and_survive_a_restart(tmp_path):
+    budgets = Budgets(total=10.0, per_key=6.0)
+    service = _service(tmp_path, budgets, keys=("a", "b"), eps=1.0)
+    with TestClient(build_app(service)) as client:
+        first = _post(client, {"prompt": "x", "max_tokens": 4}, key="a").json()
+        spent_a = first["usage"]["ctxlite"]["epsilon_total"]
+        second = _post(client, {"prompt": "x", "max_tokens": 32}, key="a").json()
+        assert second["usage"]["completion_tokens"] <= 6 - spent_a
+        if second["usage"]["completion_tokens"] == 6 - spent_a:
+            assert second["choices"][0]["finish_reason"] in ("privacy_budget", "stop")
+        r = _post(client, {"prompt": "x"}, key="a")
+        assert r.status_code == 403 and r.json()["error"]["type"] == "insufficient_quota"
+        b = _post(client, {"prompt": "x", "max_tokens": 32}, key="b").json()  # b is limited by the global budget
+        assert b["usage"]["ctxlite"]["budget_left"] == pytest.approx(service.ledger.left(key_id("b")))
+    spent = service.ledger.spent_total
+    assert spent <= 10.0
+    service.ledger.close_log()
+    again = Ledger(tmp_path / "serve.jsonl", IDENTITY, budgets, 1.0)  # a restart reads the budget back
+    assert again.spent_total == spent and again.left(key_id("a")) == 0.0
+    again.close_log()
+    assert read_run_log(tmp_path / "serve.jsonl").chained
+
+
+def test_a_response_cut_by_a_crash_counts_its_whole_reservation(tmp_path):
+    ledger = Ledger(tmp_path / "serve.jsonl", IDENTITY, Budgets(total=100.0), 0.5)
+    ledger.open(ANONYMOUS, "completions", 16)  # killed before its end line
+    ledger.close_log()
+    again = Ledger(tmp_path / "serve.jsonl", IDENTITY, Budgets(total=100.0), 0.5)
+    assert again.spent_total == 8.0 and again.recovered == 1 and again.responses == 1
+    again.close_log()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), max_size=12),
+    eps=st.sampled_from([0.25, 0.5, 1.0, 3.0]),
+    total=st.sampled_from([1.0, 5.0, 12.5]),
+)
+def test_the_ledger_never_lets_spending_pass_the_budget(tmp_path_factory, lengths, eps, total):
+    """Basic composition, by a reference sum: spent = Σ tokens·ε, never above the budget, read back equal."""
+    path = tmp_path_factory.mktemp("ledger") / "serve.jsonl"
+    ledger = Ledger(path, IDENTITY, Budgets(total=total), eps)
+    reference = 0.0
+    for n in lengths:
+        allowed = ledger.affordable(ANONYMOUS)
+        if allowed < 1:
+            break
+        n = min(n, allowed)
+        key = ledger.open(ANONYMOUS, "completions", n)
+        ledger.close(key, ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)] * n, "length")
+        reference += n * eps
+        assert ledger.spent_total == pytest.approx(reference) and ledger.spent_total <= total + 1e-9
+    ledger.close_log()
+    again = Ledger(path, IDENTITY, Budgets(total=total), eps)
+    assert again.spent_total == pytest.approx(reference)
+    again.close_log()
+
+
+def test_a_budget_without_epsilon_is_refused(tmp_path):
+    with pytest.raises(InvalidParameter, match="needs --epsilon"):
+        Ledger(tmp_path / "serve.jsonl", IDENTITY, Budgets(total=1.0), None)
