@@ -132,7 +132,7 @@ bench: model
 
 # The papers' claims, each measured on the registry's models with a verdict (bench/reproduce.py):
 # the full run writes the committed report docs/reproduction/; the quick one (minutes) exits 1 when a
-# robust claim's direction is not reproduced. Neither is part of `make test`.
+# robust claim's direction is not reproduced; CI runs it after `make test`, which leaves the papers' trends to it.
 reproduce: model
 	$(PY) bench/reproduce.py --out docs/reproduction
 

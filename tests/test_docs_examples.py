@@ -11,7 +11,9 @@ documented command therefore fails here, whatever its size.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shlex
 import signal
@@ -23,6 +25,7 @@ from click.testing import CliRunner
 
 from ctxlite.cli import main
 from tests.docs_pages import REPO, blocks, commands
+from tests.logschema import sweep
 from tests.servers import CtxliteServe
 
 pytestmark = pytest.mark.model
@@ -136,18 +139,31 @@ def test_the_documentation_has_examples():
     assert len(commands()) >= 6 and len(PYTHON) >= 3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_logs(tmp_path_factory) -> dict[str, Path]:
-    """A finished score log and audit log for the ``ctxlite report`` examples (made by documented runs)."""
-    d = tmp_path_factory.mktemp("logs")
-    write_inputs(d)
+    """A finished score log and audit log for the ``ctxlite report`` examples (made by documented runs),
+    made once per ``pytest`` run: under pytest-xdist the first worker to need them writes them into the
+    run's shared temporary folder under an exclusive lock, and the others wait and read them; the
+    logs are swept against the schema by the worker that wrote them."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    d = shared / "documented-logs"
+    d.mkdir(exist_ok=True)
     logs = {"score": d / "scores.jsonl", "audit": d / "audit.jsonl"}
-    for kind, line in (
-        ("score", "ctxlite score --data examples.jsonl --out runs/scores.jsonl"),
-        ("audit", "ctxlite audit --data private.jsonl --mechanism none --out runs/audit.jsonl"),
-    ):
-        r = CliRunner().invoke(main, runnable(line, d), catch_exceptions=False)
-        assert r.exit_code == 0 and logs[kind].is_file(), r.output
+    with open(shared / "documented-logs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (d / "done").is_file():
+            write_inputs(d)
+            for kind, line in (
+                ("score", "ctxlite score --data examples.jsonl --out runs/scores.jsonl"),
+                ("audit", "ctxlite audit --data private.jsonl --mechanism none --out runs/audit.jsonl"),
+            ):
+                r = CliRunner().invoke(main, runnable(line, d), catch_exceptions=False)
+                assert r.exit_code == 0 and logs[kind].is_file(), r.output
+            found = sweep(d)
+            assert not found, "a documented run's log does not follow the schema:\n" + "\n".join(found)
+            (d / "done").touch()
     return logs
 
 

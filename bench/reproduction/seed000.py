@@ -157,7 +157,7 @@ def utility_vs_influence(ctx: RunContext) -> Verdict:
     k = 16
     results = _generated(ctx, GEN_LAMBDAS, k=k)
     infl = np.array([[r.document_influence for r in ex.results] for ex in results])
-    util = np.array([[r.utility["f"] for r in ex.results] for ex in results])
+    util = np.array([[r.utility.f for r in ex.results] for ex in results])
 
     def rel_gap(idx):  # relative rise of mean influence minus relative rise of mean utility
         i, u = infl[idx].mean(axis=0), util[idx].mean(axis=0)
@@ -244,14 +244,7 @@ def ngram_size(ctx: RunContext) -> Verdict:
     k = ctx.size(3, 10)  # quick: Page p = 7e-05 for 3 examples in order; full 000.2 reproduced p = 1.6e-14
     runs = {n: _ngram_runs(ctx, n, NGRAM_CONTEXT, k) for n in NGRAMS}
     table = np.array([[np.mean([g.influence for g in ex.results[0].ngrams]) for ex in runs[n]] for n in NGRAMS]).T
-    max_of_mean = [
-        max(
-            start_means(
-                [[{"start": g.start, "influence": g.influence} for g in ex.results[0].ngrams] for ex in runs[n]]
-            )["means"]
-        )
-        for n in NGRAMS
-    ]
+    max_of_mean = [max(start_means([ex.results[0].ngrams for ex in runs[n]]).means) for n in NGRAMS]
     test = trend_greater(NGRAMS, table)
     outcome, reason = decide(test, ctx.alpha, "mean n-gram influence rises with n over 4, 8, 16, 32")
     return Verdict(
@@ -351,7 +344,7 @@ def context_position(ctx: RunContext) -> Verdict:
             "QA fixed responses: first > second half": qa.describe(),
         }
         reason += f"; on the QA fixed responses (answers taken from anywhere in the note) {qa.describe()}"
-    prof = start_means([[{"start": g.start, "influence": g.influence} for g in ex.results[0].ngrams] for ex in runs])
+    prof = start_means([ex.results[0].ngrams for ex in runs])
     return Verdict(
         outcome,
         reason,
@@ -372,7 +365,7 @@ def context_position(ctx: RunContext) -> Verdict:
         figures=[
             Figure(
                 f"{n}-gram influence on a sampled summary by start position",
-                [("mean τ_i", prof["starts"], prof["means"])],
+                [("mean τ_i", prof.starts, prof.means)],
                 "n-gram start (context token)",
                 "τ_i (nats)",
             )
@@ -441,7 +434,7 @@ def known_vs_novel(ctx: RunContext) -> Verdict:
             res = scorer.score(Example(context=ex["context"], query=ex["query"], response=ex["response"], id=ex["id"]))
             r = res.results[0]
             rows[kind].append(
-                {"influence": r.document_influence, "rank": facts.answer_rank(scorer, ex), **r.regurgitation}
+                {"influence": r.document_influence, "rank": facts.answer_rank(scorer, ex), **r.regurgitation.to_dict()}
             )
     col = lambda kind, key: np.array([row[key] for row in rows[kind]], dtype=float)  # noqa: E731
     test = paired_greater(col("novel", "influence"), col("known", "influence"))
@@ -543,7 +536,7 @@ def bounded_cid(ctx: RunContext) -> Verdict:
     worst, steps = {}, 0
     for ex in results:
         for r in ex.results:
-            realised = r.generation["realised_epsilon"]
+            realised = r.generation.realised_epsilon
             steps += len(realised)
             worst[r.epsilon] = max(worst.get(r.epsilon, 0.0), max(realised))
     over = sum(worst[e] > e for e in worst)
@@ -571,7 +564,7 @@ def bounded_cid(ctx: RunContext) -> Verdict:
 @claim("000.8b", PAPER, "ε-bounded CID: utility falls as ε falls.")
 def bounded_cid_utility(ctx: RunContext) -> Verdict:
     results = _eps_runs(ctx)
-    util = np.array([[r.utility["f"] for r in sorted(ex.results, key=lambda r: r.epsilon)] for ex in results])
+    util = np.array([[r.utility.f for r in sorted(ex.results, key=lambda r: r.epsilon)] for ex in results])
     infl = np.array([[r.document_influence for r in sorted(ex.results, key=lambda r: r.epsilon)] for ex in results])
     test = trend_greater(EPSILONS, util)
     outcome, reason = decide(test, ctx.alpha, "ROUGE-L utility rises with ε over " + ", ".join(map(str, EPSILONS)))

@@ -45,9 +45,9 @@ def _records(task: str) -> list[dict]:
 
 def _audit(ctx: RunContext, **settings) -> dict:
     """The report (``AuditReport.to_dict()``) of one audit on the default model, memoised by its settings."""
-    from ctxlite.audit import AuditSettings, run_audit
+    from ctxlite.audit import AuditSettings, EstimateSettings, run_audit
 
-    s = AuditSettings(seed=ctx.seed, delta=DELTA, confidence=CONFIDENCE, **settings)
+    s = AuditSettings(seed=ctx.seed, delta=DELTA, estimates=EstimateSettings(confidence=CONFIDENCE), **settings)
 
     def compute():
         judge = ctx.engine(s.judge_model) if s.judge_model else None

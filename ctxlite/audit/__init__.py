@@ -16,6 +16,8 @@ import importlib
 _WHERE = {
     "Attack": "settings",
     "AuditSettings": "settings",
+    "BoundKind": "settings",
+    "EstimateSettings": "settings",
     "DetectorKind": "settings",
     "MechanismKind": "settings",
     "Task": "settings",

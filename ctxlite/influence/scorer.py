@@ -278,14 +278,16 @@ class _ResponsePasses:
     decode from their split point; without, every sequence is decoded whole.
     """
 
-    def __init__(self, engine, empty: list[int], y: list[int], keys, T: float, ban_rows, step_lambdas):
+    def __init__(
+        self, engine, empty: list[int], y: list[int], keys, T: float, ban_rows, step_lambdas, without_rows=None
+    ):
         self.engine, self.keys, self.T, self.ban_rows, self.step_lambdas = engine, keys, T, ban_rows, step_lambdas
         self.rows, self.reuse = isinstance(engine, LogitRows), isinstance(engine, PrefixReuse)
         self.targets = np.asarray(y, dtype=np.int32)
         self.banned = engine.eog_ids if ban_rows is not None else None
         self.without_request = (empty + y, len(empty))
         if self.rows:  # l_∅ rows: needed for every λ ≠ 1 and the document level; keep one copy
-            self.without = engine.logits_rows(empty + y, len(empty))
+            self.without = engine.logits_rows(empty + y, len(empty)) if without_rows is None else without_rows
             self.logp_without = kernels.logprob_gather(
                 self.without, self.targets, T, banned_ids=self.banned, ban_rows=ban_rows
             )
@@ -351,6 +353,10 @@ class InfluenceScorer:
         self.progress = progress  # progress(label, done, total) after each ablation
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
+        self._without_rows: dict = {}
+        """While an example is scored at several context sizes, its response's l_∅ rows, keyed by (prompt
+        without the context, response): every size reads the same ones (a decode from scratch gives the
+        same rows every time), decoded once."""
         require(engine, [TeacherForcing], "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
             require(engine, [LogitRows], "mixing with lambda != 1 (or an epsilon bound)")
@@ -388,11 +394,14 @@ class InfluenceScorer:
                 "with a size it did not use)"
             )
         results = []
-        for size in self.settings.context_sizes or (None,):
-            enc = full if size is None else EncodedPrompt(full.prefix, full.context[:size], full.suffix)
-            for r in self._score_encoded(example, enc):
-                r.context_tokens, r.context_size = len(enc.context), size
-                results.append(r)
+        try:
+            for size in self.settings.context_sizes or (None,):
+                enc = full if size is None else EncodedPrompt(full.prefix, full.context[:size], full.suffix)
+                for r in self._score_encoded(example, enc):
+                    r.context_tokens, r.context_size = len(enc.context), size
+                    results.append(r)
+        finally:
+            self._without_rows = {}  # kept for one example's sizes only
         return ExampleResult(example.id, len(full.context), example.query, results)
 
     def _score_encoded(self, example: Example, enc: EncodedPrompt) -> list[LambdaResult]:
@@ -452,8 +461,17 @@ class InfluenceScorer:
         st = self.settings
         keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
         passes = _ResponsePasses(
-            self.engine, enc.without_context, y, keys, st.sampling.temperature, ban_rows, step_lambdas
+            self.engine,
+            enc.without_context,
+            y,
+            keys,
+            st.sampling.temperature,
+            ban_rows,
+            step_lambdas,
+            without_rows=self._without_rows.get((tuple(enc.without_context), tuple(y))),
         )
+        if passes.without is not None and len(st.context_sizes) > 1:  # the next size reads the same rows
+            self._without_rows = {(tuple(enc.without_context), tuple(y)): passes.without}
         full = enc.with_context
         base = passes.base(full + y, len(full))
         drive = ["steps"] if step_lambdas is not None else list(lambdas)

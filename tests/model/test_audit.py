@@ -303,10 +303,11 @@ def _open_log(path, engine, s, records):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [1])
 def test_no_defense_reaches_high_audit_accuracy(engine, seed):
-    """(a) L0, input-output query with the canary label: audit accuracy >= 0.8 (several seeds, each its own
-    canary and private set)."""
+    """(a) L0, input-output query with the canary label: audit accuracy >= 0.8 (seed 1: its own canary and
+    private set; seed 0's, with a certified lower bound, is claim 001.1 of ``make reproduce-quick``, which CI
+    runs)."""
     s = AuditSettings(
         task="classify",
         mechanism="none",
