@@ -129,6 +129,8 @@ def run_server(args: list[str], tmp: Path) -> None:
     try:
         r = httpx.post(server.url + "/completions", json=SERVE_REQUEST, timeout=120)
         assert r.status_code == 200 and r.json()["usage"]["ctxlite"]["epsilon_total"] > 0, r.text
+        # λ_t* and the realised bound are functions of the private context: not answered by default
+        assert not {"lambda_per_token", "epsilon_per_token"} & set(r.json()["usage"]["ctxlite"]), r.text
         assert server.stop_with(signal.SIGINT) == 130
     finally:
         server.stop()

@@ -114,6 +114,12 @@ def _loopback(host: str) -> bool:
 )
 @click.option("--model-name", default=None, metavar="NAME", help="The served model's id [default: its registry name].")
 @click.option(
+    "--release-realised",
+    is_flag=True,
+    help="Also answer each token's realised bound and lambda (usage.ctxlite): functions of the private "
+    "context that the epsilon bound does not cover; for testing the server, not for deployment.",
+)
+@click.option(
     "--log",
     "log_path",
     required=True,
@@ -123,7 +129,7 @@ def _loopback(host: str) -> bool:
 )
 @click.pass_context
 def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_total, budget_per_key,
-          max_tokens_cap, max_request_bytes, model_name, log_path, **engine):  # fmt: skip
+          max_tokens_cap, max_request_bytes, model_name, release_realised, log_path, **engine):  # fmt: skip
     """Serve a model over a private context, each token epsilon-bounded (OpenAI-compatible HTTP).
 
     Every token is sampled from the whole epsilon-bounded CID distribution: its log-probability
@@ -157,7 +163,7 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
         try:
             entry = verified_entry(eng.model_path)
             name = model_name or (entry.name if entry else eng.model_path.stem)
-            settings = ServeSettings(name, epsilon, lam, max_tokens_cap, max_request_bytes, keys)
+            settings = ServeSettings(name, epsilon, lam, max_tokens_cap, max_request_bytes, keys, release_realised)
             service = Service(eng, context, settings, ledger)
             http = server(service, host, port)
             bound = "no bound (unbounded CID)" if epsilon is None else f"epsilon {epsilon:g} per token"

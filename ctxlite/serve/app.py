@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxlite._version import __version__
 from ctxlite.serve.ledger import key_id
-from ctxlite.serve.service import ApiError, Outcome, Service
+from ctxlite.serve.service import ApiError, Outcome, ServeSettings, Service
 
 HEADER = "X-Ctxlite-Epsilon"
 
@@ -119,7 +119,7 @@ def build_app(service: Service) -> FastAPI:
         rest = await anyio.to_thread.run_sync(list, gen)  # to its end in one go: a cancel waits for it
         outcome = (rest or [first])[-1][1]
         text = req.echo + outcome.text
-        answer = _answer(endpoint, rid, made, settings.model_name, text, outcome, settings.epsilon, req)
+        answer = _answer(endpoint, rid, made, text, outcome, settings, req)
         return JSONResponse(answer, headers={HEADER: repr(outcome.charged)})
 
     async def _events(first, gen, req, endpoint, rid, made):
@@ -132,7 +132,7 @@ def build_app(service: Service) -> FastAPI:
                 obj = "chat.completion.chunk"
             out = {"id": rid, "object": obj, "created": made, "model": settings.model_name, "choices": [choice]}
             if outcome is not None:
-                out["usage"] = _usage(outcome, settings.epsilon, req)
+                out["usage"] = _usage(outcome, settings, req)
             return f"data: {json.dumps(out)}\n\n"
 
         try:
@@ -171,17 +171,17 @@ def _role_chunk(rid: str, made: int, model: str) -> dict:
     return {"id": rid, "object": "chat.completion.chunk", "created": made, "model": model, "choices": [choice]}
 
 
-def _usage(outcome: Outcome, epsilon, req) -> dict:
+def _usage(outcome: Outcome, settings: ServeSettings, req) -> dict:
     n = len(outcome.steps)
     return {
         "prompt_tokens": len(req.prompt_without),
         "completion_tokens": n,
         "total_tokens": len(req.prompt_without) + n,
-        "ctxlite": outcome.usage_extension(epsilon),
+        "ctxlite": outcome.usage_extension(settings.epsilon, settings.release_realised),
     }
 
 
-def _answer(endpoint, rid, made, model, text, outcome: Outcome, epsilon, req) -> dict:
+def _answer(endpoint, rid, made, text, outcome: Outcome, settings: ServeSettings, req) -> dict:
     if endpoint == "completions":
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": outcome.finish_reason}
         obj = "text_completion"
@@ -192,9 +192,9 @@ def _answer(endpoint, rid, made, model, text, outcome: Outcome, epsilon, req) ->
         "id": rid,
         "object": obj,
         "created": made,
-        "model": model,
+        "model": settings.model_name,
         "choices": [choice],
-        "usage": _usage(outcome, epsilon, req),
+        "usage": _usage(outcome, settings, req),
     }
 
 

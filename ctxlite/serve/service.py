@@ -71,6 +71,10 @@ class ServeSettings:
     max_tokens_cap: int = 256
     max_request_bytes: int = 65536
     api_keys: frozenset = field(default_factory=frozenset)
+    release_realised: bool = False
+    """Also answer each token's realised bound and λ_t* (``epsilon_per_token``, ``lambda_per_token``).
+    Off by default: λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) is a function of the private context that
+    the sampling bound does not cover (it reveals max|pmi| wherever the bound binds); the log keeps them."""
 
 
 @dataclass
@@ -98,12 +102,18 @@ class Outcome:
     budget_left: float
     key_id: str
 
-    def usage_extension(self, epsilon: float | None) -> dict:
+    def usage_extension(self, epsilon: float | None, release_realised: bool = False) -> dict:
+        """``usage.ctxlite``: what the answer was charged, and each token's realised bound and λ_t*
+        only when the operator releases them (:attr:`ServeSettings.release_realised`)."""
+        realised = (
+            {"epsilon_per_token": [s.epsilon for s in self.steps], "lambda_per_token": [s.lam for s in self.steps]}
+            if release_realised
+            else {"realised": "withheld: a function of the private context outside the bound (in the server's log)"}
+        )
         return {
             "epsilon": epsilon,
             "token_ids": [s.token for s in self.steps],
-            "epsilon_per_token": [s.epsilon for s in self.steps],
-            "lambda_per_token": [s.lam for s in self.steps],
+            **realised,
             "epsilon_total": self.charged,
             "epsilon_total_neighbour": 2 * self.charged,
             "budget_left": None if math.isinf(self.budget_left) else self.budget_left,

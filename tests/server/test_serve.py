@@ -37,7 +37,7 @@ def _args(tmp):
     return [
         "--context", str(tmp / "note.txt"), "--epsilon", str(EPSILON), "--budget-per-key", str(PER_KEY),
         "--api-keys", str(tmp / "keys.txt"), "--max-tokens-cap", str(CAP), "--max-request-bytes", "2048",
-        "--log", str(tmp / "serve.jsonl"),
+        "--log", str(tmp / "serve.jsonl"), "--release-realised",
     ]  # fmt: skip
 
 
@@ -169,7 +169,9 @@ def test_chat_completions_use_the_models_chat_template(served, tmp_path):
     finally:
         chat.stop()
     assert plain["object"] == "chat.completion" and plain["choices"][0]["message"]["role"] == "assistant"
-    assert all(e <= 2.0 for e in plain["usage"]["ctxlite"]["epsilon_per_token"])
+    ext = plain["usage"]["ctxlite"]  # served without --release-realised: charged, realised withheld
+    assert ext["epsilon_total"] == 2.0 * len(ext["token_ids"]) and "lambda_per_token" not in ext
+    assert "epsilon_per_token" not in ext and ext["realised"].startswith("withheld")
     chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)

@@ -70,10 +70,12 @@ def test_a_seeded_request_is_reproducible_and_another_seed_differs():
     assert runs[0] == runs[1] != runs[2]
 
 
-def _service(tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl"):
+def _service(
+    tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl", release=True
+):
     backend = FakeBackend(seed=2)
     ledger = Ledger(tmp_path / log, IDENTITY, budgets, eps)
-    settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys))
+    settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys), release_realised=release)
     return Service(backend, CONTEXT, settings_, ledger)
 
 
@@ -94,6 +96,24 @@ def test_a_completion_reports_each_tokens_epsilon_and_their_composed_total(tmp_p
     assert ext["epsilon_total"] == usage["completion_tokens"] * 1.0 == float(r.headers[HEADER])
     assert ext["epsilon_total_neighbour"] == 2 * ext["epsilon_total"]
     assert r.json()["choices"][0]["logprobs"] is None
+
+
+def test_the_realised_bound_and_lambda_are_withheld_unless_released_and_always_logged(tmp_path):
+    """λ_t* = min(λ, ε / (2 max|pmi_D|)) reveals max|pmi_D| wherever the bound binds: a function of the
+    private context the sampling bound does not cover. By default an answer carries only what it was
+    charged; the operator's log keeps both per token."""
+    service = _service(tmp_path, release=False)
+    with TestClient(build_app(service)) as client:
+        r = _post(client, {"prompt": "The dose is", "max_tokens": 5, "seed": 1})
+        s = _post(client, {"prompt": "The dose is", "max_tokens": 5, "seed": 1, "stream": True})
+    ext = r.json()["usage"]["ctxlite"]
+    last = [json.loads(line[6:]) for line in s.text.splitlines() if line.startswith("data: {")][-1]
+    for shown in (ext, last["usage"]["ctxlite"]):
+        assert not {"epsilon_per_token", "lambda_per_token"} & set(shown) and shown["realised"].startswith("withheld")
+        assert shown["epsilon_total"] == len(shown["token_ids"]) * 1.0
+    service.ledger.close_log()
+    logged = [rec for k, rec in read_run_log(tmp_path / "serve.jsonl").records.items() if not k.endswith("-open")]
+    assert len(logged) == 2 and all(len(rec["lambda_per_token"]) == rec["tokens"] for rec in logged)
 
 
 def test_a_stream_sends_the_same_text_as_events_and_its_usage_last(tmp_path):
