@@ -381,7 +381,7 @@ def score(**options):
       ctxlite score --data examples.jsonl --lam 0,0.5,1,1.5 --plan
       ctxlite score --context note.txt -q "Who is the patient?" --search adaptive --top 3
       ctxlite score --data ctxlite/data/examples/rag_passages.jsonl --unit passage --out runs/rag.jsonl
-      ctxlite score --context note.txt -q "What was prescribed?" --answer "Lisinopril 10 mg daily." --lam 1,1.5 --epsilon 1,4 --out runs/eps.jsonl
+      ctxlite score --context note.txt -q "What was prescribed?" --answer Lisinopril --epsilon 1,4 --out runs/eps.jsonl
     """
     o = SimpleNamespace(**options)
     _check_usage(o)
