@@ -70,9 +70,7 @@ def test_a_seeded_request_is_reproducible_and_another_seed_differs():
     assert runs[0] == runs[1] != runs[2]
 
 
-def _service(
-    tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl", release=True
-):
+def _service(tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl", release=True):
     backend = FakeBackend(seed=2)
     ledger = Ledger(tmp_path / log, IDENTITY, budgets, eps)
     settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys), release_realised=release)
