@@ -88,7 +88,7 @@ def _loopback(host: str) -> bool:
     help="CID's mixing weight lambda; each token uses min(lambda, epsilon / (2 max|pmi|)).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (not loopback: needs API keys).")
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
 @click.option(
     "--api-keys",
     type=click.Path(dir_okay=False),
