@@ -23,16 +23,12 @@ WORDS = ["Alice", "Smith", "takes", "losartan", "the", "is", "a", "of", "Ohio", 
 word_runs = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
 
 
-def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float, pairs: bool = False) -> list:
-    """τ_u of each unit, obviously: decode the full prompt, each prompt without one unit's tokens and
-    the prompt without context from scratch (``logits_rows``, no cache reused), mix the logits in
-    numpy (float64; the scorer's kernels round in float32, hence the tests' 1e-4 nats of tolerance,
-    far below what a wrong ablation moves), sum |Δ log p̄_λ| over the response tokens. ``pairs``:
-    instead, per unit, None or (partner label, similarity, τ_pair) of it and its near-duplicate."""
+def _reference_logp(backend, scorer: InfluenceScorer, example: Example, lam: float):
+    """The example's encoding, and ``logp(prompt)``: log p̄_λ of each response token after ``prompt``,
+    both passes decoded from scratch (``logits_rows``) and mixed in numpy, float64."""
     enc = scorer.encode(example)
     y = scorer.encode_response(enc, example.response)
     T = scorer.settings.sampling.temperature
-    p, full = len(enc.prefix), enc.with_context
     targets = np.asarray(y)
     without = backend.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64)
 
@@ -43,6 +39,17 @@ def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float
         mixed = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         return mixed[np.arange(len(y)), targets]
 
+    return enc, logp
+
+
+def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float, pairs: bool = False) -> list:
+    """τ_u of each unit, obviously: decode the full prompt, each prompt without one unit's tokens and
+    the prompt without context from scratch (``logits_rows``, no cache reused), mix the logits in
+    numpy (float64; the scorer's kernels round in float32, hence the tests' 1e-4 nats of tolerance,
+    far below what a wrong ablation moves), sum |Δ log p̄_λ| over the response tokens. ``pairs``:
+    instead, per unit, None or (partner label, similarity, τ_pair) of it and its near-duplicate."""
+    enc, logp = _reference_logp(backend, scorer, example, lam)
+    p, full = len(enc.prefix), enc.with_context
     base = logp(full)
     taus = []
     for u in scorer.units(example, enc):
@@ -454,18 +461,7 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
 
 def reference_removal(backend, scorer: InfluenceScorer, example: Example, lam: float, token_range) -> float:
     """τ of removing context tokens [a, b), decoded from scratch (as ``reference_tau``)."""
-    enc = scorer.encode(example)
-    y = scorer.encode_response(enc, example.response)
-    T = scorer.settings.sampling.temperature
-    without = backend.logits_rows(enc.without_context + y, len(enc.without_context)).astype(np.float64)
-
-    def logp(tokens):
-        rows = backend.logits_rows(tokens + y, len(tokens)).astype(np.float64)
-        z = (lam * rows + (1 - lam) * without) / T
-        z -= z.max(axis=1, keepdims=True)
-        mixed = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        return mixed[np.arange(len(y)), np.asarray(y)]
-
+    enc, logp = _reference_logp(backend, scorer, example, lam)
     p, full = len(enc.prefix), enc.with_context
     a, b = token_range
     return float(np.abs(logp(full) - logp(full[: p + a] + full[p + b :])).sum())
