@@ -354,9 +354,9 @@ class InfluenceScorer:
         self.template = template if isinstance(template, PromptTemplate) else get_template(template)
         self.settings = settings or InfluenceSettings()
         self._without_rows: dict = {}
-        """While an example is scored at several context sizes, its response's l_∅ rows, keyed by (prompt
-        without the context, response): every size reads the same ones (a decode from scratch gives the
-        same rows every time), decoded once."""
+        """While an example is scored at several context sizes, its response's l_∅ rows, keyed by the
+        tokens of the prompt without the context and the response: every size reads the same ones (a
+        decode from scratch gives the same rows every time), decoded once."""
         require(engine, [TeacherForcing], "scoring")
         if any(lam != 1.0 for lam in self.settings.lambdas) or self.settings.epsilons:
             require(engine, [LogitRows], "mixing with lambda != 1 (or an epsilon bound)")
@@ -460,6 +460,7 @@ class InfluenceScorer:
     ) -> list[LambdaResult]:
         st = self.settings
         keys = [1.0] + [l for l in lambdas if l != 1.0] if step_lambdas is None else [1.0, "steps"]
+        shared = tuple(enc.without_context + y) if len(st.context_sizes) > 1 else None
         passes = _ResponsePasses(
             self.engine,
             enc.without_context,
@@ -468,10 +469,10 @@ class InfluenceScorer:
             st.sampling.temperature,
             ban_rows,
             step_lambdas,
-            without_rows=self._without_rows.get((tuple(enc.without_context), tuple(y))),
+            without_rows=self._without_rows.get(shared),
         )
-        if passes.without is not None and len(st.context_sizes) > 1:  # the next size reads the same rows
-            self._without_rows = {(tuple(enc.without_context), tuple(y)): passes.without}
+        if shared is not None and passes.without is not None:  # the example's next size reads the same rows
+            self._without_rows = {shared: passes.without}
         full = enc.with_context
         base = passes.base(full + y, len(full))
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
