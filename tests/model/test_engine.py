@@ -105,8 +105,8 @@ def test_reuse_path_matches_exact_path(with_response):
     with Engine(None, EngineConfig(n_threads=1)) as engine:
         ex = dict(with_response[0])
         ex["context"] = " ".join(
-            ex["context"].split()[:10]
-        )  # ~35 tokens, 12 response tokens: every window stays affordable
+            ex["context"].split()[:8]
+        )  # ~30 tokens, 12 response tokens: every window stays affordable
         enc, y = _workload(engine, ex, n)
         y = y[:12]
         full, tf, p = enc.with_context, len(enc.with_context), len(enc.prefix)

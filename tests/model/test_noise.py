@@ -102,7 +102,8 @@ def test_the_floor_covers_the_rounding_of_another_batch_size(engine, with_respon
     from ctxlite.runtime.engine import Engine, EngineConfig
 
     settings = InfluenceSettings(lambdas=(1.0,), ngram=4, stride=2, search="exhaustive")
-    examples = [Example(**{k: d[k] for k in ("context", "query", "response")}) for d in [_short(with_response[0], 30)]]
+    d = _short(with_response[0], 12, 5)  # 24 n-grams of 6 response tokens
+    examples = [Example(d["context"], d["query"], d["response"])]
     diffs, floors, results = [], [], []
     with Engine(None, EngineConfig(n_batch=37)) as other:
         for ex in examples:
@@ -126,7 +127,7 @@ def test_probes_leave_the_reuse_path_canonical(engine, with_response):
     ``--exact``'s bit for bit (the cache stops counting a probe's cells as the base's)."""
     from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
 
-    d = _short(with_response[1], 20)
+    d = _short(with_response[1], 12, 5)
     ex = Example(context=d["context"], query=d["query"], response=d["response"])
     s = dict(lambdas=(1.0,), ngram=4, stride=2, search="exhaustive")
     reuse = InfluenceScorer(engine, "qa", InfluenceSettings(**s)).score(ex).results[0]

@@ -158,26 +158,39 @@ def test_what_needs_logit_rows_is_refused(remote):
 
 
 # ----- the CLI, end to end ------------------------------------------------------------------------
-def test_a_lambda_1_score_on_the_server_matches_local_and_keeps_the_key_out_of_the_log(
+def test_a_lambda_1_score_on_the_server_matches_local_with_requests_in_flight_together(
     llama_server, engine, tmp_path, monkeypatch
 ):
-    """``ctxlite score --backend openai`` end to end (through a counting proxy, with an API key in the
-    environment): its λ = 1 result equals the local engine's within the tolerance, the key reached the
-    server but not the log or the output, and the log is refused to a local run."""
+    """``ctxlite score --backend openai --concurrency 3`` end to end, with an API key in the environment,
+    through a proxy that holds every other completion so that requests end out of order: an example's
+    ablations (and its with/without-context pair) were in flight together -- at the proxy, and by the
+    backend's own count -- and every result is still mapped to its own ablation: the λ = 1 result equals
+    the local engine's within the tolerance. The key reached the server but not the log or the output,
+    and the log is refused to a local run. (``--concurrency 1`` going one request at a time is
+    tests/server/test_concurrency.py's.)"""
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     monkeypatch.setenv("CTXLITE_API_KEY", SECRET)
     out = tmp_path / "run.jsonl"
-    with Proxy(llama_server.url) as proxy:
-        res = CliRunner().invoke(main, _score_args(proxy.url, out))
+    backends, init = [], ServedModel.__init__
+
+    def kept(self, *a, **kw):
+        init(self, *a, **kw)
+        backends.append(self)
+
+    monkeypatch.setattr(ServedModel, "__init__", kept)
+    with Proxy(llama_server.url, stagger=0.5) as proxy:
+        res = CliRunner().invoke(main, _score_args(proxy.url, out, "--concurrency", "3"))
         assert res.exit_code == 0, res.output
         assert f"Bearer {SECRET}" in proxy.auth  # the key was sent
+    stats = [b.request_stats() for b in backends]
+    assert proxy.max_in_flight > 1 and max(s.max_in_flight for s in stats) > 1, stats
     header = json.loads(out.read_text().splitlines()[0])
     assert header["identity"]["server"]["base_url"] == proxy.url
     assert header["identity"]["server"]["model_name"] == MODEL_NAME
     assert SECRET not in out.read_text() and SECRET not in res.output
-    served = json.loads(res.stdout)["result"]["results"][0]
-
-    _equal_to_the_local_engines(served, _score_served(engine))
+    local = _score_served(engine)
+    _distinct_ablations(local)
+    _equal_to_the_local_engines(json.loads(res.stdout)["result"]["results"][0], local)
 
     # the same log is never reused by a local run (another identity: exit 4)
     local_args = [a for a in _score_args("x", out) if a not in _args("x")]
@@ -185,10 +198,10 @@ def test_a_lambda_1_score_on_the_server_matches_local_and_keeps_the_key_out_of_t
     assert res.exit_code == 4 and "server" in res.output, res.output
 
 
-def _audit_args(url, data, fmt, out, *more) -> list[str]:
+def _audit_args(url, data, fmt, out, *more, queries: int = 8) -> list[str]:
     base = ["audit", "--data", str(data), "--format", str(fmt), "--shots", "1", "--reference-runs", "2"]
     return [*base, "--canary", "semantic"] + _args(
-        url, "--utility-queries", "0", "--queries-per-trial", "8", "--out", str(out), "--json", *more
+        url, "--utility-queries", "0", "--queries-per-trial", str(queries), "--out", str(out), "--json", *more
     )
 
 
@@ -217,8 +230,8 @@ def test_a_report_noisy_max_audit_on_the_server_equals_the_local_one(llama_serve
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"rnm-{name}.jsonl"
-        args = _audit_args(url or "x", data, fmt, out, "--trials", "4", "--mechanism", "rnm", "--ensembles", "2")
-        args += ["--epsilon", "1,inf"]
+        args = _audit_args(url or "x", data, fmt, out, "--trials", "4", "--mechanism", "rnm", queries=4)
+        args += ["--ensembles", "2", "--epsilon", "1,inf"]
         res = CliRunner().invoke(main, args if url else [a for a in args if a not in _args("x")])
         assert res.exit_code == 0, res.output
         runs[name] = {l["key"]: l for l in map(json.loads, out.read_text().splitlines()[1:]) if "key" in l}
@@ -286,21 +299,6 @@ def _distinct_ablations(result: dict) -> None:
     rows = [np.asarray(g["per_token"]) for g in result["ngrams"]]
     assert len(rows) >= 3
     assert min(np.max(np.abs(a - b)) for i, a in enumerate(rows) for b in rows[i + 1 :]) > 10 * TOL_LOGPROB
-
-
-def test_an_examples_ablations_are_in_flight_together_on_the_server(llama_server, engine):
-    """``--concurrency 3`` through a proxy that holds every other completion, so that requests end
-    out of order: an example's ablations (and its with/without-context pair) were in flight together
-    -- at the proxy, and by the backend's own count -- and every result is still mapped to its own
-    ablation: the scores equal the local engine's (``--concurrency 1`` going one request at a time is
-    tests/server/test_concurrency.py's)."""
-    with Proxy(llama_server.url, stagger=0.5) as proxy:
-        with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, concurrency=3)) as backend:
-            together, overlapped = _score_served(backend), backend.request_stats()
-    assert overlapped.max_in_flight > 1 and proxy.max_in_flight > 1, overlapped
-    local = _score_served(engine)
-    _distinct_ablations(local)
-    _equal_to_the_local_engines(together, local)
 
 
 def _equal_to_the_local_engines(served: dict, local: dict) -> None:
