@@ -216,7 +216,7 @@ def test_ctxlites_own_generation_audit_runs_against_it(tmp_path, monkeypatch):
         args = ["--quiet", "audit", "--backend", "openai", "--base-url", server.url, "--model-name", "gemma-3-270m"]
         args += ["--data", data, "--task", "generate", "--mechanism", "none", "--trials", "4"]
         args += ["--queries-per-trial", "1", "--reference-runs", "1", "--utility-queries", "0"]
-        args += ["--max-new-tokens", "4", "--shots", "4", "--out", str(tmp_path / "audit.jsonl")]
+        args += ["--max-new-tokens", "4", "--shots", "1", "--out", str(tmp_path / "audit.jsonl")]
         r = CliRunner().invoke(main, args, catch_exceptions=False)
     finally:
         server.stop()
