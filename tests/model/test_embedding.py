@@ -56,8 +56,8 @@ def _small_data(path: Path) -> Path:
     lines = [json.loads(line) for line in (DATA / "score_sample.jsonl").read_text().splitlines() if line.strip()]
     out = []
     for d in [d for d in lines if d.get("response")][:2]:
-        d["context"] = d["context"][: d["context"].index(". ", 120) + 1]
-        d["response"] = " ".join(d["response"].split()[:10])
+        d["context"] = d["context"][: d["context"].index(". ", 60) + 1]
+        d["response"] = " ".join(d["response"].split()[:6])
         out.append(json.dumps(d))
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path
