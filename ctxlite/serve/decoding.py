@@ -78,3 +78,37 @@ class TextStream:
 
     def flush(self) -> str:
         return self._decoder.decode(b"", final=True)
+
+
+class StopText:
+    """Text released up to the first occurrence of any stop sequence, piece by piece.
+
+    :meth:`add` returns what can be shown now: it holds back the longest suffix that is a proper
+    prefix of a stop sequence (it may still become one), so no shown text is ever part of a stop
+    sequence; once one occurs, ``stopped`` is set and the text before it is the last returned.
+    Every stop occurrence starts inside the held text or after it: a start inside the shown text
+    would make a longer held suffix, so the scan never looks back. Cutting the text is
+    post-processing of released tokens: the tokens sampled up to the stop are charged all the same.
+    """
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = tuple(s for s in stops if s)
+        self.held = ""
+        self.stopped = False
+
+    def add(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.stopped, self.held = True, ""
+            return text[: min(found)]
+        keep = max((n for s in self.stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        """The held text at the end of the response (no stop sequence followed it)."""
+        rest, self.held = ("" if self.stopped else self.held), ""
+        return rest

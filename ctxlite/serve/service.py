@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ctxlite.errors import CtxliteError
 from ctxlite.runtime.chat import render_chat
-from ctxlite.serve.decoding import Step, TextStream, steps
+from ctxlite.serve.decoding import Step, StopText, TextStream, steps
 from ctxlite.serve.ledger import Ledger
 
 SEPARATOR = "\n\n"
@@ -89,6 +89,7 @@ class Request:
     seed: int | None
     stream: bool
     echo: str = ""
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -131,6 +132,27 @@ def _number(body: Mapping, name: str, default, *, integer: bool = False):
     return value
 
 
+MAX_STOPS, MAX_STOP_CHARS = 4, 64
+"""OpenAI's limit on stop sequences, and ours on each one's length."""
+
+
+def _stops(body: Mapping) -> tuple[str, ...]:
+    """A request's ``stop``: absent, null, one string or a list of up to ``MAX_STOPS`` non-empty strings."""
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    ok = isinstance(stops, list) and len(stops) <= MAX_STOPS
+    if not ok or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops):
+        raise ApiError(
+            400,
+            f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of at most {MAX_STOP_CHARS} "
+            f"characters, got {stop!r}",
+            param="stop",
+        )
+    return tuple(stops)
+
+
 class Service:
     """One engine, one private context, one ledger; :meth:`generate` serves one request at a time."""
 
@@ -153,8 +175,6 @@ class Service:
                 )
         if body.get("logit_bias"):
             raise ApiError(400, "logit_bias is refused: it changes the bounded distribution", param="logit_bias")
-        if body.get("stop"):
-            raise ApiError(400, "stop sequences are not supported by ctxlite serve", param="stop")
         model = body.get("model")
         if model is not None and model != self.settings.model_name:
             raise ApiError(
@@ -198,7 +218,9 @@ class Service:
         tok = self.engine.tokenize
         without = tok(prompt, add_bos=True, special=True)
         with_ = tok(self.context + SEPARATOR + prompt, add_bos=True, special=True)
-        return Request("completions", with_, without, max_tokens, temperature, seed, stream, prompt if echo else "")
+        return Request(
+            "completions", with_, without, max_tokens, temperature, seed, stream, prompt if echo else "", _stops(body)
+        )
 
     def chat_request(self, body: Mapping) -> Request:
         max_tokens, temperature, seed, stream = self.check_sampling(body, "chat")
@@ -219,6 +241,7 @@ class Service:
             temperature,
             seed,
             stream,
+            stop=_stops(body),
         )
 
     # ----- serving --------------------------------------------------------
@@ -245,7 +268,7 @@ class Service:
             record = ledger.open(kid, req.endpoint, n)
             taken: list[Step] = []
             finish, parts = "interrupted", []  # what a response closed before its end (a client gone) logs
-            text = TextStream(self.engine)
+            text, shown = TextStream(self.engine), StopText(req.stop)
             try:
                 for step in steps(
                     self.engine, req.prompt_with, req.prompt_without, self.settings.lam, eps,
@@ -255,13 +278,17 @@ class Service:
                     if step.eog:
                         finish = "stop"
                         break
-                    piece = text.add(step.token)
+                    piece = shown.add(text.add(step.token))
                     parts.append(piece)
                     if piece:
                         yield piece, None
+                    if shown.stopped:
+                        finish = "stop"
+                        break
                 else:
                     finish = BUDGET_SPENT if n < req.max_tokens else "length"
-                tail = text.flush()
+                tail = shown.add(text.flush())
+                tail += shown.flush()
                 if tail:
                     parts.append(tail)
                     yield tail, None

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.model
 NOTE = "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily."
 EPSILON, PER_KEY, CAP = 1.0, 30.0, 6
 KEYS = {"main": "sk-test-main", "spender": "sk-test-spender", "other": "sk-test-other", "crowd": "sk-test-crowd"}
+KEYS["stops"] = "sk-test-stops"
 
 
 def _args(tmp):
@@ -93,6 +94,25 @@ def test_every_tokens_epsilon_recomputed_from_the_model_is_within_the_bound(serv
             assert lam_t == pytest.approx(lam_ref, rel=0.1)
             assert eps_t <= EPSILON and np.max(np.abs(mixed - qb)) <= eps_t  # over the whole vocabulary
             assert mixed[token] > -np.inf
+
+
+def test_a_stop_sequence_cuts_the_answer_and_its_sampled_tokens_are_charged(served):
+    """A seeded answer, then the same request with a stop sequence taken from its text: the same
+    tokens up to the one that completes it, the text cut before it (streamed alike), "stop"."""
+    server, _ = served
+    body = {"prompt": "The patient's name is", "max_tokens": CAP, "seed": 3}
+    free = _post(server, body, key="stops").json()
+    text = free["choices"][0]["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert len(text) >= 4, free  # a few words: on a real model, six tokens of a name
+    cut = _post(server, {**body, "stop": [stop, "never said"]}, key="stops").json()
+    assert cut["choices"][0]["text"] == text[: text.index(stop)] and cut["choices"][0]["finish_reason"] == "stop"
+    ids = cut["usage"]["ctxlite"]["token_ids"]
+    assert ids == free["usage"]["ctxlite"]["token_ids"][: len(ids)]
+    assert cut["usage"]["ctxlite"]["epsilon_total"] == EPSILON * len(ids)
+    s = _post(server, {**body, "stop": stop, "stream": True}, key="stops")
+    chunks = [json.loads(line[6:]) for line in s.text.splitlines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == cut["choices"][0]["text"]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from ctxlite.records import read_run_log
 from ctxlite.runtime.fake import FakeBackend
 from ctxlite.runtime.sampling import log_softmax
 from ctxlite.serve.app import HEADER, build_app
-from ctxlite.serve.decoding import Step, steps
+from ctxlite.serve.decoding import Step, StopText, steps
 from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
 from ctxlite.serve.service import SEPARATOR, ServeSettings, Service
 
@@ -141,6 +141,10 @@ def test_a_stream_sends_the_same_text_as_events_and_its_usage_last(tmp_path):
         ({"prompt": [1, 2, 3]}, 400, "prompt"),
         ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
         ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),
+        ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+        ({"prompt": "x", "stop": ""}, 400, "stop"),
+        ({"prompt": "x", "stop": [7]}, 400, "stop"),
+        ({"prompt": "x", "stop": "x" * 65}, 400, "stop"),
     ],
 )
 def test_what_would_void_the_bound_or_break_a_cap_is_refused_openai_style(tmp_path, body, status, param):
@@ -238,3 +242,48 @@ def test_the_ledger_never_lets_spending_pass_the_budget(tmp_path_factory, length
 def test_a_budget_without_epsilon_is_refused(tmp_path):
     with pytest.raises(InvalidParameter, match="needs --epsilon"):
         Ledger(tmp_path / "serve.jsonl", IDENTITY, Budgets(total=1.0), None)
+
+
+def reference_cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """The text before the first occurrence of any stop sequence, and whether one occurs."""
+    found = [text.find(s) for s in stops if s and text.find(s) >= 0]
+    return (text[: min(found)], True) if found else (text, False)
+
+
+@given(
+    st.lists(st.text("ab\n", max_size=4), max_size=12), st.lists(st.text("ab\n", min_size=1, max_size=3), max_size=4)
+)
+def test_stop_text_shows_the_text_before_the_first_stop_sequence_and_nothing_of_it(pieces, stops):
+    scan, shown = StopText(stops), []
+    for k, piece in enumerate(pieces):
+        shown.append(scan.add(piece))
+        so_far = "".join(shown)
+        cut, stopped = reference_cut("".join(pieces[: k + 1]), stops)
+        assert scan.stopped == stopped and cut.startswith(so_far)  # never past the stop, never text of one
+        if stopped:
+            assert so_far == cut  # all of it at once when the stop completes
+    shown.append(scan.flush())
+    assert "".join(shown) == reference_cut("".join(pieces), stops)[0]
+
+
+def test_a_stop_sequence_cuts_the_seeded_answer_where_it_occurs_and_charges_what_was_sampled(tmp_path):
+    """The same seed with and without ``stop``: the same tokens up to the one that completes the stop
+    sequence; the text is the unstopped text cut before it (streamed alike), ``finish_reason`` is
+    "stop", and every sampled token is charged."""
+    service = _service(tmp_path)
+    body = {"prompt": "The dose is", "max_tokens": 16, "seed": 3}
+    with TestClient(build_app(service)) as client:
+        free = _post(client, body).json()
+        text = free["choices"][0]["text"]
+        stop = text[len(text) // 2 : len(text) // 2 + 2]
+        assert len(text) >= 4 and stop, text
+        cut = _post(client, {**body, "stop": [stop, "never-said"]}).json()
+        streamed = _post(client, {**body, "stop": stop, "stream": True})
+    want = text[: text.index(stop)]
+    assert cut["choices"][0]["text"] == want and cut["choices"][0]["finish_reason"] == "stop"
+    ids, all_ids = cut["usage"]["ctxlite"]["token_ids"], free["usage"]["ctxlite"]["token_ids"]
+    assert ids == all_ids[: len(ids)] and len(ids) < len(all_ids)
+    assert cut["usage"]["ctxlite"]["epsilon_total"] == len(ids) * 1.0 == cut["usage"]["completion_tokens"]
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == want
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
