@@ -43,6 +43,14 @@ descent stays format 2, while a ctxlite that knows an older format only refuses 
 instead of reporting it without what it cannot read."""
 
 
+SERVE_FORMATS = (2, 3)
+"""The formats of a ``ctxlite serve`` ledger, whose records (reservations, responses) are the same in
+each: it began in format 2, and format 3 changed score results only. A new ledger is written in the
+first; a ledger of any of them is continued in its own (:class:`ctxlite.records.RecordLog`'s
+``continues``), so a restart after an upgrade keeps the budget spent instead of refusing the
+ledger, which would leave the operator a new, empty one."""
+
+
 def format_of_run(unit: str | None, descends: bool = False) -> int:
     """The format a score run writes: 3 where it descends the unit hierarchy (``--search adaptive``
     with ``--unit passage`` or ``sentence``), 2 where it scores units (``--unit`` other than

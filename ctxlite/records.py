@@ -315,10 +315,12 @@ class RecordLog:
         kind: str = "run",
         lock: LogLock | None = None,
         schema_version: int = 1,
+        continues: tuple[int, ...] = (),
     ):
         self.path = Path(path)
         self.kind = kind
         self.schema_version = schema_version  # the format written (ctxlite.logformat.format_of_run)
+        self.continues = continues  # other formats with the same records: a log of one is continued in it
         self.identity = normalise(identity)
         self.records: dict[str, dict] = {}
         self.end: dict | None = None  # the finished run's summary (see finish)
@@ -382,6 +384,8 @@ class RecordLog:
     def _load(self) -> None:
         run = read_run_log(self.path, self.kind, advice=": choose another --out")
         _refuse_differences(self.path, run.identity, self.identity)
+        if run.schema_version in self.continues:
+            self.schema_version = run.schema_version
         _refuse_other_format(self.path, run, self.schema_version)
         self.records, self.end, self.first_end, self.head = run.records, run.end, run.first_end, run.head
         if run.torn_at is not None:  # an interrupted write: cut the partial line now if we may, else before appending

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.logformat import SCHEMA_VERSION
+from ctxlite.logformat import SERVE_FORMATS
 from ctxlite.records import RecordLog
 
 KIND = "serve"
@@ -60,7 +60,7 @@ class Ledger:
         if epsilon is None and (budgets.total is not None or budgets.per_key is not None):
             raise InvalidParameter("a budget needs --epsilon: without a bound no token has a privacy cost to charge")
         self.budgets, self.epsilon = budgets, epsilon
-        self.log = RecordLog(path, identity, kind=KIND, schema_version=SCHEMA_VERSION)
+        self.log = RecordLog(path, identity, kind=KIND, schema_version=SERVE_FORMATS[0], continues=SERVE_FORMATS)
         self.spent_total = 0.0
         self.spent: dict[str, float] = {}
         self.responses = 0

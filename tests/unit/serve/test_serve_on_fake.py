@@ -12,11 +12,12 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxlite.errors import InvalidParameter
+from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.influence.cid import EPSILON_MARGIN
 from ctxlite.records import read_run_log
 from ctxlite.runtime.fake import FakeBackend
 from ctxlite.runtime.sampling import log_softmax
+from ctxlite.serve import ledger as ledger_module
 from ctxlite.serve.app import HEADER, build_app
 from ctxlite.serve.decoding import Step, StopText, steps
 from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
@@ -236,6 +237,36 @@ def test_the_ledger_never_lets_spending_pass_the_budget(tmp_path_factory, length
     ledger.close_log()
     again = Ledger(path, IDENTITY, Budgets(total=total), eps)
     assert again.spent_total == pytest.approx(reference)
+    again.close_log()
+
+
+@pytest.mark.parametrize("version", [None, 2, 3, 1])
+def test_a_ledger_of_every_serve_format_is_continued_in_its_own_after_an_upgrade(tmp_path, monkeypatch, version):
+    """ctxlite serve began in log format 2; format 3 changed score results only. A ledger written in
+    either (a restart after an upgrade) keeps its budget spent and its format; a new one is format 2;
+    a log of another format is refused, never replaced by an empty ledger."""
+    path = tmp_path / "serve.jsonl"
+
+    def answer(ledger, tokens):
+        key = ledger.open(ANONYMOUS, "completions", tokens)
+        ledger.close(key, ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)] * tokens, "length")
+        ledger.close_log()
+
+    if version is not None:  # a ledger as a ctxlite that wrote format `version` left it: 3 tokens at ε = 1
+        with monkeypatch.context() as m:
+            m.setattr(ledger_module, "SERVE_FORMATS", (version,))
+            answer(Ledger(path, IDENTITY, Budgets(total=10.0), 1.0), 3)
+    if version == 1:
+        with pytest.raises(DataError, match="format 1, this run writes format 2"):
+            Ledger(path, IDENTITY, Budgets(total=10.0), 1.0)
+        return
+    ledger = Ledger(path, IDENTITY, Budgets(total=10.0), 1.0)
+    assert ledger.spent_total == (0.0 if version is None else 3.0)
+    answer(ledger, 2)
+    run = read_run_log(path)
+    assert run.schema_version == (version or 2) and run.chained
+    again = Ledger(path, IDENTITY, Budgets(total=10.0), 1.0)
+    assert again.spent_total == (2.0 if version is None else 5.0)
     again.close_log()
 
 
