@@ -17,11 +17,19 @@ the hierarchical search (``--unit passage --search adaptive``) is run for real, 
   both counted by running them on the engine in dry-run mode (nothing decoded, exact counts);
 * the wall time of the hierarchical run.
 
-Not yet measured (issue 27 asks for them): contexts up to 2,048 tokens, the wall-time ratio against
-the from-scratch reference of bench_score.py, and the overlap of the hierarchy's top-3 n-grams with
-exhaustive search's at L >= 512.
+``--long`` runs the same on bench/data/rag_units_long.jsonl instead: the same kind of examples with
+every passage padded by clinic boilerplate (``FILLER``) to contexts of about 600 (k = 3) and 2,000
+(k = 10) tokens, and adds per example:
 
-    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data]
+* the overlap O = |top-3 ∩ top-3| / 3 of the hierarchy's three n-grams of largest τ_i with those of
+  exhaustive search over the same 8-gram grid (run for real);
+* the wall time of the from-scratch reference of bench_score.py (one forward pass per response
+  token per ablation), MEASURED on one ablation (the answer passage removed) and EXTRAPOLATED to
+  (a) the ablations whose exact τ the hierarchy reports (passages, sentences, n-grams, plus the
+  two base passes) and (b) the reference's own exhaustive 8-gram search, and its ratio to the
+  hierarchy's measured wall time.
+
+    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data] [--long]
 """
 
 from __future__ import annotations
@@ -32,15 +40,20 @@ import os
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 from ctxlite.influence.dataset import load_examples  # noqa: E402
 from ctxlite.influence.scorer import InfluenceScorer, InfluenceSettings  # noqa: E402
-from ctxlite.runtime.engine import Engine  # noqa: E402
+from ctxlite.influence.units import join_passages  # noqa: E402
+from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.runtime.planning import dry_count  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "rag_units.jsonl"
+LONG = DATA.with_name("rag_units_long.jsonl")
+LONG_FILLER = {3: 10, 10: 11}
+"""Boilerplate sentences per passage in the long data, by k: about 600 and 2,000 context tokens."""
 
 FIRST = ["Marta", "Tomas", "Leena", "Dana", "Oskar", "Priya", "Ines", "Kofi", "Yusuf", "Hana", "Rafael", "Signe"]
 LAST = ["Oyelaran", "Brandt", "Varga", "Whitcombe", "Lindqvist", "Raman", "Castel", "Mensah", "Demir", "Novak"]
@@ -53,8 +66,35 @@ JOBS = ["ferry engineer", "school librarian", "night nurse", "carpenter", "bus d
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 
 
-def make_example(rng: random.Random, k: int, index: int) -> dict:
-    """One example of ``k`` passages: the answer passage and k − 1 distractors sharing its entities."""
+FILLER = [
+    "The waiting room of the {clinic} clinic has {n} chairs and a water dispenser.",
+    "Parking next to the {clinic} clinic is free for patients after {h} o'clock.",
+    "Nurses at the {clinic} clinic change shifts every {day} afternoon.",
+    "The {clinic} clinic sends appointment reminders by text message two days ahead.",
+    "A bus from the centre of {city} stops outside the {clinic} clinic every {n} minutes.",
+    "The reception desk in {city} keeps printed leaflets on healthy eating and sleep.",
+    "Visitors are asked to wash their hands at the entrance of the {clinic} clinic.",
+    "The {clinic} clinic was repainted in {year} and has a small garden behind it.",
+    "On {day}s the pharmacy counter in {city} closes at {h} in the evening.",
+    "Children under twelve wait with a parent in the play corner of the {clinic} clinic.",
+    "The lift of the {clinic} clinic is serviced once a month, usually on a {day}.",
+    "Records at the {clinic} clinic are kept for {n} years after the last visit.",
+]
+"""Clinic boilerplate that pads the long data's passages: no drug, condition or patient in it."""
+
+
+def _filler(rng: random.Random, n: int, clinic: str, city: str) -> str:
+    picks = rng.sample(FILLER, n)
+    return " ".join(
+        s.format(clinic=clinic, city=city, n=rng.randint(5, 30), h=rng.randint(5, 9), day=rng.choice(DAYS),
+                 year=rng.randint(1995, 2020))
+        for s in picks
+    )  # fmt: skip
+
+
+def make_example(rng: random.Random, k: int, index: int, filler: int = 0) -> dict:
+    """One example of ``k`` passages: the answer passage and k − 1 distractors sharing its entities;
+    each passage followed by ``filler`` boilerplate sentences (the long data)."""
     name = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     first = name.split()[0]
     (drug, dose), condition = rng.choice(DRUGS), rng.choice(CONDITIONS)
@@ -77,6 +117,8 @@ def make_example(rng: random.Random, k: int, index: int) -> dict:
     distractors = rng.sample(pool, k - 1)
     at = rng.randrange(k)
     passages = distractors[:at] + [answer] + distractors[at:]
+    if filler:
+        passages = [f"{p} {_filler(rng, filler, clinic, city)}" for p in passages]
     passages = [f"Passage {i}: {p}" for i, p in enumerate(passages, 1)]
     return {
         "id": f"k{k}-{index}",
@@ -87,30 +129,48 @@ def make_example(rng: random.Random, k: int, index: int) -> dict:
     }
 
 
-def write_data(path: Path, ks, per_k: int, seed: int = 27) -> None:
+def write_data(path: Path, ks, per_k: int, seed: int = 27, filler: dict | None = None) -> None:
     rng = random.Random(seed)
-    lines = [make_example(rng, k, i) for k in ks for i in range(1, per_k + 1)]
+    lines = [make_example(rng, k, i, (filler or {}).get(k, 0)) for k in ks for i in range(1, per_k + 1)]
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+
+
+def reference_seconds(engine, scorer, ex, drop: int) -> tuple[float, int]:
+    """Wall time of the from-scratch reference (bench_score.py's ``ref_logprobs``: one forward pass
+    per response token) on one ablation, passage ``drop`` (1-based) removed; and the context tokens."""
+    from bench_score import T, ref_logprobs
+
+    kept = tuple(p for i, p in enumerate(ex.passages, 1) if i != drop)
+    ablated = replace(ex, context=join_passages(kept, ex.separator), passages=kept)
+    enc = scorer.encode(ablated)
+    y = scorer.encode_response(enc, ex.response)
+    t0 = time.perf_counter()
+    ref_logprobs(engine, enc.with_context, y, T)
+    return time.perf_counter() - t0, len(enc.context)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ks", default="3,5,10", help="numbers of passages per example")
+    ap.add_argument("--ks", default=None, help="numbers of passages per example (default 3,5,10; --long: 3,10)")
     ap.add_argument("--per-k", type=int, default=2, help="examples per k")
-    ap.add_argument("--write-data", action="store_true", help="(re)write bench/data/rag_units.jsonl first")
+    ap.add_argument("--write-data", action="store_true", help="(re)write bench/data/rag_units*.jsonl first")
+    ap.add_argument("--long", action="store_true", help="the long data: top-3 overlap and the reference's wall time")
     args = ap.parse_args()
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = [int(k) for k in (args.ks or ("3,10" if args.long else "3,5,10")).split(",")]
     if args.write_data:
         write_data(DATA, (3, 5, 10), 4)
-    answers = {json.loads(x)["id"]: json.loads(x)["answer_passage"] for x in DATA.read_text().splitlines()}
-    examples = [ex for ex in load_examples(DATA) if int(ex.id.split("-")[0][1:]) in ks]
+        write_data(LONG, tuple(LONG_FILLER), 2, filler=LONG_FILLER)
+    data = LONG if args.long else DATA
+    answers = {json.loads(x)["id"]: json.loads(x)["answer_passage"] for x in data.read_text().splitlines()}
+    examples = [ex for ex in load_examples(data) if int(ex.id.split("-")[0][1:]) in ks]
     examples = [ex for ex in examples if int(ex.id.split("-")[1]) <= args.per_k]
-    engine = Engine()
+    engine = Engine(None, EngineConfig(n_ctx=4096)) if args.long else Engine()
     hier = InfluenceSettings(unit="passage", search="adaptive", null_ablations=0, duplicate_threshold=None)
     flat = InfluenceSettings(unit="passage", null_ablations=0, duplicate_threshold=None)
-    print(f"# {len(examples)} examples on the default model, load average {os.getloadavg()[0]:.2f}")
+    exhaustive_ngrams = InfluenceSettings(ngram=8, search="exhaustive", null_ablations=0, duplicate_threshold=None)
+    print(f"# {len(examples)} examples of {data.name} on the default model, load average {os.getloadavg()[0]:.2f}")
     print("id       k  tokens  top-1    τ_u top  τ_u 2nd  hier tokens  LOPO tokens  n-gram tokens  wall s")
-    rows = []
+    rows, long_rows = [], []
     for ex in examples:
         scorer = InfluenceScorer(engine, "qa", hier)
         t0 = time.perf_counter()
@@ -128,8 +188,19 @@ def main() -> None:
         rows.append((k, right, r.search.tokens_decoded, lopo, exhaustive, wall))
         print(
             f"{ex.id:8} {k:2} {r.context_tokens:7} {'yes' if right else 'NO':>5} {first.influence:10.2f} "
-            f"{second.influence:8.2f} {r.search.tokens_decoded:12} {lopo:12} {exhaustive:14} {wall:7.1f}"
+            f"{second.influence:8.2f} {r.search.tokens_decoded:12} {lopo:12} {exhaustive:14} {wall:7.1f}",
+            flush=True,
         )
+        if args.long:
+            t0 = time.perf_counter()
+            (full,) = InfluenceScorer(engine, "qa", exhaustive_ngrams).score(ex).results
+            wall_full = time.perf_counter() - t0
+            top = {g.start for g in r.top_spans(3)}
+            overlap = len(top & {g.start for g in full.top_spans(3)}) / 3
+            per_ablation, _ = reference_seconds(engine, scorer, ex, answers[ex.id])
+            reported = len(r.units) + len(r.descent.sentences) + len(r.ngrams) + 2  # + the two base passes
+            windows = len(full.ngrams) + 2
+            long_rows.append((ex.id, r.context_tokens, overlap, wall, wall_full, per_ablation, reported, windows))
     print()
     print("k   examples  top-1 accuracy  hier/n-gram tokens  hier/LOPO tokens")
     for k in ks:
@@ -140,6 +211,16 @@ def main() -> None:
         vs_ngram = sum(row[2] for row in mine) / sum(row[4] for row in mine)
         vs_lopo = sum(row[2] for row in mine) / sum(row[3] for row in mine)
         print(f"{k:<3} {len(mine):8}  {acc:14.2f}  {vs_ngram:18.3f}  {vs_lopo:16.3f}")
+    if long_rows:
+        print()
+        print("reference: MEASURED on one ablation (answer passage removed), EXTRAPOLATED by ablation count")
+        print("id       tokens  top-3 O  hier s  exhaustive s  ref s/ablation  reported  ref(reported) s  ratio  "
+              "ref(exhaustive) s  ratio")  # fmt: skip
+        for eid, tokens, overlap, wall, wall_full, per, reported, windows in long_rows:
+            print(
+                f"{eid:8} {tokens:6} {overlap:8.2f} {wall:7.1f} {wall_full:13.1f} {per:15.1f} {reported:9} "
+                f"{per * reported:16.0f} {per * reported / wall:6.0f} {per * windows:18.0f} {per * windows / wall:6.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import json
 import sys
 from collections import Counter
 
+import pytest
+
 from ctxlite.influence.dataset import load_examples
 from tests.paths import REPO
 
@@ -20,11 +22,14 @@ def test_the_shipped_data_is_what_the_script_writes(tmp_path):
     path = tmp_path / "rag_units.jsonl"
     bench_units.write_data(path, (3, 5, 10), 4)
     assert path.read_bytes() == bench_units.DATA.read_bytes()
+    bench_units.write_data(path, tuple(bench_units.LONG_FILLER), 2, filler=bench_units.LONG_FILLER)
+    assert path.read_bytes() == bench_units.LONG.read_bytes()
 
 
-def test_each_example_has_one_answer_passage_and_distractors_on_its_entities():
-    lines = [json.loads(x) for x in bench_units.DATA.read_text(encoding="utf-8").splitlines()]
-    assert Counter(len(d["passages"]) for d in lines) == {3: 4, 5: 4, 10: 4}
+@pytest.mark.parametrize("data, sizes", [("DATA", {3: 4, 5: 4, 10: 4}), ("LONG", {3: 2, 10: 2})])
+def test_each_example_has_one_answer_passage_and_distractors_on_its_entities(data, sizes):
+    lines = [json.loads(x) for x in getattr(bench_units, data).read_text(encoding="utf-8").splitlines()]
+    assert Counter(len(d["passages"]) for d in lines) == sizes
     for d in lines:
         name = d["query"].removeprefix("Which medication does ").split(" take for ")[0]
         fact = d["response"].removeprefix(f"{name} takes ").removesuffix(" every morning.")
@@ -33,4 +38,11 @@ def test_each_example_has_one_answer_passage_and_distractors_on_its_entities():
         first = name.split()[0]
         sharing = [p for p in d["passages"] if first in p or fact.split()[0] in p.lower()]
         assert len(sharing) >= min(3, len(d["passages"])), d["id"]  # distractors on the same entities
-    assert [ex.passages is not None for ex in load_examples(bench_units.DATA)] == [True] * len(lines)
+    assert [ex.passages is not None for ex in load_examples(getattr(bench_units, data))] == [True] * len(lines)
+
+
+def test_the_long_datas_boilerplate_names_no_drug_condition_or_patient():
+    words = {w.lower() for drug, _ in bench_units.DRUGS for w in [drug]} | {c.lower() for c in bench_units.CONDITIONS}
+    words |= {n.lower() for n in bench_units.FIRST + bench_units.LAST}
+    for sentence in bench_units.FILLER:
+        assert not any(w in sentence.lower() for w in words), sentence
