@@ -171,7 +171,8 @@ def main() -> None:
     flat = InfluenceSettings(unit="passage", null_ablations=0, duplicate_threshold=None)
     exhaustive_ngrams = InfluenceSettings(ngram=8, search="exhaustive", null_ablations=0, duplicate_threshold=None)
     # warm-up: the first decode pages the weights in (the 262k-row output matrix); no timed run pays it
-    InfluenceScorer(engine, "qa", flat).score(replace(examples[0], passages=None, context=examples[0].passages[0]))
+    first = replace(examples[0], passages=None, context=examples[0].passages[0])
+    InfluenceScorer(engine, "qa", exhaustive_ngrams).score(first)
     print(f"# {len(examples)} examples of {data.name} on the default model, load average {os.getloadavg()[0]:.2f}")
     print("id       k  tokens  top-1    τ_u top  τ_u 2nd  hier tokens  LOPO tokens  n-gram tokens  wall s")
     rows, long_rows = [], []
