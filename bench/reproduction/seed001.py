@@ -140,8 +140,11 @@ def prompt_defences(ctx: RunContext) -> Verdict:
 def judge_blocks(ctx: RunContext) -> Verdict:
     from scipy.stats import fisher_exact
 
+    # what is counted is the trials' own outputs the judge withholds: the detector's reference runs
+    # (16 by default, each generating as much as a trial) and the utility queries change no count
     trials = ctx.size(16, 40)
-    common = dict(mechanism="judge", task="generate", canary="hex", trials=trials, judge_model=JUDGE)
+    common = dict(mechanism="judge", task="generate", canary="hex", trials=trials, judge_model=JUDGE,
+                  reference_runs=1, utility_queries=0)  # fmt: skip
     reps = {attack: _audit(ctx, attack=attack, **common) for attack in ("injection", "canary")}
     blocked = {}
     for attack, rep in reps.items():
