@@ -618,8 +618,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "E22",
         "ctxlite/privacy/estimators.py",
-        "        order = np.lexsort((np.random.default_rng(self.seed).random(scores.size), scores))",
-        "        order = np.lexsort((np.arange(scores.size), scores))",
+        "            order = np.lexsort((tie_break, scores))",
+        "            order = np.lexsort((np.arange(scores.size), scores))",
         (EST,),
         "corner_grid or randomises",
         "the corner grid's ties are broken in input order, not at random",

@@ -319,7 +319,11 @@ class CornerGrid:
         [[3, 2], [0, 1]]
         """
         scores = np.concatenate([in_scores, out_scores])
-        order = np.lexsort((np.random.default_rng(self.seed).random(scores.size), scores))
+        tie_break = np.random.default_rng(self.seed).random(scores.size)
+        order = np.argsort(scores, kind="stable")  # without ties, the lexsort's order at a tenth of its cost
+        ordered = scores[order]
+        if np.any(ordered[1:] == ordered[:-1]):
+            order = np.lexsort((tie_break, scores))
         rank = np.empty(scores.size, dtype=np.int64)
         rank[order] = np.arange(scores.size)
         return rank[: in_scores.size], rank[in_scores.size :]
@@ -1022,8 +1026,9 @@ class CanaryScoreAuditor:
         tp = self._count_at_least(np.sort(r_in), cuts)  # falls with t, as fp does; fn = n_in - tp rises
         fp = self._count_at_least(np.sort(r_out), cuts)
         c_out, c_in = grid.counts(self.n_out), grid.counts(self.n_in)
-        lowest = np.argmax(fp[None, :] <= c_out[:, None], axis=1)  # A_c; t = n (fp 0) always qualifies
-        highest = np.sum((self.n_in - tp)[None, :] <= c_in[:, None], axis=1) - 1  # B_c; t = 0 has fn 0
+        # fp falls and fn = n_in - tp rises with t: each corner is a binary search, not a scan of every cut
+        lowest = np.searchsorted(-fp, -c_out, side="left")  # A_c: the first t with fp <= c; t = n has fp 0
+        highest = np.searchsorted(self.n_in - tp, c_in, side="right") - 1  # B_c: the last t with fn <= c; t = 0
         picked = np.r_[lowest, highest]
         tp_used = np.r_[tp[lowest], self.n_in - c_in]  # the grid count on the side that fixed the corner
         fp_used = np.r_[c_out, fp[highest]]  # (equal to the observed count: ranks have no ties)
