@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import InvalidParameter
@@ -113,14 +113,23 @@ def test_discrete_mixture_profile_matches_enumeration(pairs, queries, eps):
     assert exact - 1e-9 <= got <= exact + queries * 1e-4 * math.exp(eps) + 1e-9
 
 
+GRID_PESSIMISM = 0.02
+"""How far above the true δ(ε) the noisy vote's grid profile may sit: each cell's mass is put at the
+largest loss over the cell, so δ is over-stated, most at σ = 1 and small ε. Measured on 75 random
+pairs (σ ∈ {0.6, 1, 2}, ε ∈ {0.2, 1}): at most 0.011 (the example below, found by hypothesis), and
+never below the Monte Carlo integral by more than its own noise."""
+
+
 @settings(max_examples=6, deadline=None)
 @given(probs, probs, st.sampled_from([0.6, 1.0, 2.0]), st.sampled_from([0.2, 1.0]))
+@example(np.array([0.0, 1.0, 0.0]), np.array([0.75, 0.0, 1.0]) / 1.75, 1.0, 0.2)
 def test_noisy_vote_profile_matches_monte_carlo(p, q, sigma, eps):
-    """A noisy vote drawn from any p vs q (a Gaussian mixture pair): δ(ε) agrees with a Monte Carlo
-    integral in all 3 dimensions to within 5 standard errors."""
+    """A noisy vote drawn from any p vs q (a Gaussian mixture pair): δ(ε) is at least a Monte Carlo
+    integral in all 3 dimensions (within 5 standard errors: the profile is an upper bound) and above
+    it by no more than the grid's pessimism."""
     got = pair_profile([VotePair(1.0, p, q)], sigma).delta(eps)
     mc, se = noisy_vote_delta_monte_carlo(p, q, sigma, eps, samples=40_000, seed=1)
-    assert abs(got - mc) <= 5 * se + 2e-3, (got, mc, se)
+    assert mc - 5 * se <= got <= mc + 5 * se + GRID_PESSIMISM, (got, mc, se)
 
 
 # probabilities of at least 1e-3 or exactly 0: a loss of hundreds of nats stretches dp_accounting's
