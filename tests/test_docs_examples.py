@@ -43,10 +43,18 @@ PLACEHOLDERS = {
 }
 
 
+SERVER_NOTE = "Patient: Dana Whitcombe. Prescribed lisinopril 10 mg daily."
+"""The note of an example scored on a server (``--backend openai``): llama-cpp-python's server sorts its
+whole vocabulary in Python for every echoed prompt token (~0.3 s a token), and every ablation echoes the
+prompt, so the note is cut to its first facts (~15 tokens instead of ~35)."""
+
+
 def write_inputs(tmp: Path) -> None:
-    """The placeholder files that are made per test: the note, and ``examples.jsonl`` as the first sample
-    example (it carries its response) cut to its first sentences, so that a λ sweep stays cheap."""
+    """The placeholder files that are made per test: the note (and its short form for a server), and
+    ``examples.jsonl`` as the first sample example (it carries its response) cut to its first sentences,
+    so that a λ sweep stays cheap."""
     (tmp / "note.txt").write_text(NOTE, encoding="utf-8")
+    (tmp / "server-note.txt").write_text(SERVER_NOTE, encoding="utf-8")
     first = json.loads((DATA / "score_sample.jsonl").read_text(encoding="utf-8").splitlines()[0])
     first["context"] = first["context"][: first["context"].index(". ", 200) + 1]
     first["response"] = " ".join(first["response"].split()[:16])
@@ -75,6 +83,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
     for i, a in enumerate(args):
         if a in PLACEHOLDERS:
             args[i] = str(PLACEHOLDERS[a])
+        elif a == "note.txt" and "openai" in args:
+            args[i] = str(tmp / "server-note.txt")
         elif a in ("note.txt", "examples.jsonl"):
             args[i] = str(tmp / a)
         elif a.endswith(".jsonl") and ("runs/" in a or not Path(a).exists()) and args[i - 1] in ("--out", "--log"):
