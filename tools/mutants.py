@@ -331,8 +331,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "E4",
         "ctxlite/privacy/estimators.py",
-        "return float(stats.norm.isf(fpr) + stats.norm.ppf(tpr))",
-        "return float(stats.norm.isf(fpr) - stats.norm.ppf(tpr))",
+        "return float(special.ndtri(tpr) - special.ndtri(fpr))",
+        "return float(special.ndtri(fpr) - special.ndtri(tpr))",
         (EST,),
         None,
         "GDP mu has the wrong sign",

@@ -7,8 +7,6 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
-from scipy import stats
-
 from ctxlite.audit.canaries import Canary
 from ctxlite.audit.mechanisms import Mechanism
 from ctxlite.audit.queries import AuditQuery
@@ -470,7 +468,7 @@ def contradictions(row: AuditRow, utility_chance: tuple[float, int] | None = Non
     utility = row.utility
     if utility_chance is not None and utility is not None:
         chance, n = utility_chance
-        if utility < chance and stats.binom.cdf(round(utility * n), n, chance) < 0.01:
+        if utility < chance and _binom_cdf(round(utility * n), n, chance) < 0.01:
             out.append(
                 f"utility {utility:.3g}{at} is below a uniform guess over the labels ({chance:.3g}) on {n} queries, "
                 "beyond chance (p < 0.01): the answers are worse than guessing; check the format's labels"
@@ -569,3 +567,10 @@ def _withheld_rate(s: AuditSettings, withheld) -> dict | None:
         side: (sum(counts) / (len(counts) * s.queries_per_trial) if counts else None)
         for side, counts in withheld.items()
     }
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P[Bin(n, p) <= k]; scipy.stats imported on first use (~0.5 s of every command's start)."""
+    from scipy import stats
+
+    return float(stats.binom.cdf(k, n, p))

@@ -28,10 +28,9 @@ import enum
 import math
 import numbers
 
-from scipy import optimize
-
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.estimators import gdp_delta_unchecked, gdp_epsilon
+from ctxlite.privacy.roots import brentq
 
 __all__ = [
     "Neighbouring",
@@ -176,7 +175,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         lo -= 2.0
     while excess(hi) > 0:
         hi += 2.0
-    root = optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-15)
+    root = brentq(excess, lo, hi, xtol=1e-15, rtol=1e-15)
     ratio = math.exp(root)
     while gdp_delta_unchecked(1.0 / ratio, epsilon) > delta:
         ratio = math.nextafter(ratio, math.inf)

@@ -29,11 +29,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import special
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.privacy.estimators import check_count, check_delta, check_open_unit, check_scores
+from ctxlite.privacy.roots import brentq
 
 __all__ = [
     "one_run_epsilon",
@@ -69,10 +70,12 @@ def _largest_rejected(excess) -> float:
         lo, hi = hi, 2.0 * hi
         if hi > 1e4:  # never stops rejecting: unbounded evidence
             return math.inf
-    return float(optimize.brentq(excess, lo, hi, xtol=1e-9, rtol=1e-12))
+    return brentq(excess, lo, hi, xtol=1e-9, rtol=1e-12)
 
 
 def _one_run_p_value(epsilon: float, m: int, r: int, v: int, delta: float) -> float:
+    from scipy import stats  # on first use: scipy.stats costs ~0.5 s of every command's start
+
     q = special.expit(epsilon)
     p = stats.binom.sf(v - 1, r, q)  # P[Bin(r, q) >= v]
     if delta > 0 and v > 0:
@@ -170,6 +173,8 @@ def inclusion_p_value(n_in: int, m: int) -> float:
     n_in = check_count("n_in", n_in)
     if n_in > m:
         raise InvalidParameter(f"n_in must be <= m = {m}, got {n_in}")
+    from scipy import stats  # on first use (see _one_run_p_value)
+
     return float(stats.binomtest(n_in, m, 0.5).pvalue)
 
 
