@@ -34,6 +34,7 @@ PAPER = "001 ContextLeak (Choi et al., 2025)"
 MODEL, JUDGE = "gemma-3-270m", "smollm2-135m-instruct"
 DELTA, CONFIDENCE = 1e-5, 0.95
 RNM_EPSILONS = (1.0, 2.0, 4.0, 8.0, math.inf)
+JUDGE_SHOTS = 4
 
 
 def _records(task: str) -> list[dict]:
@@ -141,9 +142,11 @@ def judge_blocks(ctx: RunContext) -> Verdict:
     from scipy.stats import fisher_exact
 
     # what is counted is the trials' own outputs the judge withholds: the detector's reference runs
-    # (16 by default, each generating as much as a trial) and the utility queries change no count
+    # (16 by default, each generating as much as a trial) and the utility queries change no count.
+    # The judge reads every output against every private record: 4 shots, not the default 20 (at 20,
+    # 40 trials ran over 34 minutes on a core without finishing); the canary is one of the 4.
     trials = ctx.size(16, 40)
-    common = dict(mechanism="judge", task="generate", canary="hex", trials=trials, judge_model=JUDGE,
+    common = dict(mechanism="judge", task="generate", canary="hex", trials=trials, judge_model=JUDGE, shots=JUDGE_SHOTS,
                   reference_runs=1, utility_queries=0)  # fmt: skip
     reps = {attack: _audit(ctx, attack=attack, **common) for attack in ("injection", "canary")}
     blocked = {}
