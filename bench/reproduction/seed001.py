@@ -218,14 +218,14 @@ def _power(rows: list[dict]) -> dict:
     return out
 
 
-@claim("001.3a", PAPER, "RNM: the certified ε increases with the theoretical ε and never exceeds it.")
-def rnm_trend(ctx: RunContext) -> Verdict:
-    rep = _rnm(ctx)
+def _sweep_verdict(ctx: RunContext, rep: dict, name: str, weak: str) -> Verdict:
+    """A DP mechanism's ε sweep as a verdict: Spearman's trend of the certified ε over the theoretical
+    ε (∞ last), and an unsound bound (above the pair's own ε) overrides it; ``weak`` says why nothing
+    may be certified."""
     rows = rep["rows"]
     eps = [_num(r["epsilon"], math.inf) for r in rows]
     low = [_num(r["epsilon_lower_bound"]) for r in rows]
-    ranks = list(range(len(eps)))  # ε = inf ranks last
-    test = rank_trend(ranks, low)
+    test = rank_trend(list(range(len(eps))), low)  # ε = inf ranks last
     outcome, reason = decide(test, ctx.alpha, "the certified ε rises with the theoretical ε")
     over = [f"{e:g}" for e, lb, r in zip(eps, low, rows) if lb > min(e, _num(r.get("epsilon_upper_bound"), math.inf))]
     if over:
@@ -239,10 +239,9 @@ def rnm_trend(ctx: RunContext) -> Verdict:
         acc = rows[-1]["audit_accuracy"]
         reason += (
             f". Nothing is certified at any ε, not even without noise (ε = ∞: audit accuracy {acc:.2f}): in "
-            f"{rows[-1]['n_in'] + rows[-1]['n_out']} trials the canary barely moves its ensemble's greedy vote against "
-            "the spread the re-drawn partition gives the other ensembles' votes, so this model's RNM pair is too "
-            "weak to show the trend"
+            f"{rows[-1]['n_in'] + rows[-1]['n_out']} trials {weak}"
         )
+    finite = [(e, lb) for e, lb in zip(eps, low) if math.isfinite(e)]
     return Verdict(
         outcome,
         reason,
@@ -259,20 +258,44 @@ def rnm_trend(ctx: RunContext) -> Verdict:
         settings=_settings(rep),
         figures=[
             Figure(
-                "RNM: certified ε against theoretical ε",
+                f"{name}: certified ε against theoretical ε",
                 [
-                    (
-                        "certified ε",
-                        [e for e in eps if math.isfinite(e)],
-                        [lb for e, lb in zip(eps, low) if math.isfinite(e)],
-                    ),
-                    ("theoretical ε", [e for e in eps if math.isfinite(e)], [e for e in eps if math.isfinite(e)]),
+                    ("certified ε", [e for e, _ in finite], [lb for _, lb in finite]),
+                    ("theoretical ε", [e for e, _ in finite], [e for e, _ in finite]),
                 ],
                 "theoretical ε",
                 "ε",
             )
         ],  # fmt: skip
     )
+
+
+@claim("001.3a", PAPER, "RNM: the certified ε increases with the theoretical ε and never exceeds it.")
+def rnm_trend(ctx: RunContext) -> Verdict:
+    weak = (
+        "the canary barely moves its ensemble's greedy vote against the spread the re-drawn partition gives "
+        "the other ensembles' votes, so this model's RNM pair is too weak to show the trend"
+    )
+    return _sweep_verdict(ctx, _rnm(ctx), "RNM", weak)
+
+
+ESA_EPSILONS = (1.0, 8.0, math.inf)
+ESA_SIZE = {"ensembles": 4, "shots": 2, "max_new_tokens": 8, "reference_runs": 1, "queries_per_trial": 1}
+"""ESA (generation) at a size a 60-minute run affords: every ensemble generates its text token by token,
+so the default (10 ensembles, 16 reference runs) plans 52,798 decodes for 40 trials at three ε (~2 h
+on this machine, ``ctxlite audit --plan``); 4 ensembles of 2 shots, 8 new tokens, 1 reference run
+and 1 query a trial plan ~3,000 decodes for 40 trials at two ε."""
+
+
+@claim("001.3b", PAPER, "ESA: the certified ε increases with the theoretical ε and never exceeds it.")
+def esa_trend(ctx: RunContext) -> Verdict:
+    rep = _audit(ctx, mechanism="esa", task="generate", canary="hex", epsilons=ESA_EPSILONS,
+                 trials=ctx.size(16, 60), utility_queries=0, **ESA_SIZE)  # fmt: skip
+    weak = (
+        "the canary's presence is not told apart from the texts of re-drawn partitions even without noise "
+        "(the canary is in one of 4 ensembles), so this model's ESA pair at this size is too weak to show the trend"
+    )
+    return _sweep_verdict(ctx, rep, "ESA", weak)
 
 
 @claim("001.4", PAPER, "RNM utility rises with ε and stays below non-private ICL.")
