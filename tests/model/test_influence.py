@@ -296,17 +296,19 @@ def test_generated_response_ngram_influence_from_logits(engine1, score_examples,
 
 def test_context_size_analysis(engine, with_response):
     """Scoring the first k context tokens: mean document influence grows with k (Flemings et al.'s
-    context-size analysis). A data-set claim: over all 10 sample examples with a response (over the
-    first 3 alone the mean dips from k = 16 to 48 on an AMD EPYC host, 25.7 -> 25.0 nats)."""
+    context-size analysis). A data-set claim, over 5 sample examples with a response and sizes far
+    apart (over the first 3 alone the mean dips from k = 16 to 48 on an AMD EPYC host, 25.7 -> 25.0
+    nats; at 16 and 96 tokens the first 5 give 32.7 -> 52.3 and all 10 give 34.3 -> 66.8 on this build:
+    the whole curve, with its saturation, is bench/reproduce.py's claim 000.5)."""
     from ctxlite.influence.analysis import summarize
 
-    sizes = (16, 48, 96)  # every sample context is longer than 96 tokens
+    sizes = (16, 96)  # every sample context is longer than 96 tokens
     scorer = InfluenceScorer(engine, "qa", InfluenceSettings(ngram=None, context_sizes=sizes))
-    records = [scorer.score(_example(d)) for d in with_response]
+    records = [scorer.score(_example(d)) for d in with_response[:5]]
     for rec in records:
         assert rec.context_tokens > 96
         assert [r.context_size for r in rec.results] == list(sizes)
         assert [r.context_tokens for r in rec.results] == list(sizes)
     summary = summarize(records).to_dict()
     curve = [summary[f"1.0@{k}"]["document_influence"]["mean"] for k in sizes]
-    assert curve[0] < curve[1] < curve[2]
+    assert curve[0] < curve[1]

@@ -193,7 +193,7 @@ def test_an_audit_that_cannot_prove_the_budget_is_inconclusive_exit_10(ticket_au
     bound under the budget is inconclusive, never a pass."""
     _, _, data = ticket_audit
     args = ["audit", "--data", data, "--format", TICKETS.with_suffix(".toml"), "--mechanism", "none", "--trials"]
-    args += ["8", "--shots", "8", "--reference-runs", "1", "--utility-queries", "0", "--resample-data"]
+    args += ["4", "--shots", "2", "--reference-runs", "1", "--utility-queries", "0", "--resample-data"]
     r = _run([*args, "--fail-above-epsilon", "1000", "--json"])
     assert r.exit_code == 10, r.output
     [case] = json.loads(r.stdout)["verdict"]["results"]
