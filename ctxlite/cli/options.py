@@ -325,8 +325,11 @@ def open_server(kwargs: dict):
         retries=opts["retries"],
     )
     if source("model") is not click.core.ParameterSource.COMMANDLINE:
-        return connect(config)
-    return _server_checked_against(config, click.get_current_context().params["model"])
+        server = connect(config)
+    else:
+        server = _server_checked_against(config, click.get_current_context().params["model"])
+    click.get_current_context().call_on_close(server.close)  # its request pool and connections, at the end
+    return server
 
 
 def _server_checked_against(config, model: str):

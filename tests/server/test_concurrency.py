@@ -194,3 +194,29 @@ def test_an_audit_on_a_server_that_dies_keeps_its_finished_trials_and_resumes_to
         resumed = CliRunner().invoke(main, _audit_args(fake.url, out, 8, *args, "--resume"))
         assert resumed.exit_code == 0, resumed.output
     assert out.read_bytes() == (tmp_path / "c1.jsonl").read_bytes()
+
+
+def test_the_command_closes_its_server_connection_when_it_ends(tmp_path, monkeypatch):
+    """``--backend openai``: the command closes the backend it opened (its request pool and keep-alive
+    connections) when it ends, after a finished run and after a refused one alike."""
+    from ctxlite.runtime.openai_server import ServedModel
+
+    opened, closed, init, close = [], [], ServedModel.__init__, ServedModel.close
+
+    def kept(self, *a, **kw):
+        init(self, *a, **kw)
+        opened.append(self)
+
+    def counted(self):
+        closed.append(self)
+        close(self)
+
+    monkeypatch.setattr(ServedModel, "__init__", kept)
+    monkeypatch.setattr(ServedModel, "close", counted)
+    with FakeServer(delay=0.0, seed=1) as fake:
+        for shape, code in ((("--doc",), 0), (("--ngram", "4"), 4)):  # a finished run; a refused one (exit 4)
+            opened.clear()
+            closed.clear()
+            res = _score(tmp_path, fake.url, tmp_path / "s.jsonl", 2, *shape)
+            assert res.exit_code == code, res.output
+            assert opened and all(any(c is o for c in closed) for o in opened), (opened, closed)
