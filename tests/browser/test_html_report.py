@@ -487,3 +487,22 @@ def test_the_response_caption_defines_tau_t_as_the_table_shows_it():
     one.token_pmi = [-0.5, 0.25]
     out = _response(one, Redactor(False), 1.0)
     assert "τ_t = |log p(y_t | D) − log p(y_t | ∅)|" in out
+
+
+def test_the_committed_reproduction_report_shows_every_claims_verdict(browser, tmp_path):
+    """docs/reproduction/reproduce.html (``make reproduce``'s page, committed) opens offline without an
+    error or a request, and its verdict table is the committed JSON's: every claim, in order, with its
+    outcome and reason; a plot per claim that has a figure. Its picture in docs/img is the page's top."""
+    page_path = REPO / "docs" / "reproduction" / "reproduce.html"
+    claims = json.loads((page_path.parent / "reproduce.json").read_text(encoding="utf-8"))["claims"]
+    _load(browser, page_path, tmp_path, "reproduction")
+    _, session = browser.load(page_path.as_uri())
+    rows = browser.evaluate(
+        session,
+        "[...document.querySelector('table').tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent))",
+    )
+    assert [r[:2] for r in rows] == [[c["id"], c["outcome"]] for c in claims]
+    assert [r[3] for r in rows] == [c["reason"] for c in claims]
+    plotted = browser.evaluate(session, "document.querySelectorAll('svg').length")
+    assert plotted >= sum(1 for c in claims if c.get("figures"))
+    _readme_screenshot(browser, session, "reproduction.png")
