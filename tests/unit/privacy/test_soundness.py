@@ -221,11 +221,13 @@ TIGHT_CASES = [(kind, eps) for kind in ("split", "bonferroni", "corner-grid") fo
 # pins the rule (median, alpha / 2) instead, at the default 25 splits among others.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, eps", TIGHT_CASES)
 def test_bound_sound_when_every_threshold_is_tight(kind, eps):
     assert _overclaims(CanaryScoreAuditor, kind, eps) <= max_overclaims(N_AUDITS, ALPHA)
 
 
+@pytest.mark.slow
 def test_split_bound_sound_when_every_threshold_is_tight_pooled():
     pooled = sum(_overclaims(CanaryScoreAuditor, "split", eps) for eps in EPSILONS)
     assert pooled <= max_overclaims(len(EPSILONS) * N_AUDITS, ALPHA)
@@ -236,6 +238,7 @@ LOOSE_CASES = [(kind, eps) for kind in ("split", "bonferroni", "corner-grid") fo
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, eps", LOOSE_CASES)
 def test_bound_sound_at_a_loose_level_with_balanced_sides(kind, eps):
     overclaims = _overclaims(CanaryScoreAuditor, kind, eps, LOOSE_ALPHA, LOOSE_N_OUT)
@@ -249,6 +252,7 @@ MUTANTS = [  # (broken auditor, the selection it breaks); multi-split: see test_
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auditor_cls, kind", MUTANTS, ids=[f"{a.__name__}-{k}" for a, k in MUTANTS])
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_tight_threshold_check_catches_the_broken_selections(auditor_cls, kind, eps):
@@ -285,12 +289,14 @@ def _gdp_overclaims(auditor_cls, mu: float, alpha: float, n_audits: int) -> int:
     return sum(auditor_cls(i, o).mu_lower_bound(alpha, selection=CornerGrid()).mu > mu for i, o in zip(ins, outs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mu", [0.5, 2.0])
 @pytest.mark.parametrize("alpha", [ALPHA, LOOSE_ALPHA])
 def test_mu_bound_sound_on_the_gaussian_mechanism(mu, alpha):
     assert _gdp_overclaims(CanaryScoreAuditor, mu, alpha, N_AUDITS) <= max_overclaims(N_AUDITS, alpha)
 
 
+@pytest.mark.slow
 def test_mu_bound_check_catches_the_uncorrected_grid():
     assert _gdp_overclaims(UncorrectedAuditor, 1.0, LOOSE_ALPHA, MUTANT_AUDITS) > max_overclaims(
         MUTANT_AUDITS, LOOSE_ALPHA
@@ -333,6 +339,7 @@ class OneSidedAccuracyAuditor(CanaryScoreAuditor):
         return float(np.max(prevalence * tpr_hi + (1.0 - prevalence) * (self.n_out - fp) / self.n_out))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jitter", [False, True], ids=["bits", "jittered"])
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 @pytest.mark.parametrize("alpha", [ALPHA, LOOSE_ALPHA])
@@ -340,6 +347,7 @@ def test_accuracy_upper_bound_sound_on_randomised_response(jitter, eps, alpha):
     assert _accuracy_overclaims(CanaryScoreAuditor, eps, alpha, jitter) <= max_overclaims(N_AUDITS, alpha)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("auditor_cls", [PlugInAccuracyAuditor, OneSidedAccuracyAuditor])
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_accuracy_check_catches_a_limit_without_both_rates_sampling_error(auditor_cls, eps):
@@ -370,17 +378,20 @@ def _one_run_overclaims(fdp: bool, alpha: float, n_audits: int, seed: int = 0) -
     return count
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fdp", [False, True], ids=["steinke", "f-dp"])
 def test_one_run_bounds_sound(fdp):
     assert _one_run_overclaims(fdp, ALPHA, N_AUDITS) <= max_overclaims(N_AUDITS, ALPHA)
 
 
+@pytest.mark.slow
 def test_one_run_check_catches_uncorrected_guess_counts(monkeypatch):
     """Trying every guess count at the full alpha (no Bonferroni over the grid) over-claims."""
     monkeypatch.setattr(one_run, "_level", lambda alpha, k: alpha)
     assert _one_run_overclaims(False, LOOSE_ALPHA, MUTANT_AUDITS) > max_overclaims(MUTANT_AUDITS, LOOSE_ALPHA)
 
 
+@pytest.mark.slow
 def test_one_run_check_catches_an_f_dp_recursion_without_its_significance(monkeypatch):
     """The f-DP recursion started from the full probability budgets v / m and (r - v) / m (alpha
     dropped) falsifies true claims. This, not the grid correction, is the f-DP bound's mutant: the
