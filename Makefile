@@ -83,7 +83,7 @@ test: model
 
 # The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
 # not marked `model`), no model file read, one worker per CPU, without the Monte Carlo soundness simulations
-# (marked `slow`: half the layer's time); `make test` stays what CI runs, all of them.
+# (marked `slow`: ~40 % of the layer's time); `make test` stays what CI runs, all of them.
 test-fast: install
 	$(PY) -m pytest -n auto --dist worksteal -m "not model and not slow"
 

@@ -495,8 +495,7 @@ def test_the_committed_reproduction_report_shows_every_claims_verdict(browser, t
     outcome and reason; a plot per claim that has a figure. Its picture in docs/img is the page's top."""
     page_path = REPO / "docs" / "reproduction" / "reproduce.html"
     claims = json.loads((page_path.parent / "reproduce.json").read_text(encoding="utf-8"))["claims"]
-    _load(browser, page_path, tmp_path, "reproduction")
-    _, session = browser.load(page_path.as_uri())
+    session = _load(browser, page_path, tmp_path, "reproduction")
     rows = browser.evaluate(
         session,
         "[...document.querySelector('table').tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent))",
