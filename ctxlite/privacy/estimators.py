@@ -779,15 +779,16 @@ class CanaryScoreAuditor:
         Every point of the hull is the (FPR, TPR) of a randomised test: call
         "present" at the higher of two adjacent vertices' thresholds, and at
         the lower one with a fixed probability. No test built from these
-        scores does better. Collinear points are dropped.
+        scores does better. Collinear points are dropped: the turns are decided
+        on the integer counts (FP, TP), exactly, not on rounded rates.
 
         >>> f, t = CanaryScoreAuditor([0, 4, 6, 7], [1, 2, 3, 5]).roc_hull()
         >>> f.tolist(), t.tolist()
         ([0.0, 0.0, 0.25, 1.0], [0.0, 0.5, 0.75, 1.0])
         """
-        _, f, t = self.roc()
-        hull: list[tuple[float, float]] = []
-        for p in zip(f.tolist(), t.tolist()):  # Andrew's monotone chain, upper half
+        tp, fp = self._counts(self._candidates[::-1])
+        hull: list[tuple[int, int]] = []
+        for p in zip(fp.tolist(), tp.tolist()):  # Andrew's monotone chain, upper half, in counts
             while len(hull) >= 2:
                 (x0, y0), (x1, y1) = hull[-2], hull[-1]
                 if (x1 - x0) * (p[1] - y0) - (y1 - y0) * (p[0] - x0) < 0:
@@ -796,7 +797,7 @@ class CanaryScoreAuditor:
             if not hull or hull[-1] != p:
                 hull.append(p)
         xs, ys = zip(*hull)
-        return np.array(xs), np.array(ys)
+        return np.array(xs) / self.n_out, np.array(ys) / self.n_in
 
     def tpr_at_fpr_interpolated(self, fpr: float) -> float:
         """TPR of the best randomised test with FPR exactly ``fpr``: the ROC hull at ``fpr``.

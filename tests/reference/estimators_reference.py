@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 from scipy import optimize, stats
@@ -160,8 +161,12 @@ def mu_lower_by_binomial(tp, n_in, fp, n_out, alpha) -> float:
 
 def roc_hull_brute(fpr: Sequence[float], tpr: Sequence[float]) -> list[tuple[float, float]]:
     """The upper hull by its definition: a distinct ROC point stays unless it lies on or below the
-    segment between two others on either side of it (O(n^3); jax_privacy's test uses the same rule)."""
-    points = sorted(set(zip(fpr, tpr)))
+    segment between two others on either side of it (O(n^3); jax_privacy's test uses the same rule),
+    decided in exact rational arithmetic (rates are counts over at most 10^4 trials)."""
+    exact = {
+        (Fraction(x).limit_denominator(10**4), Fraction(y).limit_denominator(10**4)): (x, y) for x, y in zip(fpr, tpr)
+    }
+    points = sorted(exact)
     keep = []
     for j, (xj, yj) in enumerate(points):
         dominated = False
@@ -171,7 +176,7 @@ def roc_hull_brute(fpr: Sequence[float], tpr: Sequence[float]) -> list[tuple[flo
                 if (xj - xi) * (yk - yi) - (yj - yi) * (xk - xi) >= 0:
                     dominated = True
         if not dominated:
-            keep.append((xj, yj))
+            keep.append(exact[xj, yj])
     return keep
 
 

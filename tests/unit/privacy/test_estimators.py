@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reference import estimators_reference as ref
 from scipy import stats
@@ -273,6 +273,9 @@ def test_mu_lower_bound_matches_binomial_inversion(c, alpha):
 
 @FAST
 @given(score_lists, score_lists)
+@example(  # (0.7, 10/12) lies on the hull's edge: a turn decided on rounded rates kept it as a vertex
+    ins=[0.0] * 6 + [1.0, 1.0, 1.0, 0.5, -1.0, -1.0], outs=[0.0] * 6 + [0.5, -1.0, -1.0, -2.0]
+)
 def test_roc_hull_auroc_and_interpolation_match_brute_force(ins, outs):
     auditor = CanaryScoreAuditor(ins, outs)
     _, f, t = auditor.roc()
