@@ -2,57 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
-import os
 import signal
 
 import click
 
 from ctxlite.cli.options import engine_options, local_model
 from ctxlite.cli.progress import say
-from ctxlite.errors import EXIT_INTERRUPTED, DataError, InvalidParameter, LogInUse
-from ctxlite.identity import content_hash
-from ctxlite.records import read_jsonl, read_text
-from ctxlite.runtime.models import verified_entry
-from ctxlite.serve.ledger import Budgets, Ledger
-from ctxlite.serve.service import ServeSettings, Service
-
-KEYS_VARIABLE = "CTXLITE_API_KEYS"
-
-
-def _absorb(signum, frame):
-    """The signal uvicorn raises again after draining: already acted on."""
-
-
-def _context(context_file: str | None, data: str | None) -> str:
-    if (context_file is None) == (data is None):
-        raise click.UsageError("give the private context as exactly one of --context FILE or --data RECORDS.jsonl")
-    if context_file is not None:
-        text = read_text(context_file, "context file")
-    else:
-        text = "\n\n".join(line.data["text"] for line in read_jsonl(data, required=["text"], strings=["text"]))
-    if not text.strip():
-        raise InvalidParameter("the private context is empty: there is nothing to serve over")
-    return text
-
-
-def _keys(path: str | None) -> frozenset:
-    """API keys: one per line of ``path``, else comma-separated in $CTXLITE_API_KEYS (none: no auth)."""
-    if path is not None:
-        raw = read_text(path, "API key file").splitlines()
-    else:
-        raw = os.environ.get(KEYS_VARIABLE, "").split(",")
-    keys = frozenset(k.strip() for k in raw if k.strip() and not k.strip().startswith("#"))
-    if path is not None and not keys:
-        raise InvalidParameter(f"{path} holds no API key (one per line)")
-    return keys
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+from ctxlite.errors import EXIT_INTERRUPTED
+from ctxlite.serve.deployment import KEYS_VARIABLE, Deployment, read_api_keys, read_context, run_deployment
+from ctxlite.serve.ledger import Budgets
 
 
 @click.command()
@@ -142,53 +100,9 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
     Examples:
       ctxlite serve --context note.txt --epsilon 1 --budget-total 500 --log runs/serve.jsonl
     """
-    from ctxlite.serve.app import server  # the ASGI stack (~0.3 s) loads for this command only
-
-    context = _context(context_file, data)
-    keys = _keys(api_keys)
-    if not keys and not _loopback(host):
-        raise InvalidParameter(f"--host {host} is reachable from other machines: give --api-keys (or {KEYS_VARIABLE})")
-    budgets = Budgets(budget_total, budget_per_key)
-    model = local_model(engine)
-    identity = {
-        **model.identity(),
-        "settings": {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)},
-    }
-    try:  # refuses another server's log (or one in use) before the model loads
-        ledger = Ledger(log_path, identity, budgets, epsilon)
-    except (DataError, LogInUse) as exc:  # RecordLog's advice names a run's --out: here it is --log
-        raise type(exc)(str(exc).replace("--out", "--log").replace("ctxlite run", "ctxlite process")) from None
-    try:
-        eng = model.open()
-        try:
-            entry = verified_entry(eng.model_path)
-            name = model_name or (entry.name if entry else eng.model_path.stem)
-            settings = ServeSettings(name, epsilon, lam, max_tokens_cap, max_request_bytes, keys, release_realised)
-            service = Service(eng, context, settings, ledger)
-            http = server(service, host, port)
-            bound = "no bound (unbounded CID)" if epsilon is None else f"epsilon {epsilon:g} per token"
-            spent = f"{ledger.responses} response(s) logged, {ledger.spent_total:g} spent"
-            say(f"ctxlite serve: {name} on http://{host}:{port}/v1, {bound}; {log_path}: {spent}")
-            # uvicorn sends the signal that stopped it again once it has drained: absorbed here
-            previous = {sig: signal.signal(sig, _absorb) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                http.run()
-            except SystemExit:  # uvicorn exits when it cannot bind
-                if http.started:
-                    raise
-                raise InvalidParameter(
-                    f"cannot listen on {host}:{port}: the port is in use or the address is not this machine's"
-                ) from None
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-            if http.stopped_by is not None:
-                how = "Ctrl-C" if http.stopped_by == signal.SIGINT else "SIGTERM"
-                say(f"ctxlite serve: stopped ({how}); requests in flight answered, {ledger.responses} response(s) "
-                    f"in {log_path}, {ledger.spent_total:g} spent")  # fmt: skip
-                if http.stopped_by == signal.SIGINT:
-                    ctx.exit(EXIT_INTERRUPTED)
-        finally:
-            eng.close()
-    finally:
-        ledger.close_log()
+    deployment = Deployment(
+        read_context(context_file, data), epsilon, lam, Budgets(budget_total, budget_per_key),
+        read_api_keys(api_keys), host, port, max_tokens_cap, max_request_bytes, model_name, release_realised,
+    )  # fmt: skip
+    if run_deployment(local_model(engine), deployment, log_path, say) == signal.SIGINT:
+        ctx.exit(EXIT_INTERRUPTED)

@@ -16,5 +16,6 @@ it depends on D itself, so a budget spent by it would stop at a D-dependent time
 
 Modules: :mod:`~ctxlite.serve.decoding` (the token loop), :mod:`~ctxlite.serve.ledger` (budgets
 and their chained log), :mod:`~ctxlite.serve.service` (one engine behind a lock, the requests'
-rules), :mod:`~ctxlite.serve.app` (the HTTP routes).
+rules), :mod:`~ctxlite.serve.app` (the HTTP routes), :mod:`~ctxlite.serve.deployment` (a deployment
+start to stop: what ``ctxlite serve`` runs).
 """

@@ -51,3 +51,13 @@ def test_another_servers_budget_log_is_refused_before_the_model_loads(tmp_path):
     args = ["serve", "--context", str(tmp_path / "note.txt"), "--epsilon", "1", "--log", str(tmp_path / "serve.jsonl")]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 4 and "was written by a different run" in r.output and "--log" in r.output, r.output
+
+
+def test_keys_come_from_a_file_else_the_environment_comments_and_blanks_skipped(tmp_path):
+    from ctxlite.serve.deployment import read_api_keys
+
+    (tmp_path / "keys.txt").write_text("# ops\nalpha\n\n  beta  \n", encoding="utf-8")
+    environ = {"CTXLITE_API_KEYS": " gamma, ,#delta,epsilon "}
+    assert read_api_keys(str(tmp_path / "keys.txt"), environ) == {"alpha", "beta"}
+    assert read_api_keys(None, environ) == {"gamma", "epsilon"}
+    assert read_api_keys(None, {}) == frozenset()
