@@ -128,6 +128,10 @@ class Case:
     def to_dict(self) -> dict:
         return {"name": self.name, "verdict": self.outcome.value, "basis": self.basis.value, "message": self.message}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Case:
+        return cls(d["name"], Outcome(d["verdict"]), d["message"], Basis(d["basis"]))
+
 
 @dataclass
 class Verdict:
@@ -167,6 +171,12 @@ class Verdict:
             "cases": len(self.cases),
             "results": [c.to_dict() for c in self.cases],
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        """The verdict :meth:`to_dict` wrote (its outcome follows from the cases; ``properties``, the
+        JUnit report's run properties, are not part of the dict form)."""
+        return cls(d["suite"], d["gate"], [Case.from_dict(c) for c in d["results"]], d["complete"])
 
     def summary(self) -> str:
         """One line, the verdict first: what failed (or could not be shown), on how many cases."""

@@ -94,6 +94,11 @@ class Regurgitation:
             "rouge": self.rouge,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Regurgitation:
+        """The measures :meth:`to_dict` wrote (``repeat`` and ``rouge`` follow from them)."""
+        return cls(d["shared_words"], d["rouge_l_precision"], d["rouge_l_recall"])
+
 
 def shared_word_count(prediction: str, source: str) -> int:
     """|set(prediction.split()) ∩ set(source.split())| (case-sensitive)."""

@@ -319,10 +319,6 @@ class Utility:
         return cls(d["precision"], d["recall"], d["f"], d["metric"])
 
 
-def _regurgitation_from_dict(d: dict) -> Regurgitation:
-    return Regurgitation(d["shared_words"], d["rouge_l_precision"], d["rouge_l_recall"])
-
-
 @dataclass
 class LambdaResult:
     """Everything measured for one λ (and, for ε-bounded CID, one ε) on one example.
@@ -444,7 +440,7 @@ class LambdaResult:
             document_influence=d["document_influence"],
             ngrams=[NgramInfluence.from_dict(g) for g in d["ngrams"]],
             noise_floor=opt("noise_floor", NoiseFloor.from_dict),
-            regurgitation=opt("regurgitation", _regurgitation_from_dict),
+            regurgitation=opt("regurgitation", Regurgitation.from_dict),
             generation=opt("generation", Generation.from_dict),
             utility=opt("utility", Utility.from_dict),
             context_tokens=d["context_tokens"],

@@ -11,6 +11,8 @@ from dataclasses import replace
 
 import pytest
 import xmlschema
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxlite.audit.report import AuditRow, BoundCounts
 from ctxlite.audit.settings import AuditSettings
@@ -18,6 +20,7 @@ from ctxlite.cli.options import conclude
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import (
     Basis,
+    Case,
     Outcome,
     Verdict,
     audit_verdict,
@@ -360,3 +363,19 @@ def test_the_message_names_the_epsilon_of_the_worst_result():
     [case] = influence_cases([("ex-1", rec)], threshold=5.0)
     assert case.failed and "at λ=1.5, ε=4: context tokens 4–8" in case.message
     assert "ε" not in influence_cases([("ex-1", _record((1.5, [_gram(0, 3.0, True)], FLOOR)))], 1.0)[0].message
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=8), st.sampled_from(list(Outcome)), st.text(max_size=20), st.sampled_from(list(Basis))
+        ),
+        max_size=5,
+    ),
+    st.sampled_from([None, "2 nats", "epsilon 1"]),
+    st.booleans(),
+)
+def test_a_verdict_reads_back_from_its_dict(cases, gate, complete):
+    verdict = Verdict("ctxlite score", gate, [Case(*c) for c in cases], complete)
+    back = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert back == verdict and back.outcome == verdict.outcome

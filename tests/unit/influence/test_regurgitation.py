@@ -217,6 +217,8 @@ def test_regurgitation_to_dict():
     }
     r = Regurgitation(shared_words=25, rouge_l_precision=0.5, rouge_l_recall=0.5)
     assert (r.repeat, r.rouge) == (False, False)
+    for r in (r, Regurgitation(30, 0.2, 0.7)):
+        assert Regurgitation.from_dict(r.to_dict()) == r
 
 
 # ---------------------------------------------------------------------------
