@@ -12,7 +12,7 @@ from ctxlite.audit.mechanisms import Mechanism
 from ctxlite.audit.queries import AuditQuery
 from ctxlite.audit.settings import AuditSettings, BoundKind, EstimateSettings
 from ctxlite.errors import InvalidParameter
-from ctxlite.logformat import finite_or_inf, strict
+from ctxlite.logformat import finite_or_inf, strict, upgrade_report
 from ctxlite.privacy.calibration import subsampled_gaussian_epsilon
 from ctxlite.privacy.estimators import (
     Bonferroni,
@@ -317,7 +317,8 @@ def first_bound_choice(first_end: dict | None) -> BoundChoice | None:
     report = first_end.get("report") if isinstance(first_end, dict) else None
     if not isinstance(report, dict):
         return None
-    return BoundChoice(report["rows"][0]["lower_bound_method"], report["settings"]["confidence"])
+    row = AuditRow.from_dict(upgrade_report(report)["rows"][0])  # an older log's row read by its own rules
+    return BoundChoice(row.lower_bound_method, row.confidence)
 
 
 def rereport_warning(first: BoundChoice | None, now: BoundChoice) -> str | None:
