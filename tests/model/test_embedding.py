@@ -32,13 +32,14 @@ def score_job(data, log, junit, html):
     return run
 
 
-def audit_job(data, log, junit, html):
+def audit_job(data, log, junit, html, resume=False):
     from ctxlite import AuditSettings, Engine, EpsilonGate, load_records, report_log, run_audit
     from ctxlite.reporting import write_html, write_junit
 
     settings = AuditSettings(trials=6, queries_per_trial=2, utility_queries=1, reference_runs=1)
     with Engine() as engine:
-        run = run_audit(engine, load_records(data, "classify"), settings, out=log, gate=EpsilonGate(1.0))
+        records = load_records(data, "classify")
+        run = run_audit(engine, records, settings, out=log, resume=resume, gate=EpsilonGate(1.0))
     write_junit(junit, run.verdict)
     write_html(html, report_log(log))
     return run
@@ -112,6 +113,22 @@ def test_the_embedders_audit_job_is_the_command_lines(tmp_path):
     assert r.exit_code == {"pass": 0, "fail": 8}.get(run.verdict.outcome.value, 10), r.output
     r = CliRunner().invoke(main, ["report", str(cli / "audit.jsonl"), "--html", str(cli / "report.html")])
     assert r.exit_code == 0, r.output
+    assert _outputs(lib, "audit.jsonl") == _outputs(cli, "audit.jsonl")
+    # resumable: the same job again with resume reads every trial back and appends only an end line,
+    # as `ctxlite audit ... --resume` does to the command line's log
+    again = audit_job(data, lib / "audit.jsonl", lib / "junit.xml", lib / "report.html", resume=True)
+    r = CliRunner().invoke(main, [*args, "--resume", "--junit", str(cli / "junit.xml")])
+    assert r.exit_code == {"pass": 0, "fail": 8}.get(again.verdict.outcome.value, 10), r.output
+    r = CliRunner().invoke(main, ["report", str(cli / "audit.jsonl"), "--html", str(cli / "report.html")])
+    assert r.exit_code == 0 and again.report.rows == run.report.rows, r.output
+    assert _outputs(lib, "audit.jsonl") == _outputs(cli, "audit.jsonl")
+    # other private records (one text edited) are refused, and the log left as it was
+    changed = tmp_path / "changed.jsonl"
+    lines = data.read_text(encoding="utf-8").splitlines(keepends=True)
+    changed.write_text(lines[0].replace('"text": "', '"text": "Edited. ', 1) + "".join(lines[1:]), encoding="utf-8")
+    assert changed.read_text(encoding="utf-8") != data.read_text(encoding="utf-8")
+    with pytest.raises(DataError, match="different"):
+        audit_job(changed, lib / "audit.jsonl", lib / "junit.xml", lib / "report.html", resume=True)
     assert _outputs(lib, "audit.jsonl") == _outputs(cli, "audit.jsonl")
 
 
