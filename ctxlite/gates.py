@@ -241,7 +241,7 @@ def probe_pairs(result: LambdaResult) -> int:
     return 0 if result.noise_floor is None else result.noise_floor.kinds.count("null")
 
 
-def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float | None:
+def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence | UnitInfluence) -> float | None:
     """How far an n-gram's τ_i may be from its value on another build or batch tiling, as its
     result's probes estimate it: the n-gram's own ``uncertainty`` where it carries one (a floor that
     differs per n-gram), else its result's noise floor (its ``max``); None where the result
@@ -249,7 +249,7 @@ def ngram_uncertainty(result: LambdaResult, ngram: NgramInfluence) -> float | No
     is exact on this build only, and another build rounds it differently."""
     if floor_measured(result) is not None:
         return None
-    own = getattr(ngram, "uncertainty", None)  # a unit carries none of its own
+    own = ngram.uncertainty if isinstance(ngram, NgramInfluence) else None  # a unit carries none of its own
     return float(result.noise_floor.max if own is None else own)
 
 
