@@ -24,6 +24,8 @@ from ctxlite.runtime.models import verified_entry
 from ctxlite.serve.ledger import Budgets, Ledger
 from ctxlite.serve.service import ServeSettings, Service
 
+__all__ = ["KEYS_VARIABLE", "Deployment", "read_api_keys", "read_context", "run_deployment", "serve_identity"]
+
 KEYS_VARIABLE = "CTXLITE_API_KEYS"
 
 
