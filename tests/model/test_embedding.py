@@ -33,13 +33,13 @@ def score_job(data, log, junit, html):
 
 
 def audit_job(data, log, junit, html, resume=False):
-    from ctxlite import AuditSettings, Engine, EpsilonGate, load_records, report_log, run_audit
+    """The model loaded only once the log is checked (a ``LocalModel``: a refused log loads nothing)."""
+    from ctxlite import AuditSettings, EpsilonGate, LocalModel, load_records, report_log, run_audit
     from ctxlite.reporting import write_html, write_junit
 
     settings = AuditSettings(trials=6, queries_per_trial=2, utility_queries=1, reference_runs=1)
-    with Engine() as engine:
-        records = load_records(data, "classify")
-        run = run_audit(engine, records, settings, out=log, resume=resume, gate=EpsilonGate(1.0))
+    records = load_records(data, "classify")
+    run = run_audit(LocalModel(), records, settings, out=log, resume=resume, gate=EpsilonGate(1.0))
     write_junit(junit, run.verdict)
     write_html(html, report_log(log))
     return run

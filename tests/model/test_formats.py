@@ -286,8 +286,8 @@ def test_a_user_format_audit_runs_end_to_end(tmp_path, model, chat, task):
     from ctxlite.cli import main
 
     fmt = TICKETS_FORMAT if task == "classify" else write(tmp_path, "gen.toml", GENERATE_TICKETS)
-    args = ["audit", "--data", TICKETS, "--format", fmt, "--model", model, "--trials", 6, "--reference-runs", 1]
-    args += ["--queries-per-trial", 2, "--utility-queries", 2, "--shots", 8, "--out", tmp_path / "run.jsonl"]
+    args = ["audit", "--data", TICKETS, "--format", fmt, "--model", model, "--trials", 4, "--reference-runs", 1]
+    args += ["--queries-per-trial", 2, "--utility-queries", 1, "--shots", 3, "--out", tmp_path / "run.jsonl"]
     args += ["--chat"] if chat else []
     args += ["--max-new-tokens", 6] if task == "generate" else []
     r = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
