@@ -6,9 +6,11 @@ its GGUF, llama-cpp-python's server the GGUF itself), λ = 1, T = 1, exhaustive 
 windows, no noise-floor probes (a server run measures none), each example's own response given.
 Each server is started by the bench (tests/servers.py, the tests' own server processes: vLLM as
 tests/vllm run it, llama-cpp-python's with --threads, as the local engine), warmed up with one request, measured
-at each --concurrency (one connection each: ``OpenAIServer`` with that many requests in flight;
-an example's with- and without-context passes go together, then its ablations), and stopped
-before the next starts. The local engine has no concurrency (one row).
+at each --concurrency (one connection each: ``OpenAIServer`` with that many requests in flight,
+scored through ``ctxlite.runs.run_score`` as ``ctxlite score`` does: on a server up to
+--concurrency examples in flight together, an example's with- and without-context passes first,
+then its ablations), and stopped before the next starts. The local engine has no concurrency (one
+row).
 
 Two workloads:
 
@@ -52,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout; tests/servers.py is the tests' server code
 from ctxlite.errors import CtxliteError  # noqa: E402
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings  # noqa: E402
+from ctxlite.runs import run_score  # noqa: E402
 from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig  # noqa: E402
 from ctxlite.runtime.sampling import SamplingSettings  # noqa: E402
@@ -118,21 +121,21 @@ def cost_model_tokens(scorer: InfluenceScorer, example: Example, result: dict) -
 
 
 def measure(backend, counter: InfluenceScorer, work: Workload) -> Cell:
-    """Score every example of ``work`` on ``backend`` (timed), the tokens counted by ``counter`` (the
-    local engine's scorer: the same tokens, checked at connection)."""
-    scorer = InfluenceScorer(backend, work.template, work.settings)
+    """Score every example of ``work`` on ``backend`` through the run layer, as ``ctxlite score`` does
+    (timed; on a server several examples in flight together, their requests sharing the backend's
+    ``--concurrency`` slots), the tokens counted by ``counter`` (the local engine's scorer: the same
+    tokens, checked at connection)."""
     stats = getattr(backend, "request_stats", None)
     before = stats() if stats else None
     cell = Cell()
     began = time.perf_counter()
-    results = []
     try:
-        for example in work.examples:
-            results.append((example, scorer.score(example).to_dict()["results"][0]))
+        run = run_score(backend, work.examples, work.settings, template=work.template)
     except CtxliteError as e:
         cell.refused = str(e).splitlines()[0]
         return cell
     cell.seconds = time.perf_counter() - began
+    results = [(example, r.to_dict()["results"][0]) for example, r in zip(work.examples, run.results)]
     for example, result in results:
         cell.examples += 1
         cell.ablations += len(result["ngrams"])
