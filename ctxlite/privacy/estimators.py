@@ -769,9 +769,12 @@ class CanaryScoreAuditor:
         >>> t.tolist(), fpr.tolist(), tpr.tolist()
         ([inf, 2.0, 1.0, 0.0], [0.0, 0.0, 0.5, 1.0], [0.0, 0.5, 1.0, 1.0])
         """
-        t = self._candidates[::-1]
-        tp, fp = self._counts(t)
-        return t.copy(), fp / self.n_out, tp / self.n_in
+        tp, fp = self._roc_counts()
+        return self._candidates[::-1].copy(), fp / self.n_out, tp / self.n_in
+
+    def _roc_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(TP, FP) at each ROC point, in :meth:`roc`'s order."""
+        return self._counts(self._candidates[::-1])
 
     def roc_hull(self) -> tuple[np.ndarray, np.ndarray]:
         """Vertices ``(fpr, tpr)`` of the ROC's upper convex hull, from (0, 0) to (1, 1).
@@ -786,7 +789,7 @@ class CanaryScoreAuditor:
         >>> f.tolist(), t.tolist()
         ([0.0, 0.0, 0.25, 1.0], [0.0, 0.5, 0.75, 1.0])
         """
-        tp, fp = self._counts(self._candidates[::-1])
+        tp, fp = self._roc_counts()
         hull: list[tuple[int, int]] = []
         for p in zip(fp.tolist(), tp.tolist()):  # Andrew's monotone chain, upper half, in counts
             while len(hull) >= 2:
