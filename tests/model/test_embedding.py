@@ -127,7 +127,7 @@ def test_the_embedders_audit_job_is_the_command_lines(tmp_path):
     lines = data.read_text(encoding="utf-8").splitlines(keepends=True)
     changed.write_text(lines[0].replace('"text": "', '"text": "Edited. ', 1) + "".join(lines[1:]), encoding="utf-8")
     assert changed.read_text(encoding="utf-8") != data.read_text(encoding="utf-8")
-    with pytest.raises(DataError, match="different"):
+    with pytest.raises(DataError, match=r"was written by a different run \(data differ\)"):
         audit_job(changed, lib / "audit.jsonl", lib / "junit.xml", lib / "report.html", resume=True)
     assert _outputs(lib, "audit.jsonl") == _outputs(cli, "audit.jsonl")
 
