@@ -116,6 +116,8 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             http = server(Service(eng, d.context, settings, ledger), d.host, d.port)
             bound = "no bound (unbounded CID)" if d.epsilon is None else f"epsilon {d.epsilon:g} per token"
             spent = f"{ledger.responses} response(s) logged, {ledger.spent_total:g} spent"
+            if ledger.recovered:
+                spent += f" ({ledger.recovered} cut off by a crash, counted at their whole reservation)"
             say(f"ctxlite serve: {name} on http://{d.host}:{d.port}/v1, {bound}; {log_path}: {spent}")
             # uvicorn sends the signal that stopped it again once it has drained: absorbed here
             previous = {sig: signal.signal(sig, _absorb) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -175,6 +175,38 @@ def test_a_restart_keeps_the_budget_and_sigint_drains_then_exits_130(tmp_path):
     assert not [k for k in log.records if k.endswith("-open") and k.removesuffix("-open") not in log.records]
 
 
+def test_a_server_killed_mid_answer_keeps_its_log_and_counts_the_whole_reservation(tmp_path):
+    """SIGKILL to the whole ``ctxlite serve`` process group while a response streams (a crash: no
+    drain, no close): the log read back verifies, holds the response's reservation and no end, and
+    the restarted server says so and charges that reservation in full (CAP tokens), so the key gets
+    one response fewer than its budget would give it untouched."""
+    args = _args(tmp_path)
+    first = CtxliteServe(tmp_path, args).start()
+    auth = {"Authorization": f"Bearer {KEYS['spender']}"}
+    try:
+        body = {"prompt": "Dana", "max_tokens": CAP, "stream": True}
+        with httpx.stream("POST", first.url + "/completions", json=body, headers=auth, timeout=120) as r:
+            next(line for line in r.iter_lines() if line.startswith("data: "))  # one token out
+            first.stop()  # SIGKILL mid-answer
+    finally:
+        first.stop()
+    kept = read_run_log(tmp_path / "serve.jsonl")  # the chain verifies (read_run_log checks every line)
+    assert list(kept.records) == ["r0000001-open"]
+    assert kept.records["r0000001-open"]["epsilon_reserved"] == CAP * EPSILON
+    again = CtxliteServe(tmp_path, args).start()
+    try:
+        served_after = 0
+        while _post(again, {"prompt": "Dana", "max_tokens": CAP}, key="spender").status_code == 200:
+            served_after += 1
+    finally:
+        again.stop()
+    said = again.log.read_text(encoding="utf-8")
+    assert f"1 response(s) logged, {CAP * EPSILON:g} spent (1 cut off by a crash" in said, said
+    assert served_after == PER_KEY // CAP - 1
+    log = read_run_log(tmp_path / "serve.jsonl")
+    assert "r0000001" not in log.records and len([k for k in log.records if not k.endswith("-open")]) == served_after
+
+
 def test_chat_completions_use_the_models_chat_template(served, tmp_path):
     server, _ = served  # the default model is a base model: no chat template, a clear 400
     r = _post(server, {"messages": [{"role": "user", "content": "Hi"}]}, path="/v1/chat/completions")
