@@ -141,6 +141,48 @@ def test_document_qa_ranks_the_same_top_ngrams_as_the_local_engine(served, local
     assert set(ranked["served"][:5]) == set(ranked["local"][:5]), ranked
 
 
+INLINE = "Document: {context}. Question: {query}. Answer:"
+"""Issue 28's own template: text before the context, which llama-cpp-python's server refuses."""
+PEOPLE = [("Dana", "lisinopril"), ("Emeka", "warfarin"), ("Fatima", "metformin"), ("Goran", "insulin")]
+PEOPLE += [("Hana", "aspirin"), ("Ivo", "atorvastatin")]
+
+
+def test_examples_in_flight_together_score_as_one_by_one_through_the_issues_template(vllm_server, tmp_path):
+    """Six examples scored with the inline template ``INLINE`` (``--doc``: two requests an example) at
+    ``--concurrency 1`` and ``8`` through a proxy: with 8, more than two requests were in flight at
+    once (so several examples' together), never more than 8; the two logs hold the same examples in
+    the same order with every log-probability within TOL_REFERENCE (vLLM's float32 rounding moves with
+    batch shape, so not byte for byte); every prompt went as token ids and the server reports
+    processing exactly the tokens sent."""
+    data = tmp_path / "data.jsonl"
+    rows = [
+        {"id": name.lower(), "context": f"{name} takes {5 * (i + 1)} mg {drug} daily.", "query": "What does she take?",
+         "response": f" {drug}"}
+        for i, (name, drug) in enumerate(PEOPLE)
+    ]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    logs, in_flight = {}, {}
+    for c in (1, 8):
+        out = tmp_path / f"c{c}.jsonl"
+        args = ["score", "--data", str(data), "--template", INLINE, "--doc", "--out", str(out), "--json"]
+        with Proxy(vllm_server.url) as proxy:
+            res = CliRunner().invoke(
+                main, args + _server_args(proxy.url, vllm_server.served_name, "--concurrency", str(c))
+            )
+            assert res.exit_code == 0, res.output
+        assert all(isinstance(p["prompt"], list) for p in proxy.payloads)
+        assert reported_is_sent(proxy) == []
+        lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        logs[c] = [(line["key"], line["result"]["results"][0]) for line in lines if line.get("type") == "example"]
+        in_flight[c] = proxy.max_in_flight
+    assert in_flight[1] == 1 and 2 < in_flight[8] <= 8, in_flight
+    assert [k for k, _ in logs[8]] == [k for k, _ in logs[1]] == [r["id"] for r in rows]
+    for (_, a), (_, b) in zip(logs[1], logs[8]):
+        assert a["response_ids"] == b["response_ids"]
+        for key in ("token_logprob", "token_logprob_without"):
+            assert np.max(np.abs(np.subtract(a[key], b[key]))) <= TOL_REFERENCE, (key, a, b)
+
+
 # ----- the cost model: what the server reports processing -----------------------------------------
 def _usage(exchanges) -> list[tuple[int, int, int]]:
     """(tokens sent, usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens) of each request."""
