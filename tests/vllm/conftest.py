@@ -22,8 +22,8 @@ import pytest
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.runtime.backend import sequential_logprobs
-from tests.servers import VllmServer, converted_model
-from tests.vllm.common import STATS
+from tests.servers import Proxy, VllmServer, converted_model
+from tests.vllm.common import STATS, reported_is_sent
 
 HERE = Path(__file__).resolve().parent
 LAST = "test_vllm_restart.py"
@@ -85,11 +85,24 @@ def local(served_model):
 
 
 @pytest.fixture(scope="session")
-def served(vllm_server, local):
-    """ctxlite's backend on the server, connected with the local model's tokenizer checked (parity)."""
+def metered(vllm_server):
+    """A proxy in front of the server for the whole run (tests/servers.py ``Proxy``), which ``served``
+    and the tests without a proxy of their own go through: once the last of them is done, every
+    completion it passed on must have cost the server exactly the tokens sent (``usage.prompt_tokens``,
+    the cost model of docs/servers.md), as the tests with their own proxy check for theirs."""
+    with Proxy(vllm_server.url, limit=10**6) as proxy:
+        yield proxy
+    STATS["completions metered"] = len(proxy.exchanges)
+    assert reported_is_sent(proxy) == [], "vLLM reported processing other prompt tokens than were sent"
+
+
+@pytest.fixture(scope="session")
+def served(metered, vllm_server, local):
+    """ctxlite's backend on the server (through ``metered``), connected with the local model's
+    tokenizer checked (parity)."""
     from ctxlite.runtime.openai_server import OpenAIServer, ServerConfig
 
-    config = ServerConfig(vllm_server.url, vllm_server.served_name, concurrency=4)
+    config = ServerConfig(metered.url, vllm_server.served_name, concurrency=4)
     with OpenAIServer(config, tokenizer=local, tokenizer_name=local.model_path.name) as backend:
         yield backend
 

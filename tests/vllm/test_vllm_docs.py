@@ -14,7 +14,7 @@ from tests.docs_pages import vllm_lines
 DOC_URL = "http://127.0.0.1:8000/v1"
 
 
-def test_the_commands_of_docs_servers_md_run_against_vllm(vllm_server, tmp_path, monkeypatch):
+def test_the_commands_of_docs_servers_md_run_against_vllm(metered, tmp_path, monkeypatch):
     commands = [line for line in vllm_lines() if line.startswith("ctxlite ")]
     assert len(commands) >= 2
     (tmp_path / "note.txt").write_text("Dana takes 10 mg lisinopril daily for her blood pressure.", encoding="utf-8")
@@ -22,7 +22,7 @@ def test_the_commands_of_docs_servers_md_run_against_vllm(vllm_server, tmp_path,
     repo = Path(__file__).resolve().parents[2]
     for command in commands:
         assert DOC_URL in command, command
-        args = shlex.split(command.replace(DOC_URL, vllm_server.url))[1:]
+        args = shlex.split(command.replace(DOC_URL, metered.url))[1:]
         args = [str(repo / a) if a.startswith("ctxlite/data/") else a for a in args]
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0, (command, res.output)

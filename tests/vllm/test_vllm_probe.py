@@ -34,7 +34,7 @@ def test_the_probe_tells_vllm_llama_cpp_pythons_server_and_one_without_logprobs_
 
 
 def test_a_template_with_text_before_the_context_is_refused_by_llama_cpp_python_and_scored_by_vllm(
-    vllm_server, llama_server, tmp_path
+    metered, vllm_server, llama_server, tmp_path
 ):
     """The built-in ``qa`` template, ``Document: {context}...``: llama-cpp-python's server takes text
     prompts only, and the context's first token, cut from the text before it, is not how that text
@@ -45,5 +45,5 @@ def test_a_template_with_text_before_the_context_is_refused_by_llama_cpp_python_
     res = CliRunner().invoke(main, args + ["--base-url", llama_server.url, "--model-name", MODEL_NAME])
     assert res.exit_code == 2 and "tokenizes to other tokens" in res.output and "use vLLM" in res.output, res.output
     assert "llama.cpp" not in res.output  # llama.cpp's llama-server returns no prompt log-probabilities
-    res = CliRunner().invoke(main, args + ["--base-url", vllm_server.url, "--model-name", vllm_server.served_name])
+    res = CliRunner().invoke(main, args + ["--base-url", metered.url, "--model-name", vllm_server.served_name])
     assert res.exit_code == 0, res.output
