@@ -614,10 +614,9 @@ class Engine:
     def next_logits(self, prompt: Sequence[int], *, exact: bool = False) -> np.ndarray:
         """Copy of the (V,) float32 logits that follow ``prompt`` (one stream, no step).
 
-        The cells ``prompt`` shares with what sequence 0 holds are reused, so
-        the row can differ by rounding with the decode history (llama.cpp's
-        CPU kernels round by batch shape). ``exact=True`` decodes
-        from an empty cache: the row then depends on ``prompt`` alone.
+        The cells ``prompt`` shares with what sequence 0 holds are reused from
+        a multiple of ``ROW_TILE`` (``hold_prompt``), so the row is the one
+        ``exact=True`` decodes from an empty cache, bit for bit on one build.
         """
         if exact:
             self.clear()
@@ -627,19 +626,22 @@ class Engine:
         """Put ``prompt`` in sequence 0 in place and write the logits after it to ``out_row``.
 
         Every other sequence is dropped and sequence 0 keeps only the cells it
-        shares with ``prompt``, so each token still sits in the cell of its
-        position (llama.cpp moves its cell search back to the first freed cell)
-        and only the rest is decoded. The row can still differ by rounding from
-        an empty-cache decode: the suffix is decoded in a batch of another shape
-        (see ``next_logits``).
+        shares with ``prompt`` up to a multiple of ``ROW_TILE``, so each token
+        still sits in the cell of its position (llama.cpp moves its cell search
+        back to the first freed cell) and in the batch row, modulo the kernels'
+        tile, that an empty-cache decode puts it in: the row is the empty-cache
+        decode's bit for bit, whatever the cache held before (the decode history
+        of a server's earlier requests cannot change a later answer).
         """
         kv = self.kv
         kv.drop_others()
-        keep = kv.reusable(prompt)
-        if keep == len(prompt) == len(kv.base or ()) and kv.base_row is not None:
-            kv.drop(BASE_SEQ, keep)
+        shared = kv.reusable(prompt)
+        if shared == len(prompt) == len(kv.base or ()) and kv.base_row is not None:
+            kv.drop(BASE_SEQ, shared)
             out_row[:] = kv.base_row
             return
+        keep = min(shared, len(prompt) - 1)  # the last token is decoded again: its row is wanted
+        keep -= keep % ROW_TILE
         kv.base, kv.valid, kv.base_row = None, 0, None
         self._decode_tail(BASE_SEQ, prompt, keep, out_row)
         kv.hold_base(prompt, out_row)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.model
 NOTE = "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily."
 EPSILON, PER_KEY, CAP = 1.0, 30.0, 6
 KEYS = {"main": "sk-test-main", "spender": "sk-test-spender", "other": "sk-test-other", "crowd": "sk-test-crowd"}
-KEYS["stops"] = "sk-test-stops"
+KEYS["stops"], KEYS["seeds"] = "sk-test-stops", "sk-test-seeds"
 
 
 def _args(tmp):
@@ -94,6 +94,24 @@ def test_every_tokens_epsilon_recomputed_from_the_model_is_within_the_bound(serv
             assert lam_t == pytest.approx(lam_ref, rel=0.1)
             assert eps_t <= EPSILON and np.max(np.abs(mixed - qb)) <= eps_t  # over the whole vocabulary
             assert mixed[token] > -np.inf
+
+
+def test_a_seeded_request_is_answered_alike_whatever_was_served_before(served):
+    """The same seeded request after requests that leave different prompts in the engine's KV cache
+    (one that shares all of its tokens but the last, one that shares only the context, a chat
+    request): the same tokens with the same realised ε per token, bit for bit. The cache may be
+    reused only at a boundary that depends on the request alone, or llama.cpp's batch-shape
+    rounding would make the answer depend on what was served before."""
+    server, _ = served
+    prompt = "The patient named in the note is"
+    body = {"prompt": prompt, "max_tokens": 4, "seed": 3, "temperature": 1.0}
+    answers = []  # 4 answers of 4 tokens and 3 of 2 on a key of its own: 22 of its budget of 30
+    for before in ({"prompt": prompt + " Dana"}, {"prompt": prompt[:-3]}, {"prompt": "Billing code"}, None):
+        if before is not None:
+            assert _post(server, {**before, "max_tokens": 2, "seed": 1}, key="seeds").status_code == 200
+        ext = _post(server, body, key="seeds").json()["usage"]["ctxlite"]
+        answers.append((ext["token_ids"], ext["epsilon_per_token"], ext["lambda_per_token"]))
+    assert all(a == answers[0] for a in answers), answers
 
 
 def test_a_stop_sequence_cuts_the_answer_and_its_sampled_tokens_are_charged(served):
