@@ -57,6 +57,14 @@ from ctxlite.serve.ledger import Budgets
 @click.option("--budget-total", type=float, default=None, metavar="EPS", help="Epsilon budget of all keys together.")
 @click.option("--budget-per-key", type=float, default=None, metavar="EPS", help="Epsilon budget of each key.")
 @click.option(
+    "--budget-delta",
+    type=float,
+    default=None,
+    metavar="DELTA",
+    help="Keep the budgets as (epsilon, DELTA) ones by the optimal composition theorem, which allows more "
+    "tokens than basic composition once there are many (default: pure epsilon, basic composition).",
+)
+@click.option(
     "--max-tokens-cap",
     type=click.IntRange(1),
     default=256,
@@ -86,14 +94,15 @@ from ctxlite.serve.ledger import Budgets
     help="The append-only, hash-chained budget log: read back at start, so a restart keeps the budget.",
 )
 @click.pass_context
-def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_total, budget_per_key,
+def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_total, budget_per_key, budget_delta,
           max_tokens_cap, max_request_bytes, model_name, release_realised, log_path, **engine):  # fmt: skip
     """Serve a model over a private context, each token epsilon-bounded (OpenAI-compatible HTTP).
 
     Every token is sampled from the whole epsilon-bounded CID distribution: its log-probability
     is within epsilon of the same request without the context, within 2 epsilon of a context that
     differs in one record; a response of n tokens costs n epsilon, and requests add up (basic
-    composition) against --budget-total and --budget-per-key, kept in --log across restarts.
+    composition) against --budget-total and --budget-per-key, kept in --log across restarts;
+    with --budget-delta the budgets are (epsilon, delta) ones, composed optimally.
     Ctrl-C or SIGTERM finish the requests in flight and close the log (Ctrl-C exits 130).
 
     \b
@@ -101,7 +110,7 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
       ctxlite serve --context note.txt --epsilon 1 --budget-total 500 --log runs/serve.jsonl
     """
     deployment = Deployment(
-        read_context(context_file, data), epsilon, lam, Budgets(budget_total, budget_per_key),
+        read_context(context_file, data), epsilon, lam, Budgets(budget_total, budget_per_key, budget_delta),
         read_api_keys(api_keys), host, port, max_tokens_cap, max_request_bytes, model_name, release_realised,
     )  # fmt: skip
     if run_deployment(local_model(engine), deployment, log_path, say) == signal.SIGINT:

@@ -72,10 +72,13 @@ def read_api_keys(path: str | None = None, environ: Mapping[str, str] = os.envir
     return keys
 
 
-def serve_identity(model: LocalModel, epsilon: float | None, lam: float, context: str) -> dict:
+def serve_identity(
+    model: LocalModel, epsilon: float | None, lam: float, context: str, delta: float | None = None
+) -> dict:
     """The deployment's identity: the model's, and the settings a budget is spent under (the context
-    by its hash only: the log never holds the private text)."""
-    return {**model.identity(), "settings": {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)}}
+    by its hash only: the log never holds the private text; δ only where budgets are (ε, δ) ones)."""
+    settings = {"epsilon": epsilon, "lambda": lam, "context": content_hash(context)}
+    return {**model.identity(), "settings": settings | ({} if delta is None else {"delta": delta})}
 
 
 def _loopback(host: str) -> bool:
@@ -103,7 +106,8 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             f"--host {d.host} is reachable from other machines: give --api-keys (or {KEYS_VARIABLE})"
         )
     try:
-        ledger = Ledger(log_path, serve_identity(model, d.epsilon, d.lam, d.context), d.budgets, d.epsilon)
+        identity = serve_identity(model, d.epsilon, d.lam, d.context, d.budgets.delta)
+        ledger = Ledger(log_path, identity, d.budgets, d.epsilon)
     except (DataError, LogInUse) as exc:  # RecordLog's advice names a run's --out: here it is --log
         raise type(exc)(str(exc).replace("--out", "--log").replace("ctxlite run", "ctxlite process")) from None
     try:
@@ -115,6 +119,8 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             )
             http = server(Service(eng, d.context, settings, ledger), d.host, d.port)
             bound = "no bound (unbounded CID)" if d.epsilon is None else f"epsilon {d.epsilon:g} per token"
+            if d.budgets.delta is not None:
+                bound += f", budgets at delta {d.budgets.delta:g} (optimal composition)"
             spent = f"{ledger.responses} response(s) logged, {ledger.spent_total:g} spent"
             if ledger.recovered:
                 spent += f" ({ledger.recovered} cut off by a crash, counted at their whole reservation)"

@@ -2,13 +2,19 @@
 kept in an append-only, hash-chained log (:class:`ctxlite.records.RecordLog`, kind ``serve``) that a
 restart reads back, so a restart never resets a budget.
 
-Accounting is basic composition: every sampled token costs the configured ε (against the empty
-context; 2ε against a neighbouring context), whatever its realised bound 2·λ_t*·max|pmi| ≤ ε, which
-is reported but not charged (it is a function of the private context, and a budget spent by it
-would end generation at a context-dependent time). Before a response starts, its worst case
-(``max_tokens``·ε) is logged as a *reservation* (key ``r<n>-open``); when it ends, its actual cost
-(key ``r<n>``). A reservation without its end (the server was killed mid-response) counts in full
-when the log is read back: a crash can only over-count, never lose a token's cost.
+Every sampled token is an ε-DP release against the empty context (2ε against a neighbouring
+context), whatever its realised bound 2·λ_t*·max|pmi| ≤ ε, which is reported but not charged (it is
+a function of the private context, and a budget spent by it would end generation at a
+context-dependent time). A budget B is therefore a number of tokens: by basic composition n tokens
+cost nε, so ⌊B/ε⌋ are allowed (pure ε-DP); with ``Budgets.delta`` the optimal composition theorem
+(:mod:`ctxlite.privacy.composition`, Kairouz, Oh and Viswanath 2015) allows every n whose composed
+ε'(n, δ) ≤ B, an (B, δ) guarantee that admits more tokens once n is large. ``spent`` is the basic
+sum nε in both cases; ``composed`` the (ε', δ) of the tokens counted.
+
+Before a response starts, its worst case (``max_tokens`` tokens) is logged as a *reservation* (key
+``r<n>-open``); when it ends, its actual cost (key ``r<n>``). A reservation without its end (the
+server was killed mid-response) counts in full when the log is read back: a crash can only
+over-count, never lose a token's cost.
 
 API keys are never logged: a key is named by :func:`key_id`, a hash of it.
 """
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 
 from ctxlite.errors import InvalidParameter
 from ctxlite.logformat import SERVE_FORMATS
+from ctxlite.privacy.composition import composed_epsilon, max_compositions
 from ctxlite.records import RecordLog
 
 KIND = "serve"
@@ -40,15 +47,21 @@ def key_id(key: str | None) -> str:
 
 @dataclass(frozen=True)
 class Budgets:
-    """ε budgets (None: none): all keys together, and each key."""
+    """ε budgets (None: none): all keys together, and each key; ``delta`` None: pure ε-DP budgets
+    (basic composition), else (ε, δ) budgets by the optimal composition theorem."""
 
     total: float | None = None
     per_key: float | None = None
+    delta: float | None = None
 
     def __post_init__(self):
         for name, b in (("--budget-total", self.total), ("--budget-per-key", self.per_key)):
             if b is not None and not (b > 0 and math.isfinite(b)):
                 raise InvalidParameter(f"{name} must be a finite number > 0, got {b}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise InvalidParameter(f"--budget-delta must be in (0, 1), got {self.delta}")
+        if self.delta is not None and self.total is None and self.per_key is None:
+            raise InvalidParameter("--budget-delta needs a budget to apply to (--budget-total or --budget-per-key)")
 
 
 class Ledger:
@@ -63,6 +76,11 @@ class Ledger:
         self.log = RecordLog(path, identity, kind=KIND, schema_version=SERVE_FORMATS[0], continues=SERVE_FORMATS)
         self.spent_total = 0.0
         self.spent: dict[str, float] = {}
+        self.tokens_total = 0
+        self.tokens: dict[str, int] = {}
+        # the most tokens each budget allows (basic or optimal composition), fixed at start
+        allowed = lambda b: None if b is None or epsilon is None else max_compositions(b, epsilon, budgets.delta)  # noqa: E731
+        self.allowed_total, self.allowed_per_key = allowed(budgets.total), allowed(budgets.per_key)
         self.responses = 0
         open_ = {}
         for rec in self.log:
@@ -70,33 +88,47 @@ class Ledger:
                 open_[rec["key"].removesuffix("-open")] = rec
             else:
                 open_.pop(rec["key"], None)
-                self._add(rec["key_id"], rec["epsilon_charged"])
+                self._add(rec["key_id"], rec["tokens"], rec["epsilon_charged"])
                 self.responses += 1
         for rec in open_.values():  # killed mid-response: its whole reservation counts
-            self._add(rec["key_id"], rec["epsilon_reserved"])
+            self._add(rec["key_id"], rec["max_tokens"], rec["epsilon_reserved"])
             self.responses += 1
         self.recovered = len(open_)
 
-    def _add(self, kid: str, eps: float) -> None:
+    def _add(self, kid: str, tokens: int, eps: float) -> None:
         self.spent_total += eps
         self.spent[kid] = self.spent.get(kid, 0.0) + eps
+        self.tokens_total += tokens
+        self.tokens[kid] = self.tokens.get(kid, 0) + tokens
+
+    def composed(self, tokens: int) -> float:
+        """The ε of ``tokens`` tokens against the empty context: nε (basic composition), or with
+        ``budgets.delta`` the optimal composition's ε' at that δ (never more than nε)."""
+        if self.epsilon is None:
+            return 0.0
+        if self.budgets.delta is None:
+            return tokens * self.epsilon
+        return min(tokens * self.epsilon, composed_epsilon(tokens, self.epsilon, self.budgets.delta))
 
     def left(self, kid: str) -> float:
-        """ε left to ``kid``: the smaller of its own budget and the global one (inf: no budget)."""
+        """ε left to ``kid``: the smaller of its own budget and the global one, each less the
+        composed ε of the tokens already counted against it (inf: no budget)."""
         out = math.inf
         if self.budgets.total is not None:
-            out = min(out, self.budgets.total - self.spent_total)
+            out = min(out, self.budgets.total - self.composed(self.tokens_total))
         if self.budgets.per_key is not None:
-            out = min(out, self.budgets.per_key - self.spent.get(kid, 0.0))
+            out = min(out, self.budgets.per_key - self.composed(self.tokens.get(kid, 0)))
         return max(out, 0.0)
 
     def affordable(self, kid: str, already: int = 0) -> int | None:
         """How many more tokens ``kid`` may be given after ``already`` tokens of the response in flight
         (their cost is not in the ledger yet); None: no limit."""
-        left = self.left(kid)
-        if self.epsilon is None or math.isinf(left):
-            return None
-        return max(int(math.floor(left / self.epsilon + 1e-9)) - already, 0)
+        limits = []
+        if self.allowed_total is not None:
+            limits.append(self.allowed_total - self.tokens_total)
+        if self.allowed_per_key is not None:
+            limits.append(self.allowed_per_key - self.tokens.get(kid, 0))
+        return max(min(limits) - already, 0) if limits else None
 
     def open(self, kid: str, endpoint: str, max_tokens: int) -> str:
         """Log the reservation of a response about to start; its record key."""
@@ -112,24 +144,26 @@ class Ledger:
     def close(self, key: str, kid: str, endpoint: str, steps: list, finish_reason: str) -> float:
         """Log a response's actual cost (n·ε for n sampled tokens) and the budget state; the cost."""
         charged = 0.0 if self.epsilon is None else len(steps) * self.epsilon
-        self._add(kid, charged)
-        self.log.append(
-            key,
-            {
-                "key_id": kid,
-                "endpoint": endpoint,
-                "time": round(time.time(), 3),
-                "tokens": len(steps),
-                "finish_reason": finish_reason,
-                "epsilon_per_token": [s.epsilon for s in steps],
-                "lambda_per_token": [s.lam for s in steps],
-                "epsilon_charged": charged,
-                "spent_total": self.spent_total,
-                "spent_key": self.spent[kid],
-                "budget_total": self.budgets.total,
-                "budget_per_key": self.budgets.per_key,
-            },
-        )
+        self._add(kid, len(steps), charged)
+        record = {
+            "key_id": kid,
+            "endpoint": endpoint,
+            "time": round(time.time(), 3),
+            "tokens": len(steps),
+            "finish_reason": finish_reason,
+            "epsilon_per_token": [s.epsilon for s in steps],
+            "lambda_per_token": [s.lam for s in steps],
+            "epsilon_charged": charged,
+            "spent_total": self.spent_total,
+            "spent_key": self.spent[kid],
+            "budget_total": self.budgets.total,
+            "budget_per_key": self.budgets.per_key,
+        }
+        if self.budgets.delta is not None:  # the (ε', δ) the budgets are kept in
+            record["delta"] = self.budgets.delta
+            record["composed_total"] = self.composed(self.tokens_total)
+            record["composed_key"] = self.composed(self.tokens[kid])
+        self.log.append(key, record)
         return charged
 
     def close_log(self) -> None:

@@ -102,6 +102,8 @@ class Outcome:
     charged: float
     budget_left: float
     key_id: str
+    delta: float | None = None
+    composed_key: float | None = None
 
     def usage_extension(self, epsilon: float | None, release_realised: bool = False) -> dict:
         """``usage.ctxlite``: what the answer was charged, and each token's realised bound and λ_t*
@@ -119,6 +121,16 @@ class Outcome:
             "epsilon_total_neighbour": 2 * self.charged,
             "budget_left": None if math.isinf(self.budget_left) else self.budget_left,
             "composition": "basic: epsilon per sampled token (end-of-generation included), summed",
+            **(
+                {}
+                if self.delta is None
+                else {
+                    "composition": "optimal (Kairouz, Oh and Viswanath 2015): epsilon per sampled token "
+                    "(end-of-generation included), budgets kept as (epsilon, delta)",
+                    "delta": self.delta,
+                    "epsilon_spent_key": self.composed_key,
+                }
+            ),
         }
 
 
@@ -294,4 +306,6 @@ class Service:
                     yield tail, None
             finally:
                 charged = ledger.close(record, kid, req.endpoint, taken, finish)
-            yield "", Outcome(taken, "".join(parts), finish, charged, ledger.left(kid), kid)
+            delta = ledger.budgets.delta
+            composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
+            yield "", Outcome(taken, "".join(parts), finish, charged, ledger.left(kid), kid, delta, composed)

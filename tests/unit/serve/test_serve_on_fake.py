@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.influence.cid import EPSILON_MARGIN
+from ctxlite.privacy.composition import composed_epsilon, max_compositions
 from ctxlite.records import read_run_log
 from ctxlite.runtime.fake import FakeBackend
 from ctxlite.runtime.sampling import log_softmax
@@ -240,6 +241,68 @@ def test_the_ledger_never_lets_spending_pass_the_budget(tmp_path_factory, length
     again.close_log()
 
 
+def test_delta_budgets_allow_the_optimal_compositions_tokens_and_survive_a_restart(tmp_path):
+    """ε = 0.05 a token, 1 per key at δ = 1e-5: basic composition would stop a key at 20 tokens; the
+    optimal composition allows every n with ε'(n, δ) ≤ 1, and the key is served exactly that many.
+    Each answer reports δ and the key's composed ε; the log keeps them; a restart reads the tokens
+    back and refuses the key."""
+    budgets, eps = Budgets(per_key=1.0, delta=1e-5), 0.05
+    allowed = max_compositions(1.0, eps, 1e-5)
+    assert allowed > 20 == max_compositions(1.0, eps)
+    service = _service(tmp_path, budgets, keys=("a",), eps=eps)
+    served, last = 0, None
+    with TestClient(build_app(service)) as client:
+        while (r := _post(client, {"prompt": "x", "max_tokens": 32, "seed": served}, key="a")).status_code == 200:
+            last = r.json()["usage"]
+            served += last["completion_tokens"]
+        assert r.status_code == 403 and r.json()["error"]["code"] == "privacy_budget_exhausted"
+    assert served == allowed
+    ext = last["ctxlite"]
+    assert ext["delta"] == 1e-5 and ext["epsilon_spent_key"] == pytest.approx(composed_epsilon(served, eps, 1e-5))
+    assert ext["epsilon_spent_key"] <= 1.0 < composed_epsilon(served + 1, eps, 1e-5) and ext["budget_left"] >= 0
+    assert "optimal" in ext["composition"]
+    service.ledger.close_log()
+    responses = [rec for k, rec in read_run_log(tmp_path / "serve.jsonl").records.items() if not k.endswith("-open")]
+    assert responses[-1]["composed_key"] == ext["epsilon_spent_key"] and responses[-1]["delta"] == 1e-5
+    assert responses[-1]["spent_key"] == pytest.approx(served * eps)  # the basic sum, kept beside it
+    again = Ledger(tmp_path / "serve.jsonl", IDENTITY, budgets, eps)
+    assert again.tokens[key_id("a")] == served and again.affordable(key_id("a")) == 0
+    again.close_log()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 40), max_size=10),
+    eps=st.sampled_from([0.05, 0.2, 1.0]),
+    total=st.sampled_from([0.5, 2.0, 6.0]),
+)
+def test_a_delta_ledger_never_lets_the_composed_epsilon_pass_the_budget(tmp_path_factory, lengths, eps, total):
+    """Against the reference accountant: after every response the tokens counted compose (at δ) to at
+    most the budget, and a refusal comes only when one more token would pass it."""
+    delta = 1e-5
+    path = tmp_path_factory.mktemp("ledger") / "serve.jsonl"
+    ledger = Ledger(path, IDENTITY, Budgets(total=total, delta=delta), eps)
+    n_total = 0
+    for n in lengths:
+        allowed = ledger.affordable(ANONYMOUS)
+        if allowed < 1:
+            assert composed_epsilon(n_total + 1, eps, delta) > total
+            break
+        n = min(n, allowed)
+        key = ledger.open(ANONYMOUS, "completions", n)
+        ledger.close(key, ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)] * n, "length")
+        n_total += n
+        assert ledger.tokens_total == n_total and composed_epsilon(n_total, eps, delta) <= total + 1e-9
+    ledger.close_log()
+
+
+def test_a_delta_without_a_budget_or_out_of_range_is_refused():
+    with pytest.raises(InvalidParameter, match="needs a budget"):
+        Budgets(delta=1e-5)
+    with pytest.raises(InvalidParameter, match=r"must be in \(0, 1\)"):
+        Budgets(total=1.0, delta=1.0)
+
+
 @pytest.mark.parametrize("version", [None, 2, 3, 1])
 def test_a_ledger_of_every_serve_format_is_continued_in_its_own_after_an_upgrade(tmp_path, monkeypatch, version):
     """ctxlite serve began in log format 2; format 3 changed score results only. A ledger written in
@@ -285,7 +348,9 @@ def reference_cut(text: str, stops: list[str]) -> tuple[str, bool]:
     st.lists(st.text("ab\n", max_size=4), max_size=12), st.lists(st.text("ab\n", min_size=1, max_size=3), max_size=4)
 )
 def test_stop_text_shows_the_text_before_the_first_stop_sequence_and_nothing_of_it(pieces, stops):
-    scan, shown = StopText(stops), []
+    """Piece by piece until a stop sequence completes (generation ends there: a stop that began
+    earlier but would complete later never does, e.g. "\n" in "b\n" before "b\nb")."""
+    scan, shown, k = StopText(stops), [], -1
     for k, piece in enumerate(pieces):
         shown.append(scan.add(piece))
         so_far = "".join(shown)
@@ -293,8 +358,9 @@ def test_stop_text_shows_the_text_before_the_first_stop_sequence_and_nothing_of_
         assert scan.stopped == stopped and cut.startswith(so_far)  # never past the stop, never text of one
         if stopped:
             assert so_far == cut  # all of it at once when the stop completes
+            break
     shown.append(scan.flush())
-    assert "".join(shown) == reference_cut("".join(pieces), stops)[0]
+    assert "".join(shown) == reference_cut("".join(pieces[: k + 1]), stops)[0]
 
 
 def test_a_stop_sequence_cuts_the_seeded_answer_where_it_occurs_and_charges_what_was_sampled(tmp_path):
