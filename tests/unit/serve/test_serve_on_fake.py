@@ -296,6 +296,27 @@ def test_a_delta_ledger_never_lets_the_composed_epsilon_pass_the_budget(tmp_path
     ledger.close_log()
 
 
+def test_delta_is_part_of_the_deployments_identity_so_a_restart_under_another_is_refused(tmp_path):
+    """Without δ the identity is what it was (a ledger written before --budget-delta continues)."""
+    from ctxlite.identity import content_hash
+    from ctxlite.serve.deployment import serve_identity
+
+    class Model:
+        def identity(self):
+            return {"software": {"ctxlite": "test"}, "model": None}
+
+    ident = lambda delta: serve_identity(Model(), 0.05, 1.0, CONTEXT, delta)  # noqa: E731
+    assert ident(None)["settings"] == {"epsilon": 0.05, "lambda": 1.0, "context": content_hash(CONTEXT)}
+    path = tmp_path / "serve.jsonl"
+    ledger = Ledger(path, ident(1e-5), Budgets(total=1.0, delta=1e-5), 0.05)
+    ledger.close(
+        ledger.open(ANONYMOUS, "completions", 2), ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)] * 2, "length"
+    )
+    ledger.close_log()
+    with pytest.raises(DataError, match="different run"):
+        Ledger(path, ident(1e-6), Budgets(total=1.0, delta=1e-6), 0.05)
+
+
 def test_a_delta_without_a_budget_or_out_of_range_is_refused():
     with pytest.raises(InvalidParameter, match="needs a budget"):
         Budgets(delta=1e-5)
