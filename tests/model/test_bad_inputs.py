@@ -426,7 +426,7 @@ def test_a_data_file_with_a_utf8_bom_is_accepted(tmp_path):
 
 @pytest.mark.model
 def test_utility_without_held_out_records_says_why(tmp_path):
-    rows = Path(CLASSIFY).read_text(encoding="utf-8").splitlines()[:24]
+    rows = Path(CLASSIFY).read_text(encoding="utf-8").splitlines()[:8]
     p = tmp_path / "d.jsonl"
     p.write_text("\n".join(rows) + "\n", encoding="utf-8")
     r = ctxlite(
@@ -435,7 +435,7 @@ def test_utility_without_held_out_records_says_why(tmp_path):
             "--data",
             str(p),
             "--shots",
-            "24",
+            "8",
             "--trials",
             "4",
             "--queries-per-trial",

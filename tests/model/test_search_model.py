@@ -3,7 +3,10 @@ own numbers, bit for bit, and on a context with one planted span it finds that s
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pickle
 
 import pytest
 from click.testing import CliRunner
@@ -54,11 +57,21 @@ def assert_exact(ex_result, ad_result):
         )
 
 
-@pytest.fixture(scope="module")
-def single(engine):
-    """Both searches on the context with the fact once, at λ = 1."""
-    (ex,), (ad,) = both(engine, Example(planted(), QUERY, RESPONSE), lambdas=(1.0,), **TREE)
-    return ex, ad
+@pytest.fixture(scope="session")
+def single(engine, tmp_path_factory):
+    """Both searches on the context with the fact once, at λ = 1: computed once per pytest run (under
+    pytest-xdist by the first worker that needs it, under a lock, and read back by the others: three
+    tests on two workers computed it twice)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    with open(shared / "search-single.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "search-single.pickle"
+        if not done.is_file():
+            (ex,), (ad,) = both(engine, Example(planted(), QUERY, RESPONSE), lambdas=(1.0,), **TREE)
+            done.write_bytes(pickle.dumps((ex, ad)))
+        return pickle.loads(done.read_bytes())
 
 
 def test_adaptive_finds_the_planted_span_with_its_exact_influence(single):
