@@ -123,7 +123,20 @@ def test_score_generates_with_cid_from_stdin():
 def test_score_dataset_summary_and_resume_after_sigint(data, tmp_path):
     """Ctrl-C mid-run keeps finished records; the re-run only scores the rest."""
     out = tmp_path / "scores.jsonl"
-    cmd = [sys.executable, "-m", "ctxlite", "score", "--data", str(data), "--out", str(out), "--ngram", "64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctxlite",
+        "score",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--ngram",
+        "64",
+        "--null-ablations",
+        "0",
+    ]
     # a shell that runs the suite in the background starts it with SIGINT ignored, and the child
     # would inherit that: restore the default so Python installs its KeyboardInterrupt handler
     proc = subprocess.Popen(
