@@ -24,7 +24,7 @@ from scipy.special import gammaln, logsumexp
 
 from ctxlite.errors import InvalidParameter
 
-__all__ = ["composed_delta", "composed_epsilon", "max_compositions"]
+__all__ = ["MAX_COUNTED", "composed_delta", "composed_epsilon", "max_compositions"]
 
 
 def _check(k: int, epsilon: float, delta: float | None = None) -> None:
@@ -39,6 +39,8 @@ def _check(k: int, epsilon: float, delta: float | None = None) -> None:
 def composed_delta(k: int, epsilon: float, eps_total: float) -> float:
     """δ_k(ε'): the smallest δ for which k ε-DP releases are (``eps_total``, δ)-DP (module docstring)."""
     _check(k, epsilon)
+    if math.isnan(eps_total):
+        raise InvalidParameter("eps_total must be a number, got nan")
     i = np.arange(k + 1)
     active = (k - 2 * i) * epsilon > eps_total
     if not active.any():
@@ -69,20 +71,33 @@ def composed_epsilon(k: int, epsilon: float, delta: float) -> float:
     return hi
 
 
+MAX_COUNTED = 10**7
+"""The most releases :func:`max_compositions` counts with a δ (each :func:`composed_delta` is a sum
+of k terms): a budget that would allow more is held to this many, fewer than it allows."""
+
+
 def max_compositions(budget: float, epsilon: float, delta: float | None = None) -> int:
     """The most ε-DP releases whose composition stays within ``budget``: ⌊budget / ε⌋ by basic
-    composition (``delta`` None), else the largest k with :func:`composed_epsilon` ≤ budget
-    (composed ε' grows with k, so a doubling then bisection finds it)."""
+    composition (``delta`` None), else the largest k ≤ :data:`MAX_COUNTED` with
+    :func:`composed_epsilon` ≤ budget (composed ε' grows with k, so a doubling then bisection finds
+    it)."""
     if not (budget >= 0 and math.isfinite(budget)):
         raise InvalidParameter(f"the budget must be a finite number >= 0, got {budget}")
     _check(0, epsilon, delta)
     basic = int(math.floor(budget / epsilon + 1e-9))
     if delta is None:
         return basic
-    fits = lambda k: composed_epsilon(k, epsilon, delta) <= budget * (1 + 1e-12)  # noqa: E731
-    lo, hi = basic, max(2 * basic, 1)
-    while fits(hi):
-        lo, hi = hi, 2 * hi
+    fits = lambda k: composed_epsilon(k, epsilon, delta) <= budget  # noqa: E731
+    lo = min(basic, MAX_COUNTED)
+    if not fits(lo):  # ⌊budget/ε⌋ rounded up by its 1e-9 slack: one fewer then
+        return lo - 1
+    hi = min(max(2 * lo, 1), MAX_COUNTED + 1)
+    while hi <= MAX_COUNTED and fits(hi):
+        lo, hi = hi, min(2 * hi, MAX_COUNTED + 1)
+    if hi > MAX_COUNTED:
+        if fits(MAX_COUNTED):
+            return MAX_COUNTED
+        hi = MAX_COUNTED
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)

@@ -631,7 +631,10 @@ class Engine:
         back to the first freed cell) and in the batch row, modulo the kernels'
         tile, that an empty-cache decode puts it in: the row is the empty-cache
         decode's bit for bit, whatever the cache held before (the decode history
-        of a server's earlier requests cannot change a later answer).
+        of a server's earlier requests cannot change a later answer), with a
+        batch size that is a multiple of ``ROW_TILE`` (the default 512; at
+        others, batches are cut where a reused suffix's first one can be a few
+        rows long, which rounds otherwise: tests/model/test_engine.py).
         """
         kv = self.kv
         kv.drop_others()

@@ -78,6 +78,7 @@ class Ledger:
         self.spent: dict[str, float] = {}
         self.tokens_total = 0
         self.tokens: dict[str, int] = {}
+        self._composed: dict[int, float] = {}
         # the most tokens each budget allows (basic or optimal composition), fixed at start
         allowed = lambda b: None if b is None or epsilon is None else max_compositions(b, epsilon, budgets.delta)  # noqa: E731
         self.allowed_total, self.allowed_per_key = allowed(budgets.total), allowed(budgets.per_key)
@@ -108,7 +109,12 @@ class Ledger:
             return 0.0
         if self.budgets.delta is None:
             return tokens * self.epsilon
-        return min(tokens * self.epsilon, composed_epsilon(tokens, self.epsilon, self.budgets.delta))
+        if tokens not in self._composed:  # a response asks for each count several times, under the lock
+            if len(self._composed) > 64:
+                self._composed.clear()
+            eps = min(tokens * self.epsilon, composed_epsilon(tokens, self.epsilon, self.budgets.delta))
+            self._composed[tokens] = eps
+        return self._composed[tokens]
 
     def left(self, kid: str) -> float:
         """ε left to ``kid``: the smaller of its own budget and the global one, each less the

@@ -234,11 +234,9 @@ def test_next_logits_exact_depends_on_the_prompt_alone(engine):
     assert np.array_equal(engine.next_logits(toks, exact=True), fresh)
 
 
-def test_a_held_prompt_is_decoded_as_from_an_empty_cache_whatever_the_cache_held(engine):
-    """``hold_prompt`` (every stream's first prompt: ``ctxlite serve``'s token loop) after the cache
-    held another prompt sharing its first k tokens, for k across the prompt: the row after it is the
-    empty-cache decode's, bit for bit. Reusing all k cells (before: the suffix then sat at other
-    rows of the kernels' tile) moved it, so a seeded answer depended on the requests before it."""
+def _rows_moved_by_history(engine) -> list[int]:
+    """The shared lengths k after which the row after a held prompt is not its empty-cache row: the
+    cache held the prompt's first k tokens and then other ones, for every third k."""
     toks = engine.tokenize(
         "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily for her "
         "blood pressure; review in six weeks.\n\nQuestion: Who is the patient?\nAnswer:",
@@ -250,7 +248,17 @@ def test_a_held_prompt_is_decoded_as_from_an_empty_cache_whatever_the_cache_held
     for k in range(1, len(toks) + 1, 3):
         engine.next_logits(toks[:k] + other)  # the history: the first k tokens, then other ones
         moved += [k] if not np.array_equal(engine.next_logits(toks), fresh) else []
-    assert moved == [], moved
+    return moved
+
+
+def test_a_held_prompt_is_decoded_as_from_an_empty_cache_whatever_the_cache_held(engine):
+    """``hold_prompt`` (every stream's first prompt: ``ctxlite serve``'s token loop) after the cache
+    held another prompt sharing its first k tokens, for every third k: the row after it is the
+    empty-cache decode's, bit for bit. Reusing all k cells (before: the suffix then sat at other
+    rows of the kernels' tile) moved it, so a seeded answer depended on the requests before it.
+    (With the default batch size; a batch size that is no multiple of ``ROW_TILE`` is not covered:
+    at 22 the reused suffix's first batch is a few rows long, and that rounds otherwise too.)"""
+    assert _rows_moved_by_history(engine) == []
 
 
 def _top_logprobs(row, k=10):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.privacy.composition import composed_delta, composed_epsilon, max_compositions
+from ctxlite.privacy.composition import MAX_COUNTED, composed_delta, composed_epsilon, max_compositions
 
 
 def brute_delta(k: int, eps: float, eps_total: float) -> float:
@@ -82,6 +82,10 @@ def test_the_most_releases_within_a_budget():
         spent = (lambda n: n * eps) if delta is None else (lambda n: composed_epsilon(n, eps, delta))
         assert spent(k) <= budget + 1e-9 and spent(k + 1) > budget, (budget, eps, delta, k)
     assert max_compositions(10.0, 0.05, 1e-5) > max_compositions(10.0, 0.05) == 200
+    # a budget a hair below k·ε: basic composition's rounding slack must not let k through
+    assert max_compositions(1 - 1e-10, 0.5, 1e-15) == 1 and composed_epsilon(2, 0.5, 1e-15) > 1 - 1e-10
+    # at most MAX_COUNTED releases are counted with a δ: fewer than allowed, never more
+    assert max_compositions(50.0, 1e-5, 0.5) == MAX_COUNTED
 
 
 @pytest.mark.parametrize(
@@ -89,6 +93,7 @@ def test_the_most_releases_within_a_budget():
     [
         lambda: composed_delta(-1, 1.0, 0.0),
         lambda: composed_delta(2, 0.0, 0.0),
+        lambda: composed_delta(2, 1.0, math.nan),
         lambda: composed_epsilon(2, 1.0, 0.0),
         lambda: composed_epsilon(2, 1.0, 1.0),
         lambda: max_compositions(-1.0, 1.0),
