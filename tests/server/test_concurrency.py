@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,19 +83,34 @@ def test_examples_in_flight_together_log_the_bytes_of_one_by_one(tmp_path, shape
 
 
 def test_a_server_that_dies_mid_run_keeps_the_finished_examples_in_order_and_resumes_to_the_same_bytes(tmp_path):
+    """The server holds one example's completions, dies once the examples before it are logged (its
+    held and every later request dropped, as by a crash): exit 9, those examples kept in order, and a
+    resume completes the log byte for byte. (Dying after a count of completions instead left, under
+    load, no example finished at that count now and then.)"""
+    held = 4
     with FakeServer(delay=DELAY, seed=3) as fake:
-        before = fake.completions
         reference = _score(tmp_path, fake.url, tmp_path / "c1.jsonl", 1, "--ngram", "4")
         assert reference.exit_code == 0, reference.output
-        fake.die_after = fake.completions + (fake.completions - before) // 2  # half-way through
-        out = tmp_path / "c8.jsonl"
-        died = _score(tmp_path, fake.url, out, 8, "--ngram", "4")
+        fake.hold = EXAMPLES[held]["context"]
+        out, result = tmp_path / "c8.jsonl", {}
+        run = threading.Thread(target=lambda: result.update(died=_score(tmp_path, fake.url, out, 8, "--ngram", "4")))
+        run.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not (out.is_file() and len(_lines(out)) == 1 + held and fake.holding):
+                assert run.is_alive() and time.monotonic() < deadline, result
+                time.sleep(0.02)
+            fake.dead = True  # the crash: the held completions and every later request are dropped
+        finally:
+            fake.release()
+            run.join(timeout=120)
+        died = result["died"]
         assert died.exit_code == 9, died.output
         assert "start the server and --resume" in died.output
         kept, expected = _lines(out), _lines(tmp_path / "c1.jsonl")
         assert 1 < len(kept) < len(expected) - 1  # the header and some examples, not all, no end line
         assert kept == expected[: len(kept)]  # whole records, in input order, the chain intact
-        fake.dead, fake.die_after = False, None  # the server is back (at the same address)
+        fake.dead, fake.hold = False, None  # the server is back (at the same address)
         resumed = _score(tmp_path, fake.url, out, 8, "--ngram", "4")
         assert resumed.exit_code == 0, resumed.output
     assert out.read_bytes() == (tmp_path / "c1.jsonl").read_bytes()
