@@ -616,7 +616,8 @@ class Engine:
 
         The cells ``prompt`` shares with what sequence 0 holds are reused from
         a multiple of ``ROW_TILE`` (``hold_prompt``), so the row is the one
-        ``exact=True`` decodes from an empty cache, bit for bit on one build.
+        ``exact=True`` decodes from an empty cache, bit for bit on one build
+        with a batch size that is a multiple of ``ROW_TILE`` (``hold_prompt``).
         """
         if exact:
             self.clear()

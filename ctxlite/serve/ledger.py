@@ -112,8 +112,7 @@ class Ledger:
         if tokens not in self._composed:  # a response asks for each count several times, under the lock
             if len(self._composed) > 64:
                 self._composed.clear()
-            eps = min(tokens * self.epsilon, composed_epsilon(tokens, self.epsilon, self.budgets.delta))
-            self._composed[tokens] = eps
+            self._composed[tokens] = composed_epsilon(tokens, self.epsilon, self.budgets.delta)  # ≤ nε
         return self._composed[tokens]
 
     def left(self, kid: str) -> float:
