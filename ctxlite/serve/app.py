@@ -11,6 +11,8 @@ its last event's usage instead, since its headers leave before its tokens). Erro
 request larger than ``--max-request-bytes``, 400 for a malformed one or a refused parameter, 404
 for another model, 403 (``insufficient_quota``) once the budget is spent: a spent budget never
 comes back, so 429, which clients (the OpenAI SDK, ctxlite's own) retry, would only be retried.
+A server started with ``release_realised`` answers a completion with ``echo`` and ``logprobs`` by
+teacher forcing (:meth:`Service.teacher_force`) in llama-cpp-python's echo layout.
 """
 
 from __future__ import annotations
@@ -111,8 +113,13 @@ def build_app(service: Service) -> FastAPI:
         kid = authorise(request)
         body = await body_of(request)
         req = service.completion_request(body) if endpoint == "completions" else service.chat_request(body)
-        gen = service.generate(kid, req)
         made, rid = int(time.time()), ("cmpl-" if endpoint == "completions" else "chatcmpl-") + uuid.uuid4().hex
+        if req.forced:
+            outcome, values = await run_in_threadpool(service.teacher_force, kid, req)
+            piece = lambda t: service.engine.token_bytes(t).decode("utf-8", "replace")  # noqa: E731
+            answer = _forced_answer(rid, made, outcome, values, settings, req, piece)
+            return JSONResponse(answer, headers={HEADER: "0.0"})
+        gen = service.generate(kid, req)
         first = await run_in_threadpool(next, gen)  # a refusal (403, 400) comes here, before any answer
         if req.stream:
             return StreamingResponse(_events(first, gen, req, endpoint, rid, made), media_type="text/event-stream")
@@ -196,6 +203,29 @@ def _answer(endpoint, rid, made, text, outcome: Outcome, settings: ServeSettings
         "choices": [choice],
         "usage": _usage(outcome, settings, req),
     }
+
+
+def _forced_answer(rid, made, outcome: Outcome, values: list[float], settings: ServeSettings, req, piece) -> dict:
+    """A teacher-forcing answer in llama-cpp-python's echo layout (the dialect of the tokenizer routes
+    this server offers): entry j scores prompt token j + 1 (the first prompt token, BOS, has none);
+    ``text`` is the prompt, nothing is generated; ``usage.ctxlite`` has each position's realised
+    bound and λ_t* (a ``release_realised`` server releases them) and the nothing it charged.
+    ``piece(token)``: a token's text alone."""
+    pieces = [piece(s.token) for s in outcome.steps]
+    offsets = [sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
+    logprobs = {
+        "tokens": pieces,
+        "token_logprobs": values,
+        "top_logprobs": [{p: v} for p, v in zip(pieces, values)],
+        "text_offset": offsets,
+    }
+    choice = {"index": 0, "text": req.echo, "logprobs": logprobs, "finish_reason": "length"}
+    usage = _usage(outcome, settings, req)
+    n = len(req.prompt_without) + len(req.forced)
+    usage.update(prompt_tokens=n, completion_tokens=0, total_tokens=n)
+    usage["ctxlite"]["teacher_forced"] = True
+    return {"id": rid, "object": "text_completion", "created": made, "model": settings.model_name,
+            "choices": [choice], "usage": usage}  # fmt: skip
 
 
 class Server(uvicorn.Server):

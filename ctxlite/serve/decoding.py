@@ -65,6 +65,43 @@ def steps(
             streams.step([token, token])
 
 
+FORCED_ROWS_BYTES = 1 << 28
+"""The most logits rows (bytes of float32, both sequences') teacher forcing holds at once; a longer
+prompt is scored in pieces, each a from-scratch decode of both sequences up to its last token."""
+
+
+def forced_steps(
+    engine,
+    prompt_with: Sequence[int],
+    prompt_without: Sequence[int],
+    targets: Sequence[int],
+    lam: float,
+    epsilon: float | None,
+    temperature: float,
+) -> list[tuple[Step, float]]:
+    """Teacher forcing: for each of ``targets`` (the tokens that follow both prompts, in order) the
+    step the sampler would take there -- λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) on the two rows
+    before it -- and log p̄_λ_t*(target | D, ·), the mixed distribution's log-probability of that
+    token. The rows are decoded from scratch, each sequence in one pass (as ``ctxlite score``
+    decodes them: a local engine on the same build reproduces them bit for bit, up to
+    ``FORCED_ROWS_BYTES``), not a token at a time as sampling steps them (which rounds otherwise,
+    by up to ~0.1 nat here)."""
+    lam, epsilon = check_lambda(lam), check_epsilon(epsilon)
+    with_, without = [*prompt_with, *targets], [*prompt_without, *targets]
+    engine.check_fits(max(len(with_), len(without)))
+    piece = max(1, FORCED_ROWS_BYTES // (2 * 4 * engine.n_vocab))
+    out: list[tuple[Step, float]] = []
+    for lo in range(0, len(targets), piece):
+        hi = min(len(targets), lo + piece)
+        a = engine.logits_rows(with_[: len(prompt_with) + hi], len(prompt_with) + lo)
+        b = engine.logits_rows(without[: len(prompt_without) + hi], len(prompt_without) + lo)
+        for j in range(lo, hi):
+            logp, lam_t, m = bounded_step(a[j - lo], b[j - lo], lam, epsilon, temperature)
+            token = int(targets[j])
+            out.append((Step(token, lam_t, m, bool(engine.is_eog(token))), float(logp[token])))
+    return out
+
+
 class TextStream:
     """The text of tokens as they come: each :meth:`add` returns the characters completed so far
     (a character split over tokens comes out with the token that ends it); :meth:`flush` the rest."""

@@ -16,6 +16,10 @@ Before a response starts, its worst case (``max_tokens`` tokens) is logged as a 
 server was killed mid-response) counts in full when the log is read back: a crash can only
 over-count, never lose a token's cost.
 
+A teacher-forcing answer (a ``release_realised`` server's log-probabilities of given tokens) is
+logged before it is given, with its tokens and values, and charged nothing: it is not a sampled
+release, and no ε covers it.
+
 API keys are never logged: a key is named by :func:`key_id`, a hash of it.
 """
 
@@ -135,6 +139,22 @@ class Ledger:
             limits.append(self.allowed_per_key - self.tokens.get(kid, 0))
         return max(min(limits) - already, 0) if limits else None
 
+    def spent_message(self, kid: str) -> str:
+        """Which budget cannot pay for one more token of ``kid``'s, and why, in words."""
+        which = (
+            "the server's total privacy budget"
+            if self.allowed_total is not None and self.allowed_total <= self.tokens_total
+            else "the privacy budget of this API key"
+        )
+        if self.budgets.delta is None:
+            why = f"epsilon left {self.left(kid):.6g} < {self.epsilon:g}, the cost of one token"
+        else:
+            why = (
+                f"one more token would take the composed epsilon (optimal composition at delta "
+                f"{self.budgets.delta:g}) past it; epsilon left {self.left(kid):.6g}"
+            )
+        return f"{which} is spent ({why})"
+
     def open(self, kid: str, endpoint: str, max_tokens: int) -> str:
         """Log the reservation of a response about to start; its record key."""
         self.responses += 1
@@ -170,6 +190,31 @@ class Ledger:
             record["composed_key"] = self.composed(self.tokens[kid])
         self.log.append(key, record)
         return charged
+
+    def forced(self, kid: str, endpoint: str, steps: list, logprobs: list[float]) -> None:
+        """Log a teacher-forcing answer before it is given: the forced tokens, the log-probabilities
+        released, each position's realised bound and λ_t*; charged nothing (it is not a sampled
+        release: no ε covers it) and counted as no token."""
+        self.responses += 1
+        self.log.append(
+            f"r{self.responses:07d}",
+            {
+                "key_id": kid,
+                "endpoint": endpoint,
+                "time": round(time.time(), 3),
+                "tokens": 0,
+                "finish_reason": "teacher_forced",
+                "epsilon_per_token": [s.epsilon for s in steps],
+                "lambda_per_token": [s.lam for s in steps],
+                "epsilon_charged": 0.0,
+                "spent_total": self.spent_total,
+                "spent_key": self.spent.get(kid, 0.0),
+                "budget_total": self.budgets.total,
+                "budget_per_key": self.budgets.per_key,
+                "forced_token_ids": [s.token for s in steps],
+                "forced_logprobs": list(logprobs),
+            },
+        )
 
     def close_log(self) -> None:
         self.log.close()

@@ -11,7 +11,10 @@ Every parameter that would change the sampled distribution away from the mixed o
 top-p, min-p, typical-p, penalties, logit bias, several choices, greedy decoding) is refused
 with an OpenAI-style 400 naming it: a filter puts 0 where p_T(·|∅) is positive, and greedy
 decoding is a deterministic function of the context; either voids the bound. Log-probabilities
-are never returned (``logprobs`` is null): they are a deterministic function of the context.
+are never returned (``logprobs`` is null): they are a deterministic function of the context. A
+server started with ``release_realised`` (for testing a server, never a deployment) answers a
+completion with ``echo`` and ``logprobs`` by teacher forcing instead (:meth:`Service.teacher_force`),
+so that a client can check the bound on tokens of its choice, ``ctxlite score`` among them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ctxlite.errors import CtxliteError
 from ctxlite.runtime.chat import render_chat
-from ctxlite.serve.decoding import Step, StopText, TextStream, steps
+from ctxlite.serve.decoding import Step, StopText, TextStream, forced_steps, steps
 from ctxlite.serve.ledger import Ledger
 
 SEPARATOR = "\n\n"
@@ -49,6 +52,9 @@ NEUTRAL = {
 BUDGET_SPENT = "privacy_budget"
 """The ``finish_reason`` of a response cut short because the budget ran out."""
 
+TEACHER_FORCED = "teacher_forced"
+"""The ``finish_reason`` a teacher-forcing answer is logged with (its answer says ``length``)."""
+
 
 class ApiError(Exception):
     """An OpenAI-style error answer: HTTP ``status`` and ``{"error": {message, type, param, code}}``."""
@@ -72,9 +78,11 @@ class ServeSettings:
     max_request_bytes: int = 65536
     api_keys: frozenset = field(default_factory=frozenset)
     release_realised: bool = False
-    """Also answer each token's realised bound and λ_t* (``epsilon_per_token``, ``lambda_per_token``).
-    Off by default: λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) is a function of the private context that
-    the sampling bound does not cover (it reveals max|pmi| wherever the bound binds); the log keeps them."""
+    """Also answer each token's realised bound and λ_t* (``epsilon_per_token``, ``lambda_per_token``),
+    and the mixed distribution's log-probabilities of given tokens (teacher forcing: ``echo`` with
+    ``logprobs``). Off by default: λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) reveals max|pmi| wherever
+    the bound binds, and a log-probability is a deterministic function of the private context; the
+    sampling bound covers neither. The log keeps both."""
 
 
 @dataclass
@@ -90,6 +98,10 @@ class Request:
     stream: bool
     echo: str = ""
     stop: tuple[str, ...] = ()
+    forced: tuple[int, ...] = ()
+    """Teacher forcing (``echo`` with ``logprobs`` on a ``release_realised`` server): the tokens of
+    ``prompt_without`` after its first, each scored after both prompts' tokens before it, nothing
+    sampled."""
 
 
 @dataclass
@@ -229,10 +241,33 @@ class Service:
             raise ApiError(400, f"echo must be true or false, got {echo!r}", param="echo")
         tok = self.engine.tokenize
         without = tok(prompt, add_bos=True, special=True)
+        if echo and body.get("logprobs") is not None and self.settings.release_realised:
+            return self._forced_request(body, prompt, without, max_tokens, temperature, stream)
         with_ = tok(self.context + SEPARATOR + prompt, add_bos=True, special=True)
         return Request(
             "completions", with_, without, max_tokens, temperature, seed, stream, prompt if echo else "", _stops(body)
         )
+
+    def _forced_request(self, body: Mapping, prompt: str, without: list[int], max_tokens: int, temperature, stream):
+        """A teacher-forcing request: the with-context prompt is ``BOS + context + separator`` followed
+        by the prompt's own tokens (so both prompts force the same tokens; a sampled completion
+        tokenizes context, separator and prompt together instead). Its two prompts are what comes
+        before the first forced token."""
+        n = body.get("logprobs")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ApiError(400, f"logprobs must be an integer >= 0, got {n!r}", param="logprobs")
+        if stream:
+            raise ApiError(400, "echo with logprobs (teacher forcing) is answered in one piece: stream must be false",
+                           param="stream")  # fmt: skip
+        if len(without) < 2:
+            raise ApiError(400, "echo with logprobs needs a prompt of at least one token", param="prompt")
+        bos = self.engine.bos_id
+        skip = 1 if bos is not None and without[0] == bos else 0
+        prefix = self.engine.tokenize(self.context + SEPARATOR, add_bos=True, special=True)
+        return Request(
+            "completions", prefix + without[skip:1], without[:1], max_tokens, temperature, None, False, prompt,
+            forced=tuple(without[1:]),
+        )  # fmt: skip
 
     def chat_request(self, body: Mapping) -> Request:
         max_tokens, temperature, seed, stream = self.check_sampling(body, "chat")
@@ -267,8 +302,7 @@ class Service:
             if affordable is not None and affordable < 1:
                 raise ApiError(
                     403,
-                    f"the privacy budget of this API key is spent (epsilon left {ledger.left(kid):.6g} < {eps:g}, the "
-                    "cost of one token): nothing more can be released over the private context",
+                    f"{ledger.spent_message(kid)}: nothing more can be released over the private context",
                     kind="insufficient_quota",
                     code="privacy_budget_exhausted",
                 )
@@ -309,3 +343,22 @@ class Service:
             delta = ledger.budgets.delta
             composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
             yield "", Outcome(taken, "".join(parts), finish, charged, ledger.left(kid), kid, delta, composed)
+
+    def teacher_force(self, kid: str, req: Request) -> tuple[Outcome, list[float]]:
+        """Answer a teacher-forcing request (:attr:`Request.forced`): at each forced token the step
+        sampling would take (λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)), so |log p̄ − log p_T(·|∅)| ≤ ε
+        over the whole vocabulary) and log p̄(token); logged before it is answered, charged nothing (a
+        log-probability is not a sampled release, and no budget covers it: only a server started
+        with ``release_realised`` answers this). The Outcome (no text, nothing charged) and the
+        log-probabilities."""
+        with self.lock:
+            try:
+                forced = forced_steps(
+                    self.engine, req.prompt_with, req.prompt_without, req.forced, self.settings.lam,
+                    self.settings.epsilon, req.temperature,
+                )  # fmt: skip
+            except CtxliteError as exc:
+                raise ApiError(400, str(exc), param="prompt", code="context_length_exceeded") from None
+            taken, values = [s for s, _ in forced], [v for _, v in forced]
+            self.ledger.forced(kid, req.endpoint, taken, values)
+            return Outcome(taken, "", TEACHER_FORCED, 0.0, self.ledger.left(kid), kid), values

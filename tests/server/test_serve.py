@@ -29,7 +29,14 @@ pytestmark = pytest.mark.model
 NOTE = "Clinic note. Patient: Dana Whitcombe, DOB 04/09/1971. Prescribed lisinopril 10 mg daily."
 EPSILON, PER_KEY, CAP = 1.0, 30.0, 6
 KEYS = {"main": "sk-test-main", "spender": "sk-test-spender", "other": "sk-test-other", "crowd": "sk-test-crowd"}
-KEYS["stops"], KEYS["seeds"] = "sk-test-stops", "sk-test-seeds"
+KEYS["stops"], KEYS["seeds"], KEYS["score"] = "sk-test-stops", "sk-test-seeds", "sk-test-score"
+
+
+TOL_FORCED = 1e-6
+"""|Δ log p| allowed between a forced token's served log-probability and the same mixture of rows
+decoded here: the server decodes each forced prompt from scratch in one pass, as this test does, on
+the same build (threads do not change llama.cpp's CPU sums), so the two agree to float64 rounding
+of the mixture; stepping a token at a time, as sampling does, moved them by up to 0.08 nat."""
 
 
 def _args(tmp):
@@ -94,6 +101,55 @@ def test_every_tokens_epsilon_recomputed_from_the_model_is_within_the_bound(serv
             assert lam_t == pytest.approx(lam_ref, rel=0.1)
             assert eps_t <= EPSILON and np.max(np.abs(mixed - qb)) <= eps_t  # over the whole vocabulary
             assert mixed[token] > -np.inf
+
+
+def test_ctxlite_score_through_it_keeps_every_tokens_log_probability_within_epsilon(served, monkeypatch):
+    """``ctxlite score --backend openai`` through the server (a ``--release-realised`` one answers echo +
+    logprobs by teacher forcing): every response token's served log p̄(y_t | note, x) is within ε of
+    log p_T(y_t | x) without the private note, recomputed here on a local engine, for the prompt with
+    the user's context and without it; and the log holds each forced token with its λ_t* and
+    log-probability, which the model's own rows (decoded here from scratch) reproduce within the bound."""
+    from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+    from ctxlite.runtime.sampling import SamplingSettings
+
+    server, tmp = served
+    (tmp / "user.txt").write_text("Lee takes insulin.", encoding="utf-8")
+    before = set(read_run_log(tmp / "serve.jsonl").records)
+    monkeypatch.setenv("CTXLITE_API_KEY", KEYS["score"])
+    template, query, response = "{context} Q: {query} A:", "What is prescribed?", " Lisinopril 10 mg"
+    args = ["score", "--context", str(tmp / "user.txt"), "-q", query, "-r", response, "--template", template]
+    args += ["--ngram", "4", "-T", "1", "--backend", "openai", "--base-url", server.url, "--model-name", "gemma-3-270m"]
+    res = CliRunner().invoke(main, [*args, "--json", "--out", str(tmp / "score.jsonl")])
+    assert res.exit_code == 0, res.output
+    served_result = json.loads(res.stdout)["result"]["results"][0]
+    settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
+    with Engine("gemma-3-270m") as engine:
+        example = Example("Lee takes insulin.", query, response)
+        local = InfluenceScorer(engine, template, settings).score(example).to_dict()["results"][0]
+        assert served_result["response_ids"] == local["response_ids"]
+        moved = 0.0
+        for key in ("token_logprob", "token_logprob_without"):
+            gap = np.abs(np.subtract(served_result[key], local[key]))
+            assert np.max(gap) <= EPSILON, (key, gap)  # the note moves no response token by more than ε
+            moved = max(moved, float(np.max(gap)))
+        assert moved > 0.05  # the served numbers are the mixed distribution's, not the model's alone
+
+        forced = [r for k, r in read_run_log(tmp / "serve.jsonl").records.items() if k not in before]
+        assert len(forced) >= 4 and all(r["finish_reason"] == "teacher_forced" for r in forced)
+        assert all(r["tokens"] == 0 and r["epsilon_charged"] == 0 for r in forced)
+        prefix = engine.tokenize(NOTE + SEPARATOR, add_bos=True, special=True)
+        for r in forced:
+            tokens = r["forced_token_ids"]
+            a = engine.logits_rows(prefix + tokens, len(prefix)).astype(np.float64)
+            b = engine.logits_rows([engine.bos_id, *tokens], 1).astype(np.float64)
+            for t, token in enumerate(tokens):
+                lam_t, eps_t = r["lambda_per_token"][t], r["epsilon_per_token"][t]
+                qa, qb = log_softmax(a[t], 1.0), log_softmax(b[t], 1.0)
+                m = np.max(np.abs(qa - qb))
+                assert lam_t == pytest.approx(min(1.0, (1 - EPSILON_MARGIN) * EPSILON / (2 * m)), rel=1e-5)
+                mixed = log_softmax(lam_t * a[t] + (1 - lam_t) * b[t], 1.0)
+                assert eps_t <= EPSILON and np.max(np.abs(mixed - qb)) <= EPSILON
+                assert mixed[token] == pytest.approx(r["forced_logprobs"][t], abs=TOL_FORCED), (t, token)
 
 
 def test_a_seeded_request_is_answered_alike_whatever_was_served_before(served):

@@ -116,6 +116,80 @@ def test_the_realised_bound_and_lambda_are_withheld_unless_released_and_always_l
     assert len(logged) == 2 and all(len(rec["lambda_per_token"]) == rec["tokens"] for rec in logged)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    prompt=st.text(alphabet="abcdefgh .", min_size=1, max_size=40),
+    eps=st.sampled_from([0.05, 0.5, 1.0, None]),
+    T=st.sampled_from([0.7, 1.0]),
+    rows_held=st.sampled_from([1, 3, 10**6]),
+)
+def test_teacher_forcing_answers_the_mixed_log_probability_of_each_prompt_token(
+    tmp_path_factory, prompt, eps, T, rows_held
+):
+    """Echo + logprobs on a --release-realised server: entry j is log p̄(prompt token j + 1) after the
+    tokens before it (llama-cpp-python's echo layout, which ctxlite's client reads), the from-scratch
+    reference step's, with its λ_t* and realised bound; whatever the number of rows held at once
+    (``FORCED_ROWS_BYTES``: a long prompt is scored in pieces); logged, charged nothing."""
+    from ctxlite.serve import decoding
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decoding, "FORCED_ROWS_BYTES", rows_held * 2 * 4 * FakeBackend(seed=2).n_vocab)
+        _check_teacher_forcing(tmp_path_factory.mktemp("forced"), prompt, eps, T)
+
+
+def _check_teacher_forcing(tmp_path, prompt, eps, T):
+    budgets = Budgets() if eps is None else Budgets(per_key=3.0)
+    service = _service(tmp_path, budgets=budgets, eps=eps)
+    backend = service.engine
+    without = backend.tokenize(prompt, add_bos=True, special=True)
+    prefix = backend.tokenize(CONTEXT + SEPARATOR, add_bos=True, special=True)
+    with TestClient(build_app(service)) as client:
+        r = _post(client, {"prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": T})
+    if len(without) < 2:
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+        return
+    assert r.status_code == 200, r.text
+    choice, ext = r.json()["choices"][0], r.json()["usage"]["ctxlite"]
+    values = choice["logprobs"]["token_logprobs"]
+    assert choice["text"] == prompt and len(values) == len(without) - 1 and ext["teacher_forced"]
+    assert ext["token_ids"] == without[1:] and ext["epsilon_total"] == 0 == float(r.headers[HEADER])
+    for j, token in enumerate(without[1:]):
+        done = without[1 : j + 1]
+        logp, lam_t, m = reference_step(backend, prefix + done, without[: j + 1], 1.0, eps, T)
+        assert values[j] == pytest.approx(logp[token], abs=1e-5)
+        assert ext["lambda_per_token"][j] == pytest.approx(lam_t, rel=1e-5)
+        assert ext["epsilon_per_token"][j] == pytest.approx(2 * lam_t * m, rel=1e-4, abs=1e-6)
+        if eps is not None:
+            base = log_softmax(np.asarray(backend.next_logits(without[: j + 1]), dtype=np.float64), T)
+            assert np.max(np.abs(logp - base)) <= eps * (1 + 1e-6)
+    service.ledger.close_log()
+    (record,) = read_run_log(tmp_path / "serve.jsonl").records.values()
+    assert record["finish_reason"] == "teacher_forced" and record["tokens"] == 0 == record["epsilon_charged"]
+    assert record["forced_token_ids"] == without[1:] and record["forced_logprobs"] == values
+    again = _service(tmp_path, budgets=budgets, eps=eps)  # charged nothing: a budget is whole after a restart
+    assert again.ledger.left(ANONYMOUS) == (3.0 if eps is not None else float("inf"))
+    again.ledger.close_log()
+
+
+def test_teacher_forcing_is_answered_only_by_a_server_that_releases_realised_values(tmp_path):
+    """Without --release-realised echo + logprobs is a sampled completion whose ``logprobs`` is null
+    (a log-probability is a deterministic function of the private context); with it, a stream or a
+    malformed ``logprobs`` is refused by name."""
+    body = {"prompt": "The dose is", "echo": True, "logprobs": 1, "max_tokens": 2, "seed": 1}
+    with TestClient(build_app(_service(tmp_path, release=False))) as client:
+        r = _post(client, body)
+    assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None
+    assert r.json()["usage"]["completion_tokens"] >= 1 and "teacher_forced" not in r.json()["usage"]["ctxlite"]
+    with TestClient(build_app(_service(tmp_path, log="released.jsonl"))) as client:
+        for more, param in (
+            ({"stream": True}, "stream"),
+            ({"logprobs": -1}, "logprobs"),
+            ({"logprobs": "1"}, "logprobs"),
+        ):
+            r = _post(client, {**body, **more})
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
 def test_a_stream_sends_the_same_text_as_events_and_its_usage_last(tmp_path):
     service = _service(tmp_path)
     with TestClient(build_app(service)) as client:
@@ -195,8 +269,14 @@ def test_budgets_end_a_response_then_refuse_and_survive_a_restart(tmp_path):
             assert second["choices"][0]["finish_reason"] in ("privacy_budget", "stop")
         r = _post(client, {"prompt": "x"}, key="a")
         assert r.status_code == 403 and r.json()["error"]["type"] == "insufficient_quota"
+        assert r.json()["error"]["message"].startswith("the privacy budget of this API key is spent (epsilon left")
         b = _post(client, {"prompt": "x", "max_tokens": 32}, key="b").json()  # b is limited by the global budget
         assert b["usage"]["ctxlite"]["budget_left"] == pytest.approx(service.ledger.left(key_id("b")))
+        while (r := _post(client, {"prompt": "x", "max_tokens": 32}, key="b")).status_code == 200:
+            pass
+        # the refusal names the budget spent: all keys' (10 tokens) or b's own (6)
+        which = "the server's total" if service.ledger.tokens_total == 10 else "the privacy budget of this API key"
+        assert r.status_code == 403 and which in r.json()["error"]["message"], (service.ledger.tokens, r.text)
     spent = service.ledger.spent_total
     assert spent <= 10.0
     service.ledger.close_log()
@@ -256,6 +336,8 @@ def test_delta_budgets_allow_the_optimal_compositions_tokens_and_survive_a_resta
             last = r.json()["usage"]
             served += last["completion_tokens"]
         assert r.status_code == 403 and r.json()["error"]["code"] == "privacy_budget_exhausted"
+        # the next token costs less than ε here (ε'(n + 1) - ε'(n)): the refusal says what it is short of
+        assert "one more token would take the composed epsilon (optimal composition at delta 1e-05)" in r.text
     assert served == allowed
     ext = last["ctxlite"]
     assert ext["delta"] == 1e-5 and ext["epsilon_spent_key"] == pytest.approx(composed_epsilon(served, eps, 1e-5))
