@@ -43,12 +43,13 @@ mapped to another ablation or token, a scaled log-probability) moves values by f
 ``_distinct_ablations``)."""
 
 NOTE = "Dana takes 10 mg lisinopril."
-QUERY = "What?"
+QUERY = "Drug:"
 RESPONSE = "lisinopril"
-TEMPLATE = "{context} Q: {query} A:"
+TEMPLATE = "{context} {query}"
 """A template whose every ablated sequence is the tokenization of its own text: llama-cpp-python's server
 takes text prompts only, so the backend refuses a sequence that is not (the built-in ``qa`` template's
-``Document: `` + context boundary is one; vLLM and llama.cpp's server take token ids)."""
+``Document: `` + context boundary is one; vLLM and llama.cpp's server take token ids). Short, as the
+query: every prompt token the server echoes costs ~0.4 s."""
 
 
 @pytest.fixture(scope="session")
@@ -213,7 +214,7 @@ def test_a_classification_audit_on_the_server_equals_the_local_one(llama_server,
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"{name}.jsonl"
-        args = _audit_args(url or "x", data, fmt, out, "--trials", "8")
+        args = _audit_args(url or "x", data, fmt, out, "--trials", "8", queries=4)
         res = CliRunner().invoke(main, args if url else [a for a in args if a not in _args("x")])
         assert res.exit_code == 0, res.output
         runs[name] = {l["key"]: l for l in map(json.loads, out.read_text().splitlines()[1:]) if "key" in l}
@@ -230,7 +231,7 @@ def test_a_report_noisy_max_audit_on_the_server_equals_the_local_one(llama_serve
     runs = {}
     for name, url in (("served", llama_server.url), ("local", None)):
         out = tmp_path / f"rnm-{name}.jsonl"
-        args = _audit_args(url or "x", data, fmt, out, "--trials", "4", "--mechanism", "rnm", queries=4)
+        args = _audit_args(url or "x", data, fmt, out, "--trials", "4", "--mechanism", "rnm", queries=2)
         args += ["--ensembles", "2", "--epsilon", "1,inf"]
         res = CliRunner().invoke(main, args if url else [a for a in args if a not in _args("x")])
         assert res.exit_code == 0, res.output
@@ -385,7 +386,7 @@ def test_an_embedding_space_aggregation_audit_runs_on_the_server(llama_server, t
     out = tmp_path / "esa.jsonl"
     args = ["audit", "--data", "ctxlite/data/dialogue_sample.jsonl", "--task", "generate", "--mechanism", "esa"]
     args += ["--ensembles", "2", "--epsilon", "8", "--trials", "4", "--queries-per-trial", "1"]
-    args += ["--reference-runs", "1", "--max-new-tokens", "6"]
+    args += ["--reference-runs", "1", "--max-new-tokens", "6", "--shots", "1"]  # short prompts: 22 s, not 31
     with Proxy(llama_server.url, limit=4000) as proxy:
         res = CliRunner().invoke(main, args + _args(proxy.url, "--utility-queries", "0", "--out", str(out), "--json"))
         assert res.exit_code == 0, res.output
@@ -412,15 +413,17 @@ def test_scoring_on_a_server_without_logprobs_is_refused_by_name(llama_server, t
     assert not (tmp_path / "s.jsonl").exists()
 
 
-def test_sampled_answers_follow_the_exact_distribution(llama_server, remote):
+def test_sampled_answers_follow_the_exact_distribution(llama_server, engine):
     """On a server without log-probabilities each answer is one sampled completion: 150 of them agree
-    with the exact distribution read on the same server with log-probabilities (chi-square)."""
+    with the exact distribution (chi-square), read on the local engine (the server's teacher-forced
+    one equals it within rounding: ``test_an_exact_label_distribution_matches_the_local_engine``;
+    reading it here again cost 18 s of echoed tokens)."""
     from scipy.stats import chisquare
 
     from ctxlite.audit.oracle import ModelOracle
 
     labels, prompt = [" good", " bad"], "great fun: good\nawful: bad\nloved it: good\nso-so:"
-    exact = ModelOracle(remote, labels).label_distribution(prompt)
+    exact = ModelOracle(engine, labels).label_distribution(prompt)
     assert np.sort(exact)[-2] > 0.1, exact  # no outcome near certain: a broken sampler shows
     with Proxy(llama_server.url, no_logprobs=True, limit=2000) as proxy:
         with pytest.raises(NoPromptLogprobs, match="returns no log-probabilities for completions"):
