@@ -37,7 +37,7 @@ def audit_job(data, log, junit, html, resume=False):
     from ctxlite import AuditSettings, EpsilonGate, LocalModel, load_records, report_log, run_audit
     from ctxlite.reporting import write_html, write_junit
 
-    settings = AuditSettings(trials=6, queries_per_trial=2, utility_queries=1, reference_runs=1)
+    settings = AuditSettings(trials=4, queries_per_trial=2, utility_queries=1, reference_runs=1)
     records = load_records(data, "classify")
     run = run_audit(LocalModel(), records, settings, out=log, resume=resume, gate=EpsilonGate(1.0))
     write_junit(junit, run.verdict)
@@ -107,7 +107,7 @@ def test_the_embedders_audit_job_is_the_command_lines(tmp_path):
     lib.mkdir(), cli.mkdir()
     run = audit_job(data, lib / "audit.jsonl", lib / "junit.xml", lib / "report.html")
     assert run.report.rows and run.verdict.gate is not None
-    args = ["audit", "--data", str(data), "--trials", "6", "--queries-per-trial", "2", "--utility-queries", "1"]
+    args = ["audit", "--data", str(data), "--trials", "4", "--queries-per-trial", "2", "--utility-queries", "1"]
     args += ["--reference-runs", "1", "--out", str(cli / "audit.jsonl"), "--fail-above-epsilon", "1"]
     r = CliRunner().invoke(main, [*args, "--junit", str(cli / "junit.xml")])
     assert r.exit_code == {"pass": 0, "fail": 8}.get(run.verdict.outcome.value, 10), r.output
