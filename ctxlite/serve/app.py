@@ -18,6 +18,7 @@ teacher forcing (:meth:`Service.teacher_force`) in llama-cpp-python's echo layou
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import time
 import uuid
@@ -212,7 +213,7 @@ def _forced_answer(rid, made, outcome: Outcome, values: list[float], settings: S
     bound and λ_t* (a ``release_realised`` server releases them) and the nothing it charged.
     ``piece(token)``: a token's text alone."""
     pieces = [piece(s.token) for s in outcome.steps]
-    offsets = [sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
+    offsets = list(itertools.accumulate(map(len, pieces), initial=0))[:-1]
     logprobs = {
         "tokens": pieces,
         "token_logprobs": values,

@@ -66,8 +66,10 @@ def steps(
 
 
 FORCED_ROWS_BYTES = 1 << 28
-"""The most logits rows (bytes of float32, both sequences') teacher forcing holds at once; a longer
-prompt is scored in pieces, each a from-scratch decode of both sequences up to its last token."""
+"""The most logits rows (bytes of float32, both sequences') teacher forcing holds at once (128 rows
+of a 262k vocabulary); a longer prompt is scored in pieces, each a from-scratch decode of both
+sequences up to its last token: quadratic in the prompt's length, and the engine is held meanwhile
+(a path for testing a server, never a deployment's)."""
 
 
 def forced_steps(

@@ -127,6 +127,11 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             if ledger.recovered:
                 spent += f" ({ledger.recovered} cut off by a crash, counted at their whole reservation)"
             say(f"ctxlite serve: {name} on http://{d.host}:{d.port}/v1, {bound}; {log_path}: {spent}")
+            if d.release_realised:
+                say(
+                    "ctxlite serve: warning: --release-realised answers lambda_t*, realised bounds and teacher-forced "
+                    "log-probabilities, uncharged and outside the bound: a server for testing, not a deployment"
+                )
             # uvicorn sends the signal that stopped it again once it has drained: absorbed here
             previous = {sig: signal.signal(sig, _absorb) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:

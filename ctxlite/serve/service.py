@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ctxlite.errors import CtxliteError
+from ctxlite.errors import ContextOverflow, CtxliteError
 from ctxlite.runtime.chat import render_chat
 from ctxlite.serve.decoding import Step, StopText, TextStream, forced_steps, steps
 from ctxlite.serve.ledger import Ledger
@@ -259,10 +259,11 @@ class Service:
         if stream:
             raise ApiError(400, "echo with logprobs (teacher forcing) is answered in one piece: stream must be false",
                            param="stream")  # fmt: skip
-        if len(without) < 2:
-            raise ApiError(400, "echo with logprobs needs a prompt of at least one token", param="prompt")
         bos = self.engine.bos_id
         skip = 1 if bos is not None and without[0] == bos else 0
+        if len(without) < 2:
+            need = "one token after BOS" if skip else "two tokens (the first is not scored)"
+            raise ApiError(400, f"echo with logprobs needs a prompt of at least {need}", param="prompt")
         prefix = self.engine.tokenize(self.context + SEPARATOR, add_bos=True, special=True)
         return Request(
             "completions", prefix + without[skip:1], without[:1], max_tokens, temperature, None, False, prompt,
@@ -353,12 +354,17 @@ class Service:
         log-probabilities."""
         with self.lock:
             try:
-                forced = forced_steps(
-                    self.engine, req.prompt_with, req.prompt_without, req.forced, self.settings.lam,
-                    self.settings.epsilon, req.temperature,
-                )  # fmt: skip
-            except CtxliteError as exc:
+                n = len(req.forced)
+                self.engine.check_fits(max(len(req.prompt_with), len(req.prompt_without)) + n, "context + prompt")
+            except ContextOverflow as exc:
                 raise ApiError(400, str(exc), param="prompt", code="context_length_exceeded") from None
+            forced = forced_steps(
+                self.engine, req.prompt_with, req.prompt_without, req.forced, self.settings.lam,
+                self.settings.epsilon, req.temperature,
+            )  # fmt: skip
             taken, values = [s for s, _ in forced], [v for _, v in forced]
-            self.ledger.forced(kid, req.endpoint, taken, values)
-            return Outcome(taken, "", TEACHER_FORCED, 0.0, self.ledger.left(kid), kid), values
+            ledger = self.ledger
+            ledger.forced(kid, req.endpoint, taken, values)
+            delta = ledger.budgets.delta
+            composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
+            return Outcome(taken, "", TEACHER_FORCED, 0.0, ledger.left(kid), kid, delta, composed), values

@@ -121,6 +121,7 @@ def test_ctxlite_score_through_it_keeps_every_tokens_log_probability_within_epsi
     args += ["--ngram", "4", "-T", "1", "--backend", "openai", "--base-url", server.url, "--model-name", "gemma-3-270m"]
     res = CliRunner().invoke(main, [*args, "--json", "--out", str(tmp / "score.jsonl")])
     assert res.exit_code == 0, res.output
+    assert "warning: --release-realised answers" in server.log.read_text(encoding="utf-8")  # said at start
     served_result = json.loads(res.stdout)["result"]["results"][0]
     settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
     with Engine("gemma-3-270m") as engine:

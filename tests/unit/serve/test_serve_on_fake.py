@@ -72,8 +72,20 @@ def test_a_seeded_request_is_reproducible_and_another_seed_differs():
     assert runs[0] == runs[1] != runs[2]
 
 
-def _service(tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl", release=True):
-    backend = FakeBackend(seed=2)
+class BosLessBackend(FakeBackend):
+    """The fake model without a BOS token (as SmolLM2's GGUF adds none)."""
+
+    bos_id = None
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = False) -> list[int]:
+        return super().tokenize(text, add_bos=False, special=special)
+
+
+def _service(
+    tmp_path, budgets=Budgets(), keys=(), eps=1.0, cap=32, max_bytes=4096, log="serve.jsonl", release=True,
+    backend=None,
+):  # fmt: skip
+    backend = backend or FakeBackend(seed=2)
     ledger = Ledger(tmp_path / log, IDENTITY, budgets, eps)
     settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys), release_realised=release)
     return Service(backend, CONTEXT, settings_, ledger)
@@ -122,9 +134,10 @@ def test_the_realised_bound_and_lambda_are_withheld_unless_released_and_always_l
     eps=st.sampled_from([0.05, 0.5, 1.0, None]),
     T=st.sampled_from([0.7, 1.0]),
     rows_held=st.sampled_from([1, 3, 10**6]),
+    bos=st.booleans(),
 )
 def test_teacher_forcing_answers_the_mixed_log_probability_of_each_prompt_token(
-    tmp_path_factory, prompt, eps, T, rows_held
+    tmp_path_factory, prompt, eps, T, rows_held, bos
 ):
     """Echo + logprobs on a --release-realised server: entry j is log p̄(prompt token j + 1) after the
     tokens before it (llama-cpp-python's echo layout, which ctxlite's client reads), the from-scratch
@@ -134,19 +147,19 @@ def test_teacher_forcing_answers_the_mixed_log_probability_of_each_prompt_token(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decoding, "FORCED_ROWS_BYTES", rows_held * 2 * 4 * FakeBackend(seed=2).n_vocab)
-        _check_teacher_forcing(tmp_path_factory.mktemp("forced"), prompt, eps, T)
+        _check_teacher_forcing(tmp_path_factory.mktemp("forced"), prompt, eps, T, bos)
 
 
-def _check_teacher_forcing(tmp_path, prompt, eps, T):
+def _check_teacher_forcing(tmp_path, prompt, eps, T, bos):
     budgets = Budgets() if eps is None else Budgets(per_key=3.0)
-    service = _service(tmp_path, budgets=budgets, eps=eps)
-    backend = service.engine
+    service = _service(tmp_path, budgets=budgets, eps=eps, backend=FakeBackend(seed=2) if bos else BosLessBackend(2))
+    backend, skip = service.engine, int(bos)
     without = backend.tokenize(prompt, add_bos=True, special=True)
     prefix = backend.tokenize(CONTEXT + SEPARATOR, add_bos=True, special=True)
     with TestClient(build_app(service)) as client:
         r = _post(client, {"prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": T})
-    if len(without) < 2:
-        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    if len(without) < 2:  # a one-character prompt of the BOS-less model: no token to score
+        assert not bos and r.status_code == 400 and "at least two tokens" in r.text, r.text
         return
     assert r.status_code == 200, r.text
     choice, ext = r.json()["choices"][0], r.json()["usage"]["ctxlite"]
@@ -154,7 +167,7 @@ def _check_teacher_forcing(tmp_path, prompt, eps, T):
     assert choice["text"] == prompt and len(values) == len(without) - 1 and ext["teacher_forced"]
     assert ext["token_ids"] == without[1:] and ext["epsilon_total"] == 0 == float(r.headers[HEADER])
     for j, token in enumerate(without[1:]):
-        done = without[1 : j + 1]
+        done = without[skip : j + 1]  # with BOS: the prefix has its own; without: the first token is kept
         logp, lam_t, m = reference_step(backend, prefix + done, without[: j + 1], 1.0, eps, T)
         assert values[j] == pytest.approx(logp[token], abs=1e-5)
         assert ext["lambda_per_token"][j] == pytest.approx(lam_t, rel=1e-5)
@@ -180,14 +193,19 @@ def test_teacher_forcing_is_answered_only_by_a_server_that_releases_realised_val
         r = _post(client, body)
     assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None
     assert r.json()["usage"]["completion_tokens"] >= 1 and "teacher_forced" not in r.json()["usage"]["ctxlite"]
-    with TestClient(build_app(_service(tmp_path, log="released.jsonl"))) as client:
+    small = FakeBackend(seed=2, n_ctx=len(FakeBackend().tokenize(CONTEXT, add_bos=True)) + 8)
+    with TestClient(build_app(_service(tmp_path, log="released.jsonl", backend=small))) as client:
         for more, param in (
             ({"stream": True}, "stream"),
             ({"logprobs": -1}, "logprobs"),
             ({"logprobs": "1"}, "logprobs"),
+            ({"prompt": ""}, "prompt"),  # BOS alone: no token to score
         ):
             r = _post(client, {**body, **more})
             assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        r = _post(client, {**body, "prompt": "a b c d e f g"})  # context + prompt overflow the window: 400, not 500
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+        assert _post(client, {**body, "prompt": "a b"}).status_code == 200  # what fits is answered
 
 
 def test_a_stream_sends_the_same_text_as_events_and_its_usage_last(tmp_path):
