@@ -43,13 +43,15 @@ mapped to another ablation or token, a scaled log-probability) moves values by f
 ``_distinct_ablations``)."""
 
 NOTE = "Dana takes 10 mg lisinopril."
-QUERY = "Drug:"
+QUERY = "What?"
 RESPONSE = "lisinopril"
-TEMPLATE = "{context} {query}"
+TEMPLATE = "{context} Q: {query} A:"
 """A template whose every ablated sequence is the tokenization of its own text: llama-cpp-python's server
 takes text prompts only, so the backend refuses a sequence that is not (the built-in ``qa`` template's
-``Document: `` + context boundary is one; vLLM and llama.cpp's server take token ids). Short, as the
-query: every prompt token the server echoes costs ~0.4 s."""
+``Document: `` + context boundary is one; vLLM and llama.cpp's server take token ids). (A shorter one,
+``{context} {query}`` with ``Drug:``, put one ablation 0.19 nat from the local engine's once: the
+server's rounding depends on what its one-sequence cache held, and ``TOL_LOGPROB`` was measured on
+these prompts.)"""
 
 
 @pytest.fixture(scope="session")
