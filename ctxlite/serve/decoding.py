@@ -90,7 +90,7 @@ def forced_steps(
     by up to ~0.1 nat here)."""
     lam, epsilon = check_lambda(lam), check_epsilon(epsilon)
     with_, without = [*prompt_with, *targets], [*prompt_without, *targets]
-    engine.check_fits(max(len(with_), len(without)))
+    engine.check_fits(max(len(with_), len(without)), "context + prompt")
     piece = max(1, FORCED_ROWS_BYTES // (2 * 4 * engine.n_vocab))
     out: list[tuple[Step, float]] = []
     for lo in range(0, len(targets), piece):

@@ -170,25 +170,7 @@ class Ledger:
         """Log a response's actual cost (n·ε for n sampled tokens) and the budget state; the cost."""
         charged = 0.0 if self.epsilon is None else len(steps) * self.epsilon
         self._add(kid, len(steps), charged)
-        record = {
-            "key_id": kid,
-            "endpoint": endpoint,
-            "time": round(time.time(), 3),
-            "tokens": len(steps),
-            "finish_reason": finish_reason,
-            "epsilon_per_token": [s.epsilon for s in steps],
-            "lambda_per_token": [s.lam for s in steps],
-            "epsilon_charged": charged,
-            "spent_total": self.spent_total,
-            "spent_key": self.spent[kid],
-            "budget_total": self.budgets.total,
-            "budget_per_key": self.budgets.per_key,
-        }
-        if self.budgets.delta is not None:  # the (ε', δ) the budgets are kept in
-            record["delta"] = self.budgets.delta
-            record["composed_total"] = self.composed(self.tokens_total)
-            record["composed_key"] = self.composed(self.tokens[kid])
-        self.log.append(key, record)
+        self.log.append(key, self._record(kid, endpoint, steps, finish_reason, len(steps), charged))
         return charged
 
     def forced(self, kid: str, endpoint: str, steps: list, logprobs: list[float]) -> None:
@@ -196,25 +178,32 @@ class Ledger:
         released, each position's realised bound and λ_t*; charged nothing (it is not a sampled
         release: no ε covers it) and counted as no token."""
         self.responses += 1
-        self.log.append(
-            f"r{self.responses:07d}",
-            {
-                "key_id": kid,
-                "endpoint": endpoint,
-                "time": round(time.time(), 3),
-                "tokens": 0,
-                "finish_reason": "teacher_forced",
-                "epsilon_per_token": [s.epsilon for s in steps],
-                "lambda_per_token": [s.lam for s in steps],
-                "epsilon_charged": 0.0,
-                "spent_total": self.spent_total,
-                "spent_key": self.spent.get(kid, 0.0),
-                "budget_total": self.budgets.total,
-                "budget_per_key": self.budgets.per_key,
-                "forced_token_ids": [s.token for s in steps],
-                "forced_logprobs": list(logprobs),
-            },
-        )
+        record = self._record(kid, endpoint, steps, "teacher_forced", 0, 0.0)
+        record.update(forced_token_ids=[s.token for s in steps], forced_logprobs=list(logprobs))
+        self.log.append(f"r{self.responses:07d}", record)
+
+    def _record(self, kid: str, endpoint: str, steps: list, finish_reason: str, tokens: int, charged: float) -> dict:
+        """An answer's log record: its steps' realised bounds and λ_t*, what it was charged, and the
+        budget state after it (with δ, the composed ε of the tokens counted)."""
+        record = {
+            "key_id": kid,
+            "endpoint": endpoint,
+            "time": round(time.time(), 3),
+            "tokens": tokens,
+            "finish_reason": finish_reason,
+            "epsilon_per_token": [s.epsilon for s in steps],
+            "lambda_per_token": [s.lam for s in steps],
+            "epsilon_charged": charged,
+            "spent_total": self.spent_total,
+            "spent_key": self.spent.get(kid, 0.0),
+            "budget_total": self.budgets.total,
+            "budget_per_key": self.budgets.per_key,
+        }
+        if self.budgets.delta is not None:  # the (ε', δ) the budgets are kept in
+            record["delta"] = self.budgets.delta
+            record["composed_total"] = self.composed(self.tokens_total)
+            record["composed_key"] = self.composed(self.tokens.get(kid, 0))
+        return record
 
     def close_log(self) -> None:
         self.log.close()

@@ -341,9 +341,7 @@ class Service:
                     yield tail, None
             finally:
                 charged = ledger.close(record, kid, req.endpoint, taken, finish)
-            delta = ledger.budgets.delta
-            composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
-            yield "", Outcome(taken, "".join(parts), finish, charged, ledger.left(kid), kid, delta, composed)
+            yield "", self._outcome(taken, "".join(parts), finish, charged, kid)
 
     def teacher_force(self, kid: str, req: Request) -> tuple[Outcome, list[float]]:
         """Answer a teacher-forcing request (:attr:`Request.forced`): at each forced token the step
@@ -354,17 +352,19 @@ class Service:
         log-probabilities."""
         with self.lock:
             try:
-                n = len(req.forced)
-                self.engine.check_fits(max(len(req.prompt_with), len(req.prompt_without)) + n, "context + prompt")
-            except ContextOverflow as exc:
+                forced = forced_steps(
+                    self.engine, req.prompt_with, req.prompt_without, req.forced, self.settings.lam,
+                    self.settings.epsilon, req.temperature,
+                )  # fmt: skip
+            except ContextOverflow as exc:  # its first check, before any decode
                 raise ApiError(400, str(exc), param="prompt", code="context_length_exceeded") from None
-            forced = forced_steps(
-                self.engine, req.prompt_with, req.prompt_without, req.forced, self.settings.lam,
-                self.settings.epsilon, req.temperature,
-            )  # fmt: skip
             taken, values = [s for s, _ in forced], [v for _, v in forced]
-            ledger = self.ledger
-            ledger.forced(kid, req.endpoint, taken, values)
-            delta = ledger.budgets.delta
-            composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
-            return Outcome(taken, "", TEACHER_FORCED, 0.0, ledger.left(kid), kid, delta, composed), values
+            self.ledger.forced(kid, req.endpoint, taken, values)
+            return self._outcome(taken, "", TEACHER_FORCED, 0.0, kid), values
+
+    def _outcome(self, taken: list[Step], text: str, finish: str, charged: float, kid: str) -> Outcome:
+        """An answer's Outcome with the budget state after it (with δ, the key's composed ε)."""
+        ledger = self.ledger
+        delta = ledger.budgets.delta
+        composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
+        return Outcome(taken, text, finish, charged, ledger.left(kid), kid, delta, composed)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from ctxlite.cli import main
 from ctxlite.influence.cid import EPSILON_MARGIN
 from ctxlite.records import read_run_log
-from ctxlite.runtime.engine import Engine
+from ctxlite.runtime.engine import Engine, EngineConfig
 from ctxlite.runtime.sampling import log_softmax
 from ctxlite.serve.service import SEPARATOR
 from tests.docs_pages import REPO
@@ -34,9 +34,9 @@ KEYS["stops"], KEYS["seeds"], KEYS["score"] = "sk-test-stops", "sk-test-seeds", 
 
 TOL_FORCED = 1e-6
 """|Δ log p| allowed between a forced token's served log-probability and the same mixture of rows
-decoded here: the server decodes each forced prompt from scratch in one pass, as this test does, on
-the same build (threads do not change llama.cpp's CPU sums), so the two agree to float64 rounding
-of the mixture; stepping a token at a time, as sampling does, moved them by up to 0.08 nat."""
+decoded here: the server decodes each forced prompt from scratch in one pass on one thread, as this
+test does, on the same build, so the rows are the same on any CPU and the two agree to float64
+rounding of the mixture; stepping a token at a time, as sampling does, moved them by up to 0.08 nat."""
 
 
 def _args(tmp):
@@ -124,7 +124,7 @@ def test_ctxlite_score_through_it_keeps_every_tokens_log_probability_within_epsi
     assert "warning: --release-realised answers" in server.log.read_text(encoding="utf-8")  # said at start
     served_result = json.loads(res.stdout)["result"]["results"][0]
     settings = InfluenceSettings(lambdas=(1.0,), ngram=4, sampling=SamplingSettings(temperature=1.0))
-    with Engine("gemma-3-270m") as engine:
+    with Engine("gemma-3-270m", EngineConfig(n_threads=1)) as engine:  # as the server (-t 1) decodes
         example = Example("Lee takes insulin.", query, response)
         local = InfluenceScorer(engine, template, settings).score(example).to_dict()["results"][0]
         assert served_result["response_ids"] == local["response_ids"]

@@ -356,6 +356,10 @@ def test_delta_budgets_allow_the_optimal_compositions_tokens_and_survive_a_resta
         assert r.status_code == 403 and r.json()["error"]["code"] == "privacy_budget_exhausted"
         # the next token costs less than ε here (ε'(n + 1) - ε'(n)): the refusal says what it is short of
         assert "one more token would take the composed epsilon (optimal composition at delta 1e-05)" in r.text
+        # a teacher-forced answer (--release-realised) passes no budget and reports the key's state as sampled ones do
+        f = _post(client, {"prompt": "x y", "echo": True, "logprobs": 1, "max_tokens": 1}, key="a")
+        assert f.status_code == 200 and f.json()["usage"]["ctxlite"]["delta"] == 1e-5, f.text
+        assert f.json()["usage"]["ctxlite"]["epsilon_spent_key"] == pytest.approx(composed_epsilon(served, eps, 1e-5))
     assert served == allowed
     ext = last["ctxlite"]
     assert ext["delta"] == 1e-5 and ext["epsilon_spent_key"] == pytest.approx(composed_epsilon(served, eps, 1e-5))
@@ -363,6 +367,8 @@ def test_delta_budgets_allow_the_optimal_compositions_tokens_and_survive_a_resta
     assert "optimal" in ext["composition"]
     service.ledger.close_log()
     responses = [rec for k, rec in read_run_log(tmp_path / "serve.jsonl").records.items() if not k.endswith("-open")]
+    forced = responses.pop()
+    assert forced["finish_reason"] == "teacher_forced" and forced["composed_key"] == ext["epsilon_spent_key"]
     assert responses[-1]["composed_key"] == ext["epsilon_spent_key"] and responses[-1]["delta"] == 1e-5
     assert responses[-1]["spent_key"] == pytest.approx(served * eps)  # the basic sum, kept beside it
     again = Ledger(tmp_path / "serve.jsonl", IDENTITY, budgets, eps)
