@@ -169,11 +169,16 @@ class AuditRow:
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditRow:
-        """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float)."""
-        values = {f.name: _loose(d[f.name]) for f in fields(cls)}
+        """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float, in the
+        numeric fields only: a text field holding the word "inf" stays text)."""
+        values = {f.name: d[f.name] if f.type in _TEXT else _loose(d[f.name]) for f in fields(cls)}
         values["lower_bound_counts"] = BoundCounts.from_dict(values["lower_bound_counts"])
         values["accounting"] = None if values["accounting"] is None else Accounting.from_dict(values["accounting"])
         return cls(**values)
+
+
+_TEXT = ("str", "str | None", "dict[str, str]", "list[str]")
+"""Annotations of text fields, which strict JSON's ``"inf"`` never stands for a number in."""
 
 
 def _loose(v):
