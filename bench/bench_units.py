@@ -13,7 +13,8 @@ the hierarchical search (``--unit passage --search adaptive``) is run for real, 
 * top-1 passage accuracy: the passage of largest τ_u is the answer passage (goal >= 0.95);
 * decoded tokens of the ablations (prefix reuse; the base and empty-context passes, common to all
   three, left out): the hierarchical run (passages, the sentences of the top passage, the n-grams
-  of its top sentence) against leave-one-passage-out alone and exhaustive n-gram search (8-grams),
+  of its top sentence and those holding copy sources of the response, unless ``--no-copy-sources``)
+  against leave-one-passage-out alone and exhaustive n-gram search (8-grams),
   both counted by running them on the engine in dry-run mode (nothing decoded, exact counts);
 * the wall time of the hierarchical run.
 
@@ -29,7 +30,7 @@ every passage padded by clinic boilerplate (``FILLER``) to contexts of about 570
   two base passes) and (b) the reference's own exhaustive 8-gram search, and its ratio to the
   hierarchy's measured wall time.
 
-    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data] [--long]
+    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data] [--long] [--no-copy-sources]
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def main() -> None:
     ap.add_argument("--long", action="store_true", help="the long data: top-3 overlap and the reference's wall time")
     ap.add_argument("--overlap-max-tokens", type=int, default=1024,
                     help="--long: run exhaustive search (the top-3 overlap) on contexts up to this long (default 1024)")  # fmt: skip
+    ap.add_argument("--no-copy-sources", action="store_true", help="the hierarchy without copy sources")
     args = ap.parse_args()
     ks = [int(k) for k in (args.ks or ("3,10" if args.long else "3,5,10")).split(",")]
     if args.write_data:
@@ -167,13 +169,21 @@ def main() -> None:
     examples = [ex for ex in load_examples(data) if int(ex.id.split("-")[0][1:]) in ks]
     examples = [ex for ex in examples if int(ex.id.split("-")[1]) <= args.per_k]
     engine = Engine(None, EngineConfig(n_ctx=4096)) if args.long else Engine()
-    hier = InfluenceSettings(unit="passage", search="adaptive", null_ablations=0, duplicate_threshold=None)
+    hier = InfluenceSettings(
+        unit="passage",
+        search="adaptive",
+        null_ablations=0,
+        duplicate_threshold=None,
+        copy_sources=not args.no_copy_sources,
+    )
     flat = InfluenceSettings(unit="passage", null_ablations=0, duplicate_threshold=None)
     exhaustive_ngrams = InfluenceSettings(ngram=8, search="exhaustive", null_ablations=0, duplicate_threshold=None)
     # warm-up: the first decode pages the weights in (the 262k-row output matrix); no timed run pays it
     first = replace(examples[0], passages=None, context=examples[0].passages[0])
     InfluenceScorer(engine, "qa", exhaustive_ngrams).score(first)
-    print(f"# {len(examples)} examples of {data.name} on the default model, load average {os.getloadavg()[0]:.2f}")
+    copies = "without" if args.no_copy_sources else "with"
+    print(f"# {len(examples)} examples of {data.name} on the default model, hierarchy {copies} copy sources, "
+          f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("id       k  tokens  top-1    τ_u top  τ_u 2nd  hier tokens  LOPO tokens  n-gram tokens  wall s")
     rows, long_rows = [], []
     for ex in examples:

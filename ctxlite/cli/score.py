@@ -77,6 +77,7 @@ def _settings(o) -> InfluenceSettings:
         unit=o.unit,
         sentence_language=o.sentence_language,
         duplicate_threshold=None if o.duplicate_threshold == 0 else o.duplicate_threshold,
+        copy_sources=o.copy_sources,
     )
 
 
@@ -154,6 +155,10 @@ def _check_combination(o, examples) -> None:
     if given_explicitly("sentence_language") and o.unit != "sentence" and not (o.unit == "passage" and descends):
         raise click.UsageError(
             "--sentence-language: no effect without --unit sentence (or --unit passage --search adaptive)"
+        )
+    if given_explicitly("copy_sources") and not descends:
+        raise click.UsageError(
+            "--copy-sources: no effect without a hierarchical search (--unit passage or sentence --search adaptive)"
         )
     if given_explicitly("refine_ratio") and o.search == "exhaustive":
         raise click.UsageError("--refine-ratio: no effect with --search exhaustive")
@@ -356,6 +361,13 @@ def _flag(name: str) -> str:
     help="With --unit: a unit whose most similar other unit is at least this similar (Jaccard of "
     "lowercased word 3-gram shingles) is also removed together with it (τ_pair: a fact both hold, "
     "which leave-one-out misses); 0 = off.",
+)
+@click.option(
+    "--copy-sources/--no-copy-sources",
+    default=_i("copy_sources"),
+    show_default=True,
+    help="--search adaptive with --unit passage or sentence: also remove each n-gram window holding a copy "
+    "source of the response (a context token after the same token as in the response), wherever it is.",
 )
 @fail_above_influence_option
 @junit_option

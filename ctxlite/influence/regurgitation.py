@@ -13,12 +13,16 @@ counts every script: letters and digits of any alphabet as words, one token
 per character in scripts written without spaces (Han, kana, Thai, ...), and
 non-ASCII symbols (emoji) as tokens. On ASCII text it gives exactly the
 tokens of ``rouge-score`` (a test pins this), so English scores are unchanged.
+
+:func:`copy_sources` works on the model's tokens instead: where in the context a response token
+could have been copied from (a hierarchical search measures the n-grams holding them).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -98,6 +102,17 @@ class Regurgitation:
     def from_dict(cls, d: dict) -> Regurgitation:
         """The measures :meth:`to_dict` wrote (``repeat`` and ``rouge`` follow from them)."""
         return cls(d["shared_words"], d["rouge_l_precision"], d["rouge_l_recall"])
+
+
+def copy_sources(prompt: Sequence[int], start: int, end: int, lead: int, response: Sequence[int]) -> list[int]:
+    """Positions i in [start, end) of ``prompt`` whose token could be copied into the response: the
+    pair (prompt[i − 1], prompt[i]) equals a consecutive pair of the response read after ``lead``
+    (the token it follows). A model copies a token from the context where the token before it
+    recurs: the induction heads of Olsson et al. (2022) attend to the token after an earlier match
+    of the current one and predict it again; these positions are what such a head can copy from."""
+    seq = [lead, *response]
+    pairs = set(zip(seq, seq[1:]))
+    return [i for i in range(max(start, 1), end) if (prompt[i - 1], prompt[i]) in pairs]
 
 
 def shared_word_count(prediction: str, source: str) -> int:

@@ -145,6 +145,17 @@ class UnitInfluence:
 DESCENT_RULE = "at each level, per λ, the unit of largest τ_u (the first in the context on a tie)"
 """Which units a hierarchical search descends into (``InfluenceSettings.descends``)."""
 
+COPY_SOURCES_RULE = (
+    "at the n-gram level also every window holding a copy source of the response (a context token after the same "
+    "token as in the response)"
+)
+"""What a hierarchical search also measures with ``InfluenceSettings.copy_sources``."""
+
+
+def descent_rule(copy_sources: bool) -> str:
+    """The rule a hierarchical search records: ``DESCENT_RULE``, and ``COPY_SOURCES_RULE`` with copy sources."""
+    return f"{DESCENT_RULE}; {COPY_SOURCES_RULE}" if copy_sources else DESCENT_RULE
+
 
 @dataclass
 class Descent:
@@ -153,7 +164,8 @@ class Descent:
     into by ``rule`` (``into``, labels: the passages, then the sentences), the ``sentences`` of the
     passages descended into (τ_u each, ``parent`` their passage; empty for ``--unit sentence``),
     and of the n-gram level the context's ``windows`` (the result's ``ngrams`` hold the windows
-    measured, those overlapping the last units descended into, with their exact τ_i) and the tokens
+    measured, those overlapping the last units descended into or holding a copy source of the
+    response, ``regurgitation.copy_sources``, with their exact τ_i) and the tokens
     exhaustive n-gram search would have decoded (``exhaustive_tokens``, None where not counted)."""
 
     rule: str
@@ -477,7 +489,9 @@ class ExampleResult:
 
 
 __all__ = [
+    "COPY_SOURCES_RULE",
     "DESCENT_RULE",
+    "descent_rule",
     "Block",
     "Descent",
     "ExampleResult",

@@ -31,9 +31,8 @@ from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
 from ctxlite.influence.redundancy import DUPLICATE_THRESHOLD, check_threshold, partners
-from ctxlite.influence.regurgitation import regurgitation, rouge_l
+from ctxlite.influence.regurgitation import copy_sources, regurgitation, rouge_l
 from ctxlite.influence.results import (
-    DESCENT_RULE,
     Block,
     Descent,
     ExampleResult,
@@ -43,6 +42,7 @@ from ctxlite.influence.results import (
     SearchRecord,
     UnitInfluence,
     Utility,
+    descent_rule,
 )
 from ctxlite.influence.search import AdaptiveRule, adaptive_search, choose_search
 from ctxlite.influence.units import (
@@ -89,7 +89,8 @@ class InfluenceSettings:
     ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard similarity of word 3-gram
     shingles, in (0, 1]; None: off) also removes each unit together with its most similar other
     unit where they are at least that similar (τ_pair; the units asked for only, not the levels
-    below them).
+    below them). ``copy_sources``: a hierarchical search also measures the n-gram windows holding a
+    copy source of the response (``regurgitation.copy_sources``; no effect without a descent).
     Each ε must be finite and > 0; the sweep is kept sorted, without repeats
     (a single number is taken as a sweep of one). A given response is scored once per λ, with
     no ε: it was not generated under one.
@@ -111,6 +112,7 @@ class InfluenceSettings:
     refine_ratio: float = 1.0
     branching: int = 4
     top_blocks: int = 16
+    copy_sources: bool = True
 
     def __post_init__(self):
         if not self.lambdas:
@@ -520,7 +522,8 @@ class InfluenceScorer:
                     above = None if floor is None else infl > floor.max
                     sentences.append(_unit_influence(tu, infl, per_tok, above, parent=parent))
                 sentences.sort(key=lambda u: -u.influence)
-                descended = Descent(DESCENT_RULE, descent["into"], sentences, descent["windows"], descent["exhaustive"])
+                rule = descent_rule(self.settings.copy_sources)
+                descended = Descent(rule, descent["into"], sentences, descent["windows"], descent["exhaustive"])
             if units is not None:
                 unit_results = []
                 for i, (tu, out) in enumerate(zip(units, unit_outs)):
@@ -627,9 +630,12 @@ class InfluenceScorer:
         """The hierarchy below the units (``results.Descent``): by ``DESCENT_RULE``, the passage(s)
         to descend into, their sentences (each removed exactly), the sentence(s) to descend into (for
         ``--unit sentence``: the units themselves), then every n-gram window of the context's grid
-        (the exhaustive search's windows) that overlaps them, each removed exactly. Returns the
-        descended labels, (sentence, its passage's label, log p̄) per sentence measured, the n-grams'
-        log p̄ per key and start, the context's window count and exhaustive search's token cost."""
+        (the exhaustive search's windows) that overlaps them or holds a copy source of the response
+        (``regurgitation.copy_sources`` with ``copy_sources``: a token the response repeats after
+        the same token, which a search by τ misses outside the unit it chose), each removed
+        exactly. Returns the descended labels, (sentence, its passage's label, log p̄) per sentence
+        measured, the n-grams' log p̄ per key and start, the context's window count and exhaustive
+        search's token cost."""
         st, chars = self.settings, self.engine.char_spans(enc.context)
         into = [units[i] for i in _largest(unit_outs, base, drive)]
         sentences: list[tuple[TokenUnit, str, dict]] = []
@@ -654,9 +660,15 @@ class InfluenceScorer:
             into = picked
         else:
             labels = [u.unit.label for u in into]
-        n = st.ngram
+        n, p = st.ngram, len(enc.prefix)
         windows = ngram_starts(len(enc.context), n, st.window_stride)
-        inside = [c for c in windows if any(c < u.token_end and c + n > u.token_start for u in into)]
+        full = enc.with_context
+        copies = [i - p for i in copy_sources(full, p, p + len(enc.context), full[-1], y)] if st.copy_sources else []
+        inside = [
+            c
+            for c in windows
+            if any(c < u.token_end and c + n > u.token_start for u in into) or any(c <= i < c + n for i in copies)
+        ]
         outs = runner.run([(c, c + n) for c in inside])
         ablated = {k: {c: out[k] for c, out in zip(inside, outs)} for k in base}
         exhaustive = self._exhaustive_tokens(enc, y, windows)

@@ -94,10 +94,13 @@ class ScoreRun:
 def score_identity(backend, template: PromptTemplate, settings: InfluenceSettings) -> dict:
     """What a score log is bound to: the backend's identity (model, software, engine settings, or
     the server's), the template text (and a chat template's system message) and the settings (the
-    unit settings only when units are scored: a log of n-grams keeps the identity it had before them)."""
+    unit settings only when units are scored: a log of n-grams keeps the identity it had before them;
+    ``copy_sources`` only for a hierarchical search)."""
     fields = asdict(settings)
     if settings.unit == "ngram":
         del fields["unit"], fields["sentence_language"], fields["duplicate_threshold"]
+    if not settings.descends:  # it changes only what a descent measures: other logs keep their identity
+        del fields["copy_sources"]
     identity = {**backend.identity(), "template": template.text, "settings": fields}
     if template.chat:  # the conversation the model reads, besides the template text
         identity["chat"] = {"system": template.system}

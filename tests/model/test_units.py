@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
+from ctxlite.influence.dataset import load_examples
 from ctxlite.influence.results import ExampleResult
-from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings
+from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from tests.docs_pages import REPO
 
 pytestmark = pytest.mark.model
@@ -86,10 +87,11 @@ def test_the_name_span_the_answer_copies_ranks_first(engine):
     assert first.influence > 2 * second.influence, _shows(units)
 
 
-def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path):
+def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path, engine):
     """--search adaptive on the first bundled example (no noise floor: the docs example runs all three
-    with it): it descends into the answer passage, and every n-gram it measured shares a token with
-    that passage's sentence it chose."""
+    with it): it descends into the answer passage, and the n-grams it measured are the grid's windows
+    that share a token with that passage's sentence it chose or hold a copy source of the response
+    (here the patient's name in passage 1, outside the sentence chosen)."""
     out = tmp_path / "h.jsonl"
     args = ["score", "--data", str(DATA), "--unit", "passage", "--search", "adaptive", "--out", str(out)]
     args += ["--limit", "1", "--null-ablations", "0"]
@@ -102,5 +104,19 @@ def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path):
         d = lam.descent
         assert d.into[0] == ANSWER[key] and d.into[1].startswith(ANSWER[key] + " › "), (key, d.into)
         chosen = next(u for u in d.sentences if u.label == d.into[1])
-        assert lam.ngrams and all(g.start < chosen.token_end and chosen.token_start < g.start + g.n for g in lam.ngrams)
+        example = next(e for e in load_examples(DATA) if e.id == key)
+        scorer = InfluenceScorer(engine, "qa", InfluenceSettings(unit="passage"))
+        enc = scorer.encode(example)
+        full, p, y, n = enc.with_context, len(enc.prefix), scorer.encode_response(enc, example.response), 8
+        read = [full[-1], *y]
+        copies = {
+            i
+            for i in range(len(enc.context))
+            if any(full[p + i - 1 : p + i + 1] == read[t : t + 2] for t in range(len(y)))
+        }
+        grid = ngram_starts(len(enc.context), n, n)
+        inside = {c for c in grid if c < chosen.token_end and chosen.token_start < c + n}
+        holding = {c for c in grid if any(c <= i < c + n for i in copies)}
+        assert {g.start for g in lam.ngrams} == inside | holding, (key, sorted(inside), sorted(holding))
+        assert holding - inside, "no copy source outside the chosen sentence: the case this test is for"
         assert len(lam.ngrams) < d.windows

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from ctxlite.influence.results import DESCENT_RULE, ExampleResult
+from ctxlite.influence.results import DESCENT_RULE, ExampleResult, descent_rule
 from ctxlite.reporting.page import heat_class
 from tests.fake_models import use_fake_models
 
@@ -226,11 +226,12 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
     (lam,) = ExampleResult.from_dict(record["result"]).results
     assert lam.units[0].label == "passage 1"
     d = lam.descent
-    assert d.into == ["passage 1", "passage 1 › sentence 1"] and d.rule == DESCENT_RULE
+    assert d.into == ["passage 1", "passage 1 › sentence 1"] and d.rule == descent_rule(True)
     assert [u.label for u in d.ranked_sentences()] == ["passage 1 › sentence 1", "passage 1 › sentence 2"]
     assert all(u.parent == "passage 1" for u in d.sentences)
     first = d.ranked_sentences()[0]
-    assert lam.ngrams and all(g.start < first.token_end and g.start + 4 > first.token_start for g in lam.ngrams)
+    # every window of the chosen sentence, and copy sources elsewhere (the exact set: test_units_on_fake.py)
+    assert {g.start for g in lam.ngrams} >= set(range(0, first.token_end, 4)) and first.token_start == 0
     assert lam.search.ablations == len(lam.units) + len(d.sentences) + len(lam.ngrams)
     table = run("report", out).stdout
     assert table.index("passage 1") < table.index("hierarchical search") < table.index("doc τ")
@@ -248,6 +249,19 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
     assert refused.exit_code == 2 and "no finer units to descend into" in refused.output
     refused = run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--refine-ratio", "2")
     assert refused.exit_code == 2 and "--refine-ratio: no effect with --unit passage" in refused.output
+    refused = run("score", "--data", data, "--unit", "passage", "--no-copy-sources")
+    assert refused.exit_code == 2 and "--copy-sources: no effect without a hierarchical search" in refused.output
+    # without copy sources: the chosen sentence's windows only, a rule that says so, and a log of its own
+    r = run(*args, "--no-copy-sources", "--out", out)
+    assert r.exit_code == 4 and "settings.copy_sources" in r.output  # not resumed into the log with them
+    r = run(*args, "--no-copy-sources", "--out", tmp_path / "plain.jsonl")
+    assert r.exit_code == 0, r.output
+    (plain,) = ExampleResult.from_dict(
+        json.loads((tmp_path / "plain.jsonl").read_text().splitlines()[1])["result"]
+    ).results
+    assert plain.descent.rule == DESCENT_RULE and plain.descent.into == d.into
+    assert {g.start for g in plain.ngrams} == set(range(0, first.token_end, 4)) < {g.start for g in lam.ngrams}
+    assert {g.start: g.influence for g in plain.ngrams}.items() <= {g.start: g.influence for g in lam.ngrams}.items()
 
 
 def test_a_hierarchical_runs_log_is_format_3_which_an_older_reader_refuses(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """Tests for ctxlite.influence.regurgitation (the Repeat/Rouge definitions of Flemings et al.'s
 input_regurg.py): the Repeat word count against a
 definition-level reference, ROUGE-L against a slow LCS reference with rouge-score's
-tokenizer mirrored, the > thresholds at their boundaries, and ROUGE in every script."""
+tokenizer mirrored, the > thresholds at their boundaries, ROUGE in every script, and the copy
+sources of a response against their definition."""
 
 import re
 from functools import cache
@@ -14,6 +15,7 @@ from ctxlite.influence.regurgitation import (
     REPEAT_THRESHOLD,
     ROUGE_THRESHOLD,
     Regurgitation,
+    copy_sources,
     regurgitation,
     rouge_l,
     shared_word_count,
@@ -257,3 +259,26 @@ def test_ascii_text_tokenizes_exactly_as_rouge_score(text):
     from rouge_score import tokenize
 
     assert unicode_tokens(text) == tokenize.tokenize(text, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 4), max_size=30),
+    st.integers(0, 35),
+    st.integers(0, 35),
+    st.integers(0, 4),
+    st.lists(st.integers(0, 4), max_size=6),
+)
+def test_copy_sources_are_the_positions_after_a_token_the_response_has_before_the_same_token(
+    prompt, start, end, lead, response
+):
+    """Against the definition, position by position: prompt[i] equals some response token and
+    prompt[i − 1] the token before it in the response (``lead`` before the first one)."""
+    end = min(end, len(prompt))
+    before = [lead, *response[:-1]]
+    want = [
+        i
+        for i in range(start, end)
+        if i >= 1 and any(prompt[i] == response[t] and prompt[i - 1] == before[t] for t in range(len(response)))
+    ]
+    assert copy_sources(prompt, start, end, lead, response) == want

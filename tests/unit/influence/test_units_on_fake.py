@@ -410,7 +410,8 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
     tokens (``reference_removal``); at each level the unit of largest τ for any λ (first on a tie) is
     descended into; its sentences are sentencex's sentences of its text, mapped onto tokens by
     brute force; the n-grams are the exhaustive grid's windows that share a token with the chosen
-    sentence(s). Returns, per λ, the τ of every passage, sentence and n-gram measured by label/start."""
+    sentence(s) or hold a token the response repeats after the same token. Returns, per λ, the τ
+    of every passage, sentence and n-gram measured by label/start."""
     st_ = scorer.settings
     enc = scorer.encode(example)
     chars = backend.char_spans(enc.context)
@@ -452,7 +453,16 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
         chosen_ranges = [tokens_of(u.char_start, u.char_end) for u in chosen]
     n, L = st_.ngram, len(enc.context)
     grid = sorted(set(range(0, L - n + 1, st_.window_stride)) | {L - n})
-    windows = [c for c in grid if any(c < b and c + n > a for a, b in chosen_ranges)]
+    # copy sources: a context token equal to a response token, after the token the response has before it
+    full, p, y = enc.with_context, len(enc.prefix), scorer.encode_response(enc, example.response)
+    read = [full[-1], *y]
+    copies = [
+        i for i in range(L) if p + i >= 1 and any(full[p + i - 1 : p + i + 1] == read[t : t + 2] for t in range(len(y)))
+    ]
+    copies = copies if st_.copy_sources else []
+    windows = [
+        c for c in grid if any(c < b and c + n > a for a, b in chosen_ranges) or any(c <= i < c + n for i in copies)
+    ]
     gram_tau = taus([(c, c + n) for c in windows])
     for lam in lams:
         out[lam].update({c: gram_tau[lam][i] for i, c in enumerate(windows)})
@@ -483,8 +493,11 @@ def measured(result: LambdaResult) -> dict:
     st.integers(2, 6),
     st.integers(0, 2**16),
     st.booleans(),
+    st.booleans(),
 )
-def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(passages, unit, lams, n, seed, pick):
+def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(
+    passages, unit, lams, n, seed, pick, copies
+):
     """On generated layouts: the units descended into, and every τ reported at every level (passages,
     sentences, n-grams), equal the slow reference's from-scratch leave-one-out on that unit; the
     reuse path equals --exact; nothing is measured that the rule does not choose."""
@@ -492,7 +505,7 @@ def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(pas
     response = passages[1] if pick else passages[0]
     example = Example(context=context, query="Who?", response=response, passages=passages, id="h")
     backend = FakeBackend(seed=seed)
-    kw = dict(lambdas=lams, unit=unit, search="adaptive", ngram=n, duplicate_threshold=None)
+    kw = dict(lambdas=lams, unit=unit, search="adaptive", ngram=n, duplicate_threshold=None, copy_sources=copies)
     try:
         scorer, result = score(backend, example, **kw)
     except InvalidParameter:  # an n-gram longer than the context
