@@ -328,7 +328,8 @@ def _flag(name: str) -> str:
     f"and says so); auto = adaptive from {ADAPTIVE_FROM_TOKENS} context tokens on, exhaustive below and "
     "with --fail-above-influence (a gate on adaptive search is inconclusive where it skipped windows). "
     "With --unit passage or sentence, adaptive descends the hierarchy: every unit, then the sentences of "
-    "the passage of largest τ_u (per λ), then the n-grams of the sentence of largest τ_u, each exactly.",
+    "the passage of largest τ_u (per λ), then the n-grams of the sentence of largest τ_u and those holding "
+    "copy sources of the response (--no-copy-sources: not), each exactly.",
 )
 @click.option(
     "--refine-ratio",

@@ -153,7 +153,7 @@ class InfluenceSettings:
     @property
     def descends(self) -> bool:
         """Whether a unit run is a hierarchical search: ``search="adaptive"`` with passages (→ sentences
-        → n-grams) or sentences (→ n-grams), descending by ``results.DESCENT_RULE``."""
+        → n-grams) or sentences (→ n-grams), descending by ``results.descent_rule``."""
         return self.unit in ("passage", "sentence") and self.search == "adaptive"
 
     @property

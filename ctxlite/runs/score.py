@@ -95,11 +95,13 @@ def score_identity(backend, template: PromptTemplate, settings: InfluenceSetting
     """What a score log is bound to: the backend's identity (model, software, engine settings, or
     the server's), the template text (and a chat template's system message) and the settings (the
     unit settings only when units are scored: a log of n-grams keeps the identity it had before them;
-    ``copy_sources`` only for a hierarchical search)."""
+    ``copy_sources`` only for a hierarchical search with copy sources)."""
     fields = asdict(settings)
     if settings.unit == "ngram":
         del fields["unit"], fields["sentence_language"], fields["duplicate_threshold"]
-    if not settings.descends:  # it changes only what a descent measures: other logs keep their identity
+    if not (settings.descends and settings.copy_sources):
+        # a descent without copy sources measures what one did before the setting existed, and other
+        # runs nothing it changes: their logs keep the identity they had
         del fields["copy_sources"]
     identity = {**backend.identity(), "template": template.text, "settings": fields}
     if template.chat:  # the conversation the model reads, besides the template text

@@ -260,6 +260,13 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
         json.loads((tmp_path / "plain.jsonl").read_text().splitlines()[1])["result"]
     ).results
     assert plain.descent.rule == DESCENT_RULE and plain.descent.into == d.into
+    # the identity holds copy_sources only where they were measured: a log of the rule before them (and
+    # any run that does not descend) keeps the identity it had, so --no-copy-sources resumes it
+    assert header["identity"]["settings"]["copy_sources"] is True
+    flat = tmp_path / "flat.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--out", flat).exit_code == 0
+    for log in (tmp_path / "plain.jsonl", flat):
+        assert "copy_sources" not in json.loads(log.read_text().splitlines()[0])["identity"]["settings"]
     assert {g.start for g in plain.ngrams} == set(range(0, first.token_end, 4)) < {g.start for g in lam.ngrams}
     assert {g.start: g.influence for g in plain.ngrams}.items() <= {g.start: g.influence for g in lam.ngrams}.items()
 

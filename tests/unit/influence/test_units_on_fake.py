@@ -494,9 +494,10 @@ def measured(result: LambdaResult) -> dict:
     st.integers(0, 2**16),
     st.booleans(),
     st.booleans(),
+    st.integers(1, 6),
 )
 def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(
-    passages, unit, lams, n, seed, pick, copies
+    passages, unit, lams, n, seed, pick, copies, stride
 ):
     """On generated layouts: the units descended into, and every τ reported at every level (passages,
     sentences, n-grams), equal the slow reference's from-scratch leave-one-out on that unit; the
@@ -506,6 +507,7 @@ def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(
     example = Example(context=context, query="Who?", response=response, passages=passages, id="h")
     backend = FakeBackend(seed=seed)
     kw = dict(lambdas=lams, unit=unit, search="adaptive", ngram=n, duplicate_threshold=None, copy_sources=copies)
+    kw["stride"] = min(stride, n)  # the grid's windows then overlap
     try:
         scorer, result = score(backend, example, **kw)
     except InvalidParameter:  # an n-gram longer than the context
@@ -518,7 +520,7 @@ def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(
         assert set(got) == set(want[r.lam])  # exactly what the rule chooses, nothing more
         keys = sorted(got, key=str)
         np.testing.assert_allclose([got[k] for k in keys], [want[r.lam][k] for k in keys], 1e-6, 1e-4)
-        assert r.descent.windows == len(ngram_starts(scorer.encode(example).context.__len__(), n, n))
+        assert r.descent.windows == len(ngram_starts(scorer.encode(example).context.__len__(), n, kw["stride"]))
         assert all(u.parent == u.label.split(" › ")[0] for u in r.descent.sentences)
         assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
 
