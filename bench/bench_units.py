@@ -30,7 +30,7 @@ every passage padded by clinic boilerplate (``FILLER``) to contexts of about 570
   two base passes) and (b) the reference's own exhaustive 8-gram search, and its ratio to the
   hierarchy's measured wall time.
 
-    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data] [--long] [--no-copy-sources]
+    python bench/bench_units.py [--per-k 2] [--ks 3,5,10] [--write-data] [--long] [--no-copy-sources] [--flash-attn]
 """
 
 from __future__ import annotations
@@ -159,6 +159,9 @@ def main() -> None:
     ap.add_argument("--overlap-max-tokens", type=int, default=1024,
                     help="--long: run exhaustive search (the top-3 overlap) on contexts up to this long (default 1024)")  # fmt: skip
     ap.add_argument("--no-copy-sources", action="store_true", help="the hierarchy without copy sources")
+    ap.add_argument(
+        "--flash-attn", action="store_true", help="llama.cpp flash attention (every run, the reference's too)"
+    )
     args = ap.parse_args()
     ks = [int(k) for k in (args.ks or ("3,10" if args.long else "3,5,10")).split(",")]
     if args.write_data:
@@ -168,7 +171,7 @@ def main() -> None:
     answers = {json.loads(x)["id"]: json.loads(x)["answer_passage"] for x in data.read_text().splitlines()}
     examples = [ex for ex in load_examples(data) if int(ex.id.split("-")[0][1:]) in ks]
     examples = [ex for ex in examples if int(ex.id.split("-")[1]) <= args.per_k]
-    engine = Engine(None, EngineConfig(n_ctx=4096)) if args.long else Engine()
+    engine = Engine(None, EngineConfig(n_ctx=4096 if args.long else EngineConfig.n_ctx, flash_attn=args.flash_attn))
     hier = InfluenceSettings(
         unit="passage",
         search="adaptive",
@@ -182,7 +185,8 @@ def main() -> None:
     first = replace(examples[0], passages=None, context=examples[0].passages[0])
     InfluenceScorer(engine, "qa", exhaustive_ngrams).score(first)
     copies = "without" if args.no_copy_sources else "with"
-    print(f"# {len(examples)} examples of {data.name} on the default model, hierarchy {copies} copy sources, "
+    copies += " copy sources" + (", flash attention" if args.flash_attn else "")
+    print(f"# {len(examples)} examples of {data.name} on the default model, hierarchy {copies}, "
           f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print("id       k  tokens  top-1    τ_u top  τ_u 2nd  hier tokens  LOPO tokens  n-gram tokens  wall s")
     rows, long_rows = [], []
