@@ -165,14 +165,17 @@ class Descent:
     passages descended into (τ_u each, ``parent`` their passage; empty for ``--unit sentence``),
     and of the n-gram level the context's ``windows`` (the result's ``ngrams`` hold the windows
     measured, those overlapping the last units descended into or holding a copy source of the
-    response, ``regurgitation.copy_sources``, with their exact τ_i) and the tokens
-    exhaustive n-gram search would have decoded (``exhaustive_tokens``, None where not counted)."""
+    response, ``regurgitation.copy_sources``, with their exact τ_i), the tokens exhaustive n-gram
+    search would have decoded (``exhaustive_tokens``, None where not counted) and the starts of the
+    windows measured for a copy source alone, outside the units descended into (``copy_windows``;
+    empty without copy sources, and in a log written before them)."""
 
     rule: str
     into: list[str]
     sentences: list[UnitInfluence]
     windows: int
     exhaustive_tokens: int | None
+    copy_windows: list[int] = field(default_factory=list)
 
     def ranked_sentences(self) -> list[UnitInfluence]:
         """The sentences measured, largest τ_u first."""
@@ -185,12 +188,14 @@ class Descent:
             "sentences": [u.to_dict() for u in self.sentences],
             "windows": self.windows,
             "exhaustive_tokens": self.exhaustive_tokens,
+            "copy_windows": list(self.copy_windows),
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Descent:
         sentences = [UnitInfluence.from_dict(u) for u in d["sentences"]]
-        return cls(d["rule"], list(d["into"]), sentences, d["windows"], d["exhaustive_tokens"])
+        copies = list(d.get("copy_windows", []))
+        return cls(d["rule"], list(d["into"]), sentences, d["windows"], d["exhaustive_tokens"], copies)
 
 
 @dataclass

@@ -523,7 +523,9 @@ class InfluenceScorer:
                     sentences.append(_unit_influence(tu, infl, per_tok, above, parent=parent))
                 sentences.sort(key=lambda u: -u.influence)
                 rule = descent_rule(self.settings.copy_sources)
-                descended = Descent(rule, descent["into"], sentences, descent["windows"], descent["exhaustive"])
+                descended = Descent(
+                    rule, descent["into"], sentences, descent["windows"], descent["exhaustive"], descent["copied"]
+                )
             if units is not None:
                 unit_results = []
                 for i, (tu, out) in enumerate(zip(units, unit_outs)):
@@ -664,11 +666,9 @@ class InfluenceScorer:
         windows = ngram_starts(len(enc.context), n, st.window_stride)
         full = enc.with_context
         copies = [i - p for i in copy_sources(full, p, p + len(enc.context), full[-1], y)] if st.copy_sources else []
-        inside = [
-            c
-            for c in windows
-            if any(c < u.token_end and c + n > u.token_start for u in into) or any(c <= i < c + n for i in copies)
-        ]
+        chosen = [c for c in windows if any(c < u.token_end and c + n > u.token_start for u in into)]
+        copied = [c for c in windows if c not in chosen and any(c <= i < c + n for i in copies)]
+        inside = sorted(chosen + copied)
         outs = runner.run([(c, c + n) for c in inside])
         ablated = {k: {c: out[k] for c, out in zip(inside, outs)} for k in base}
         exhaustive = self._exhaustive_tokens(enc, y, windows)
@@ -678,6 +678,7 @@ class InfluenceScorer:
             "ablated": ablated,
             "windows": len(windows),
             "exhaustive": exhaustive,
+            "copied": copied,
         }
 
     def _exhaustive_tokens(self, enc: EncodedPrompt, y: list[int], windows: list[int]) -> int | None:

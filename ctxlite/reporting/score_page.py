@@ -415,7 +415,9 @@ def _descent(result: LambdaResult, redact: Redactor) -> str:
     into = " → ".join(esc(label) for label in d.into)
     said = (
         f'<p data-role="descent">Hierarchical search: descended into {into} ({esc(d.rule)}); '
-        f"{len(result.ngrams)} of {d.windows} n-gram windows measured, each exactly; exhaustive n-gram search "
+        f"{len(result.ngrams)} of {d.windows} n-gram windows measured"
+        f"{f' ({len(d.copy_windows)} for copy sources alone)' if d.copy_windows else ''}, each exactly; "
+        "exhaustive n-gram search "
         f"would decode {_count(d.exhaustive_tokens)} tokens.</p>"
     )
     return said + (table(head, rows, 3) if rows else "")

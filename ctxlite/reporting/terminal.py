@@ -145,6 +145,7 @@ def descent_lines(keys: Sequence[str], records: Sequence[ExampleResult], width: 
             if d is None:
                 continue
             measured = f"{len(r.ngrams)} of {d.windows} n-gram windows"
+            measured += f" ({len(d.copy_windows)} for copy sources alone)" if d.copy_windows else ""
             into = " → ".join(printable(label) for label in d.into)
             lines.append(f"  {printable(key)} {r.name}: descended into {into}; {measured} measured")
             rule = d.rule

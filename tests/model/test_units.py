@@ -119,4 +119,5 @@ def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path, engi
         holding = {c for c in grid if any(c <= i < c + n for i in copies)}
         assert {g.start for g in lam.ngrams} == inside | holding, (key, sorted(inside), sorted(holding))
         assert holding - inside, "no copy source outside the chosen sentence: the case this test is for"
+        assert d.copy_windows == sorted(holding - inside)
         assert len(lam.ngrams) < d.windows

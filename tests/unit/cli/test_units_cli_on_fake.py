@@ -237,14 +237,16 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
     assert table.index("passage 1") < table.index("hierarchical search") < table.index("doc τ")
     assert "descended into passage 1 → passage 1 › sentence 1" in table
     assert f"τ_u {first.influence:.2f}" in table and f"{len(lam.ngrams)} of {d.windows} n-gram windows" in table
+    assert d.copy_windows and f"({len(d.copy_windows)} for copy sources alone)" in table
     shown = json.loads(run("report", out, "--json").stdout)["examples"][0]["results"][0]
     assert [u["label"] for u in shown["units"]] == [u.label for u in lam.units]  # passages first
     assert shown["descent"]["into"] == d.into and shown["descent"]["ngrams_measured"] == len(lam.ngrams)
     assert shown["descent"]["sentences"][0]["influence"] == first.influence
+    assert shown["descent"]["copy_windows"] == d.copy_windows
     assert run("report", out, "--html", tmp_path / "h.html").exit_code == 0
     html = (tmp_path / "h.html").read_text(encoding="utf-8")
     assert html.index('data-role="units"') < html.index('data-role="descent"') < html.index('data-role="heatmap"')
-    assert "passage 1 › sentence 1" in html
+    assert "passage 1 › sentence 1" in html and f"({len(d.copy_windows)} for copy sources alone)" in html
     refused = run("score", "--data", data, "--unit", "field", "--search", "adaptive")
     assert refused.exit_code == 2 and "no finer units to descend into" in refused.output
     refused = run("score", "--data", data, "--unit", "passage", "--search", "adaptive", "--refine-ratio", "2")
@@ -259,7 +261,7 @@ def test_a_hierarchical_search_reports_every_level_in_the_table_json_log_and_pag
     (plain,) = ExampleResult.from_dict(
         json.loads((tmp_path / "plain.jsonl").read_text().splitlines()[1])["result"]
     ).results
-    assert plain.descent.rule == DESCENT_RULE and plain.descent.into == d.into
+    assert plain.descent.rule == DESCENT_RULE and plain.descent.into == d.into and plain.descent.copy_windows == []
     # the identity holds copy_sources only where they were measured: a log of the rule before them (and
     # any run that does not descend) keeps the identity it had, so --no-copy-sources resumes it
     assert header["identity"]["settings"]["copy_sources"] is True

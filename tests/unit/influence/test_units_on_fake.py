@@ -411,7 +411,8 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
     descended into; its sentences are sentencex's sentences of its text, mapped onto tokens by
     brute force; the n-grams are the exhaustive grid's windows that share a token with the chosen
     sentence(s) or hold a token the response repeats after the same token. Returns, per λ, the τ
-    of every passage, sentence and n-gram measured by label/start."""
+    of every passage, sentence and n-gram measured by label/start, and under "copy_windows" the
+    windows measured for a copy source alone."""
     st_ = scorer.settings
     enc = scorer.encode(example)
     chars = backend.char_spans(enc.context)
@@ -464,6 +465,7 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
         c for c in grid if any(c < b and c + n > a for a, b in chosen_ranges) or any(c <= i < c + n for i in copies)
     ]
     gram_tau = taus([(c, c + n) for c in windows])
+    out["copy_windows"] = [c for c in windows if not any(c < b and c + n > a for a, b in chosen_ranges)]
     for lam in lams:
         out[lam].update({c: gram_tau[lam][i] for i, c in enumerate(windows)})
     return out
@@ -514,12 +516,14 @@ def test_every_tau_a_hierarchical_search_reports_is_exhaustive_leave_one_out(
         return
     _, exact = score(backend, example, exact=True, **kw)
     want = reference_descent(backend, scorer, example, lams)
+    copy_windows = want.pop("copy_windows")
     for r, e in zip(result.results, exact.results):
         got = measured(r)
         assert got == measured(e)  # reuse equals a decode from the first token, bit for bit
         assert set(got) == set(want[r.lam])  # exactly what the rule chooses, nothing more
         keys = sorted(got, key=str)
         np.testing.assert_allclose([got[k] for k in keys], [want[r.lam][k] for k in keys], 1e-6, 1e-4)
+        assert r.descent.copy_windows == copy_windows
         assert r.descent.windows == len(ngram_starts(scorer.encode(example).context.__len__(), n, kw["stride"]))
         assert all(u.parent == u.label.split(" › ")[0] for u in r.descent.sentences)
         assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
