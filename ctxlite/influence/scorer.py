@@ -666,9 +666,9 @@ class InfluenceScorer:
         windows = ngram_starts(len(enc.context), n, st.window_stride)
         full = enc.with_context
         copies = [i - p for i in copy_sources(full, p, p + len(enc.context), full[-1], y)] if st.copy_sources else []
-        chosen = [c for c in windows if any(c < u.token_end and c + n > u.token_start for u in into)]
+        chosen = {c for c in windows if any(c < u.token_end and c + n > u.token_start for u in into)}
         copied = [c for c in windows if c not in chosen and any(c <= i < c + n for i in copies)]
-        inside = sorted(chosen + copied)
+        inside = sorted(chosen.union(copied))
         outs = runner.run([(c, c + n) for c in inside])
         ablated = {k: {c: out[k] for c, out in zip(inside, outs)} for k in base}
         exhaustive = self._exhaustive_tokens(enc, y, windows)

@@ -15,6 +15,7 @@ from ctxlite.influence.dataset import load_examples
 from ctxlite.influence.results import ExampleResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from tests.docs_pages import REPO
+from tests.reference.copy_sources_reference import copy_source_positions
 
 pytestmark = pytest.mark.model
 
@@ -107,13 +108,7 @@ def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path, engi
         example = next(e for e in load_examples(DATA) if e.id == key)
         scorer = InfluenceScorer(engine, "qa", InfluenceSettings(unit="passage"))
         enc = scorer.encode(example)
-        full, p, y, n = enc.with_context, len(enc.prefix), scorer.encode_response(enc, example.response), 8
-        read = [full[-1], *y]
-        copies = {
-            i
-            for i in range(len(enc.context))
-            if any(full[p + i - 1 : p + i + 1] == read[t : t + 2] for t in range(len(y)))
-        }
+        copies, n = copy_source_positions(enc, scorer.encode_response(enc, example.response)), 8
         grid = ngram_starts(len(enc.context), n, n)
         inside = {c for c in grid if c < chosen.token_end and chosen.token_start < c + n}
         holding = {c for c in grid if any(c <= i < c + n for i in copies)}

@@ -18,6 +18,7 @@ from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import split_units, to_tokens
 from ctxlite.runtime.fake import FakeBackend
+from tests.reference.copy_sources_reference import copy_source_positions
 
 WORDS = ["Alice", "Smith", "takes", "losartan", "the", "is", "a", "of", "Ohio", "MRN", "4411", "née", "東京", "and"]
 word_runs = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
@@ -455,12 +456,8 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
     n, L = st_.ngram, len(enc.context)
     grid = sorted(set(range(0, L - n + 1, st_.window_stride)) | {L - n})
     # copy sources: a context token equal to a response token, after the token the response has before it
-    full, p, y = enc.with_context, len(enc.prefix), scorer.encode_response(enc, example.response)
-    read = [full[-1], *y]
-    copies = [
-        i for i in range(L) if p + i >= 1 and any(full[p + i - 1 : p + i + 1] == read[t : t + 2] for t in range(len(y)))
-    ]
-    copies = copies if st_.copy_sources else []
+    y = scorer.encode_response(enc, example.response)
+    copies = copy_source_positions(enc, y) if st_.copy_sources else []
     windows = [
         c for c in grid if any(c < b and c + n > a for a, b in chosen_ranges) or any(c <= i < c + n for i in copies)
     ]
