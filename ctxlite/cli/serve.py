@@ -85,7 +85,8 @@ from ctxlite.serve.ledger import Budgets
     help="Also answer each token's realised bound and lambda (usage.ctxlite), and a completion with echo "
     "and logprobs by teacher forcing (the mixed distribution's log-probabilities of the prompt's tokens, "
     "charged nothing: what ctxlite score --backend openai needs): functions of the private context that "
-    "the epsilon bound does not cover; for testing the server, not for deployment.",
+    "the epsilon bound does not cover; for testing the server on loopback, not for deployment (another "
+    "--host is refused).",
 )
 @click.option(
     "--log",

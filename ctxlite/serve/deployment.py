@@ -105,6 +105,11 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
         raise InvalidParameter(
             f"--host {d.host} is reachable from other machines: give --api-keys (or {KEYS_VARIABLE})"
         )
+    if d.release_realised and not _loopback(d.host):
+        raise InvalidParameter(
+            f"--release-realised: --host {d.host} is reachable from other machines, and the values it releases "
+            "are outside the epsilon bound: a testing server listens on loopback (127.0.0.1) only"
+        )
     try:
         identity = serve_identity(model, d.epsilon, d.lam, d.context, d.budgets.delta)
         ledger = Ledger(log_path, identity, d.budgets, d.epsilon)

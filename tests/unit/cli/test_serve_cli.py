@@ -13,6 +13,8 @@ from ctxlite.serve.ledger import Budgets, Ledger
     "extra,code,message",
     [
         (["--host", "0.0.0.0"], 2, "reachable from other machines"),
+        (["--host", "0.0.0.0", "--api-keys", "KEYS", "--release-realised"], 2, "a testing server listens on loopback"),
+        (["--host", "192.0.2.7", "--api-keys", "KEYS", "--release-realised"], 2, "outside the epsilon bound"),
         (["--budget-total", "5"], 2, "a budget needs --epsilon"),
         (["--epsilon", "1", "--budget-per-key", "-1"], 2, "--budget-per-key must be a finite number > 0"),
         (["--epsilon", "1", "--data", "DATA"], 2, "exactly one of --context FILE or --data"),
@@ -23,7 +25,9 @@ def test_refusals_are_one_line_errors(tmp_path, monkeypatch, extra, code, messag
     monkeypatch.delenv("CTXLITE_API_KEYS", raising=False)
     (tmp_path / "note.txt").write_text("Dana takes lisinopril.", encoding="utf-8")
     (tmp_path / "data.jsonl").write_text('{"text": "Dana"}\n', encoding="utf-8")
-    extra = [str(tmp_path / "data.jsonl") if a == "DATA" else a for a in extra]
+    (tmp_path / "keys.txt").write_text("alpha\n", encoding="utf-8")
+    files = {"DATA": str(tmp_path / "data.jsonl"), "KEYS": str(tmp_path / "keys.txt")}
+    extra = [files.get(a, a) for a in extra]
     args = ["serve", "--context", str(tmp_path / "note.txt"), "--log", str(tmp_path / "serve.jsonl"), *extra]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == code and message in r.output, r.output
