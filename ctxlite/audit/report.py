@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from types import UnionType
+from typing import Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
 
 from ctxlite.audit.canaries import Canary
 from ctxlite.audit.mechanisms import Mechanism
@@ -171,14 +172,26 @@ class AuditRow:
     def from_dict(cls, d: dict) -> AuditRow:
         """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float, in the
         numeric fields only: a text field holding the word "inf" stays text)."""
-        values = {f.name: d[f.name] if f.type in _TEXT else _loose(d[f.name]) for f in fields(cls)}
+        values = {f.name: d[f.name] if f.name in _TEXT_FIELDS else _loose(d[f.name]) for f in fields(cls)}
         values["lower_bound_counts"] = BoundCounts.from_dict(values["lower_bound_counts"])
         values["accounting"] = None if values["accounting"] is None else Accounting.from_dict(values["accounting"])
         return cls(**values)
 
 
-_TEXT = ("str", "str | None", "dict[str, str]", "list[str]")
-"""Annotations of text fields, which strict JSON's ``"inf"`` never stands for a number in."""
+def _holds_text_only(annotation) -> bool:
+    """Whether every value a field of this type holds is text or None (str, ``str | None``,
+    ``dict[str, str]``, ``list[str]``, …): strict JSON's ``"inf"`` never stands for a number there.
+    An unparameterised container or any other type may hold a number."""
+    if annotation is str or annotation is type(None):
+        return True
+    args = get_args(annotation)
+    if get_origin(annotation) is Literal:
+        return all(isinstance(a, str) for a in args)
+    return bool(args) and get_origin(annotation) in (Union, UnionType, list, dict) and all(map(_holds_text_only, args))
+
+
+_TEXT_FIELDS = frozenset(name for name, tp in get_type_hints(AuditRow).items() if _holds_text_only(tp))
+"""The fields of an audit row that hold only text, read back as written."""
 
 
 def _loose(v):

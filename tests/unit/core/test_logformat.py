@@ -254,3 +254,18 @@ def test_upgrading_an_older_audit_report_reads_the_pairs_epsilon_from_epsilon_ex
     up = AuditReport.from_dict(upgrade_report(old))
     assert up.rows[0].epsilon_upper_bound == row["epsilon_exact"] and up.rows[0].privacy_profile_kind == "exact"
     assert up.rows[0].lower_bound_method == "split" and up.first_reported_with is None
+
+
+def test_an_audit_row_reads_back_inf_as_a_number_only_where_its_type_holds_numbers():
+    """``AuditRow.from_dict`` reads strict JSON's ``"inf"`` as a float by the field's type, not by how
+    the annotation is spelled: text-only types keep the word, anything that may hold a number does not."""
+    from typing import Literal, Optional
+
+    from ctxlite.audit.report import _TEXT_FIELDS, _holds_text_only
+
+    spelled_old = Optional[str]  # noqa: UP045 (typing.Union, not types.UnionType: both must read as text)
+    text = [str, str | None, spelled_old, dict[str, str], list[str], Literal["a", "b"], list[str | None]]
+    numeric = [float, float | None, int, list, list | None, dict[str, float | None], list[list[float]], Literal[1]]
+    assert all(map(_holds_text_only, text)) and not any(map(_holds_text_only, numeric))
+    assert {"epsilon_gdp_kind", "lower_bound_method", "reasons", "contradictions"} <= _TEXT_FIELDS
+    assert not {"epsilon", "privacy_profile", "withheld_rate", "utility_chance", "accounting"} & _TEXT_FIELDS
