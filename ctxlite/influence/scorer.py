@@ -455,7 +455,7 @@ class InfluenceScorer:
             )
         except DataError as exc:
             raise DataError(f"example {example.id or '?'}: {exc}") from None
-        return to_tokens(found, self.engine.char_spans(enc.context))
+        return to_tokens(found, self.engine.char_cover(enc.context))
 
     def _score_response(
         self, enc: EncodedPrompt, y: list[int], lambdas, ban_rows, generation, step_lambdas=None, units=None
@@ -638,7 +638,7 @@ class InfluenceScorer:
         exactly. Returns the descended labels, (sentence, its passage's label, log p̄) per sentence
         measured, the n-grams' log p̄ per key and start, the context's window count and exhaustive
         search's token cost."""
-        st, chars = self.settings, self.engine.char_spans(enc.context)
+        st, chars = self.settings, self.engine.char_cover(enc.context)
         into = [units[i] for i in _largest(unit_outs, base, drive)]
         sentences: list[tuple[TokenUnit, str, dict]] = []
         if st.unit == "passage":

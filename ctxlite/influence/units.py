@@ -188,9 +188,11 @@ def split_units(
 
 
 def to_tokens(units: Sequence[Unit], token_chars: Sequence[tuple[int, int]]) -> list[TokenUnit]:
-    """Each unit on the tokens whose characters are ``token_chars`` (``[start, end)`` per token, a
-    character split over several tokens belonging to the one that completes it, whose others have
-    an empty span at its start): the tokens holding any of the unit's characters."""
+    """Each unit on the tokens holding any byte of its characters, where ``token_chars`` gives the
+    characters ``[start, end)`` each token holds bytes of (``Backend.char_cover``: a character split
+    over several tokens is in the span of each). The removal's characters are those its first and
+    last token hold bytes of, so a unit that starts or ends inside a token, or in a character split
+    with a token outside it, is reported snapped."""
     out = []
     for u in units:
         members = [

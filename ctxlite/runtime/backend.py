@@ -84,6 +84,7 @@ class Backend(Protocol):
     def detokenize(self, tokens: Sequence[int]) -> str: ...
     def token_bytes(self, token: int) -> bytes: ...
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]: ...
+    def char_cover(self, tokens: Sequence[int]) -> list[tuple[int, int]]: ...
     @property
     def bos_id(self) -> int | None: ...
     def check_fits(self, n_tokens: int, what: str = "prompt + response") -> None: ...
@@ -255,6 +256,20 @@ def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) ->
         n_chars += len(decoder.decode(token_bytes(t)))
         spans.append((start, n_chars))
     return spans
+
+
+def char_cover_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """The characters ``[start, end)`` of ``detokenize(tokens)`` that each token holds bytes of: its
+    :func:`char_spans_of` span, widened by the character it ends inside of (a token ``" \\xe2"`` before
+    the rest of ``"☕"`` holds the space and part of the ``☕``). Spans overlap where a character is
+    split; removing a token removes bytes of every character in its cover."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    cover, n_chars = [], 0
+    for t in tokens:
+        start = n_chars
+        n_chars += len(decoder.decode(token_bytes(t)))
+        cover.append((start, n_chars + (1 if decoder.getstate()[0] else 0)))
+    return cover
 
 
 def sequential_logprobs(

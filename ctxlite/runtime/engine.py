@@ -56,6 +56,7 @@ from ctxlite.runtime import kernels, models
 from ctxlite.runtime.backend import (
     RowsCallback,
     Tiling,
+    char_cover_of,
     char_spans_of,
     check_targets,
     check_variant,
@@ -389,6 +390,10 @@ class Engine:
         A character split over several tokens belongs to the token that completes it.
         """
         return char_spans_of(self.token_bytes, tokens)
+
+    def char_cover(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """The characters each token holds bytes of (:func:`~ctxlite.runtime.backend.char_cover_of`)."""
+        return char_cover_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:

@@ -62,6 +62,7 @@ from ctxlite.runtime.backend import (
     TeacherForcing,
     Tiling,
     Vocabulary,
+    char_cover_of,
     char_spans_of,
     check_targets,
     check_variant,
@@ -145,6 +146,10 @@ class _Core:
     def char_spans(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
         """Character span of each token in ``detokenize(tokens)`` (a character is the token's that completes it)."""
         return char_spans_of(self.token_bytes, tokens)
+
+    def char_cover(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """The characters each token holds bytes of (overlapping where a character is split)."""
+        return char_cover_of(self.token_bytes, tokens)
 
     @property
     def bos_id(self) -> int | None:

@@ -276,6 +276,16 @@ class ServedModel:
         a character) is grouped with the tokens that follow until the group decodes, and the group's
         characters are shared out by :meth:`_complete_chars` of its prefixes (a token ``" \xe2"``
         before the rest of ``"☕"`` holds the space; the token that ends the ``☕`` holds it)."""
+        return [span for span, _ in self._char_groups(tokens)]
+
+    def char_cover(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """The characters each token holds bytes of: its :meth:`char_spans` span, widened by the
+        character it ends inside of (every token of a group but its last: the group grows only while
+        its tokens end inside a character)."""
+        return [(a, b + inside) for (a, b), inside in self._char_groups(tokens)]
+
+    def _char_groups(self, tokens: Sequence[int]) -> list[tuple[tuple[int, int], bool]]:
+        """Per token, its :meth:`char_spans` span and whether it ends inside a character."""
         self._prefetch(tokens)
         spans, n_chars, group = [], 0, []
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -287,10 +297,10 @@ class ServedModel:
             text = decoder.decode(piece) if piece is not None else "\ufffd"
             done = [0] + [min(self._complete_chars(group[:j]), len(text)) for j in range(1, len(group))]
             done = [*itertools.accumulate(done, max), len(text)]
-            spans += [(n_chars + done[j], n_chars + done[j + 1]) for j in range(len(group))]
+            spans += [((n_chars + done[j], n_chars + done[j + 1]), j < len(group) - 1) for j in range(len(group))]
             n_chars += len(text)
             group = []
-        spans += [(n_chars, n_chars)] * len(group)
+        spans += [((n_chars, n_chars), True)] * len(group)
         return spans
 
     def _complete_chars(self, tokens: Sequence[int]) -> int:

@@ -116,3 +116,15 @@ def test_the_hierarchical_search_descends_into_the_answer_passage(tmp_path, engi
         assert holding - inside, "no copy source outside the chosen sentence: the case this test is for"
         assert d.copy_windows == sorted(holding - inside)
         assert len(lam.ngrams) < d.windows
+
+
+def test_a_span_whose_character_a_token_splits_is_removed_whole_on_a_byte_level_bpe(instruct):
+    """SmolLM2's byte-level BPE spells " ☕" as the tokens " \\xe2" and "\\x98" and "\\x95": a span on the
+    ☕ alone must remove the token that holds the space and its first byte too (else the ablated
+    context keeps a byte of the unit), and say the removal was snapped to the space."""
+    context = "I like ☕ a lot"
+    scorer = InfluenceScorer(instruct, "qa", InfluenceSettings(unit="span", null_ablations=0))
+    example = Example(context=context, query="What?", response="Coffee.", spans=((7, 8, "cup"),))
+    (tu,) = scorer.units(example, scorer.encode(example))
+    removed = b"".join(instruct.token_bytes(t) for t in scorer.encode(example).context[tu.token_start : tu.token_end])
+    assert removed == " ☕".encode() and tu.snapped and (tu.removed_start, tu.removed_end) == (6, 8)

@@ -76,6 +76,7 @@ def test_the_servers_tokens_are_the_local_engines(remote, engine):
         assert remote.tokenize(text, add_bos=True) == engine.tokenize(text, add_bos=True), text
         toks = engine.tokenize(text)
         assert remote.char_spans(toks) == engine.char_spans(toks), text
+        assert remote.char_cover(toks) == engine.char_cover(toks), text
         assert remote.detokenize(toks) == engine.detokenize(toks), text
     assert remote.bos_id == engine.bos_id
     assert remote.describe()["tokenizer"] == "llama-cpp-python"

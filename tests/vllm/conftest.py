@@ -163,6 +163,9 @@ class ReferenceBackend:
     def char_spans(self, tokens):
         return self.local.char_spans(tokens)
 
+    def char_cover(self, tokens):
+        return self.local.char_cover(tokens)
+
     @property
     def bos_id(self):
         return self.local.bos_id

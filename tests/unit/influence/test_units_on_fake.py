@@ -17,6 +17,7 @@ from ctxlite.gates import Outcome, influence_cases
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import split_units, to_tokens
+from ctxlite.runtime.backend import char_cover_of
 from ctxlite.runtime.fake import FakeBackend
 from tests.reference.copy_sources_reference import copy_source_positions
 
@@ -176,7 +177,7 @@ def test_token_mapping_covers_each_unit_with_the_fewest_whole_tokens(data):
     context = data.draw(st.lists(word_runs, min_size=1, max_size=4).map(", ".join))
     a = data.draw(st.integers(0, len(context) - 1))
     b = data.draw(st.integers(a + 1, len(context)))
-    chars = backend.char_spans(backend.tokenize(context))
+    chars = backend.char_cover(backend.tokenize(context))
     (tu,) = to_tokens(split_units("span", context, spans=[[a, b, "x"]]), chars)
     assert tu.removed_start <= a and b <= tu.removed_end  # every character of the unit is removed
     # no token more than needed: the one before ends before the unit (and is no part of its first
@@ -185,6 +186,35 @@ def test_token_mapping_covers_each_unit_with_the_fewest_whole_tokens(data):
     assert before[1] <= a and (tu.token_start == 0 or before != (a, a))
     assert tu.token_end == len(chars) or chars[tu.token_end][0] >= b
     assert tu.snapped == ((tu.removed_start, tu.removed_end) != (a, b))
+
+
+@given(st.data())
+def test_a_unit_is_removed_with_every_byte_of_its_characters_whatever_the_token_cuts(data):
+    """Tokens cut the text's UTF-8 bytes anywhere (byte-level BPE: ``" \\xe2"`` then the rest of
+    ``"☕"``): the removal is exactly the tokens holding any byte of the unit's characters (the
+    reference counts bytes), and it is reported snapped unless those tokens hold the unit's
+    characters and no other's bytes."""
+    text = data.draw(st.text(st.sampled_from("ab ☕é中\n"), min_size=1, max_size=12))
+    raw = text.encode()
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(raw) - 1), max_size=len(raw))) if len(raw) > 1 else [])
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+    a = data.draw(st.integers(0, len(text) - 1))
+    b = data.draw(st.integers(a + 1, len(text)))
+    (tu,) = to_tokens(
+        split_units("span", text, spans=[[a, b, "x"]]), char_cover_of(pieces.__getitem__, range(len(pieces)))
+    )
+    lo, hi = len(text[:a].encode()), len(text[:b].encode())  # the unit's bytes
+    starts = [sum(map(len, pieces[:i])) for i in range(len(pieces) + 1)]
+    hold = [i for i in range(len(pieces)) if starts[i] < hi and starts[i + 1] > lo]
+    assert (tu.token_start, tu.token_end) == (hold[0], hold[-1] + 1)
+    removed = raw[starts[hold[0]] : starts[hold[-1] + 1]]
+    exact = removed == raw[lo:hi]
+    assert tu.snapped == (not exact)
+    if not exact:  # the reported characters are every one the removal takes bytes of
+        chars_of = [len(raw[:i].decode(errors="ignore")) for i in range(len(raw) + 1)]  # whole chars before byte i
+        first = chars_of[starts[hold[0]]]
+        last = len(raw[: starts[hold[-1] + 1]].decode(errors="replace"))
+        assert (tu.removed_start, tu.removed_end) == (first, last)
 
 
 # ----- τ_u against the reference ----------------------------------------------------------------
@@ -416,7 +446,7 @@ def reference_descent(backend, scorer: InfluenceScorer, example: Example, lams) 
     windows measured for a copy source alone."""
     st_ = scorer.settings
     enc = scorer.encode(example)
-    chars = backend.char_spans(enc.context)
+    chars = backend.char_cover(enc.context)
 
     def tokens_of(a, b):  # the tokens holding any of the characters [a, b)
         hold = [i for i, (s, e) in enumerate(chars) if (s < b and e > a) or (s == e and a <= s < b)]
