@@ -24,6 +24,7 @@ characters actually removed are reported with ``snapped`` set where they differ 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,9 +106,15 @@ def _passages(context: str, passages: Sequence[str] | None, separator: str | Non
         cuts = [(m.start(), m.end()) for m in BLANK_LINE.finditer(context)]
         edges = [0] + [x for cut in cuts for x in cut] + [len(context)]
         bounds = list(zip(edges[::2], edges[1::2]))
+    # an empty passage has nothing to remove and is skipped; the record's passages keep their numbers
+    # (a retriever's positions), the blank lines' are counted without the empty ones (several blank lines)
     units = [_stripped("passage", "", context, a, b) for a, b in bounds]
-    units = [u for u in units if u is not None]
-    units = [Unit(u.kind, f"passage {i}", u.char_start, u.char_end, u.text) for i, u in enumerate(units, 1)]
+    numbers = (
+        range(1, len(units) + 1) if passages is not None else itertools.accumulate(int(u is not None) for u in units)
+    )
+    units = [
+        Unit(u.kind, f"passage {i}", u.char_start, u.char_end, u.text) for i, u in zip(numbers, units) if u is not None
+    ]
     if len(units) < 2:
         raise DataError(
             f"unit passage needs at least two passages, found {len(units)}: give the record "
