@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sentencex
 
@@ -190,8 +191,20 @@ def split_units(
     if kind == "sentence":
         return _sentences(context, language)
     if kind == "field":
-        return _fields(context)
-    return [Unit("span", label, a, b, context[a:b]) for a, b, label in check_spans(spans, len(context))]
+        return _unique_labels(_fields(context))
+    return _unique_labels([Unit("span", label, a, b, context[a:b]) for a, b, label in check_spans(spans, len(context))])
+
+
+def _unique_labels(units: list[Unit]) -> list[Unit]:
+    """Units whose label repeats (a detector's ``PERSON`` on two names, two ``Medication:`` lines)
+    named apart by their characters, ``PERSON (0–10)``: a result names a unit's near-duplicate
+    partner, and a gate the unit it failed on, by label."""
+    seen = Counter(u.label for u in units)
+    out = [u if seen[u.label] == 1 else replace(u, label=f"{u.label} ({u.char_start}–{u.char_end})") for u in units]
+    repeated = [label for label, n in Counter(u.label for u in out).items() if n > 1]
+    if repeated:
+        raise DataError(f"unit label {repeated[0]!r} names two units: give the units distinct labels")
+    return out
 
 
 def to_tokens(units: Sequence[Unit], token_chars: Sequence[tuple[int, int]]) -> list[TokenUnit]:

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.gates import Outcome, influence_cases
+from ctxlite.gates import Outcome, influence_cases, pair_removals
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import split_units, to_tokens
@@ -369,6 +369,27 @@ def test_a_verbatim_copy_is_found_and_removed_with_its_original():
         assert "partner" not in r.to_dict()["units"][-1] or r.to_dict()["units"][-1]["partner"]
     _, off = score(FakeBackend(seed=7), example, unit="passage", duplicate_threshold=None)
     assert all(u.partner is None for r in off.results for u in r.units) and off.results[0].search.ablations == 3
+
+
+def test_repeated_labels_are_named_apart_so_a_partner_is_the_right_unit():
+    """A detector's PERSON on two names, each twice: the four spans are named apart by their
+    characters, and each one's near-duplicate partner (named by label) is its own copy, which the
+    gate's pair points at (with one label, the first other PERSON was taken: 150 with 0)."""
+    context = "Jane Smith saw a doctor. Tom Brandt saw a nurse. Jane Smith left. Tom Brandt stayed."
+    at = [context.index("Jane"), context.index("Tom"), context.rindex("Jane"), context.rindex("Tom")]
+    spans = tuple((a, a + 10, "PERSON") for a in at)
+    example = Example(context=context, query="Who?", response="Jane Smith", spans=spans, id="s")
+    _, result = score(FakeBackend(seed=5), example, unit="span")
+    for r in result.results:
+        by = {u.label: u for u in r.units}
+        assert sorted(by) == sorted(f"PERSON ({a}–{a + 10})" for a in at)
+        for u in r.units:
+            partner = by[u.partner]
+            assert partner is not u and context[partner.char_start : partner.char_end] == u.text
+        pairs = pair_removals(r)
+        assert pairs and all(p.partner is not None and p.partner.text == p.unit.text for p in pairs)
+    fields = split_units("field", "Name: Ana\nMedication: x\nMedication: y")
+    assert [u.label for u in fields] == ["Name", "Medication (10–23)", "Medication (24–37)"]
 
 
 def test_the_duplicate_threshold_is_checked():
