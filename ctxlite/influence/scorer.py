@@ -410,7 +410,8 @@ class InfluenceScorer:
         st = self.settings
         self.engine.check_fits(len(enc.with_context) + (st.sampling.max_new_tokens if example.response is None else 0))
         units = None if st.unit == "ngram" else self.units(example, enc)
-        if units is None and st.ngram is not None and st.ngram > len(enc.context):
+        windows = st.ngram is not None and (units is None or st.descends)  # checked before any ablation
+        if windows and st.ngram > len(enc.context):
             raise InvalidParameter(f"n-gram size {st.ngram} is larger than the context ({len(enc.context)} tokens)")
         results = []
         if example.response is not None:

@@ -604,3 +604,17 @@ def test_a_one_sentence_passage_is_not_removed_twice():
     assert (sentence.token_start, sentence.token_end) == (r.units[0].token_start, r.units[0].token_end)
     assert sentence.per_token == r.units[0].per_token and sentence.influence == r.units[0].influence
     assert r.search.ablations == len(r.units) + len(r.ngrams)
+
+
+def test_an_ngram_longer_than_the_context_is_refused_before_any_unit_is_removed(monkeypatch):
+    """A hierarchical search ends in n-grams: an n-gram size beyond the context is refused at once,
+    not after every passage and sentence has been decoded."""
+
+    def no_ablation(*args, **kwargs):
+        raise AssertionError("a unit was removed before the n-gram size was checked")
+
+    monkeypatch.setattr(InfluenceScorer, "_ablate_units", no_ablation)
+    passages = ["Alice takes losartan.", "Bob lives in Ohio."]
+    example = Example(context="\n\n".join(passages), query="Who?", response="Alice", passages=passages, id="n")
+    with pytest.raises(InvalidParameter, match="larger than the context"):
+        score(FakeBackend(seed=1), example, unit="passage", search="adaptive", ngram=64)
