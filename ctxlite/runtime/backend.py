@@ -36,7 +36,7 @@ capability and what needed it.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -246,16 +246,21 @@ def check_variant(base: Sequence[int] | None, tokens: Sequence[int], shared: int
         )
 
 
-def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
-    """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
-    from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""
+def _decoded_chars(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> Iterator[tuple[int, int, bool]]:
+    """Per token of ``tokens``: the characters of the UTF-8 text decoded before it and with it, and
+    whether it ends inside a character (bytes the decoder holds for the next token)."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    spans, n_chars = [], 0
+    n_chars = 0
     for t in tokens:
         start = n_chars
         n_chars += len(decoder.decode(token_bytes(t)))
-        spans.append((start, n_chars))
-    return spans
+        yield start, n_chars, bool(decoder.getstate()[0])
+
+
+def char_spans_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
+    """Character span ``[start, end)`` of each token in the UTF-8 text of ``tokens`` (each token's bytes
+    from ``token_bytes``); a character split over several tokens belongs to the token that completes it."""
+    return [(a, b) for a, b, _ in _decoded_chars(token_bytes, tokens)]
 
 
 def char_cover_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) -> list[tuple[int, int]]:
@@ -263,13 +268,7 @@ def char_cover_of(token_bytes: Callable[[int], bytes], tokens: Sequence[int]) ->
     :func:`char_spans_of` span, widened by the character it ends inside of (a token ``" \\xe2"`` before
     the rest of ``"☕"`` holds the space and part of the ``☕``). Spans overlap where a character is
     split; removing a token removes bytes of every character in its cover."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    cover, n_chars = [], 0
-    for t in tokens:
-        start = n_chars
-        n_chars += len(decoder.decode(token_bytes(t)))
-        cover.append((start, n_chars + (1 if decoder.getstate()[0] else 0)))
-    return cover
+    return [(a, b + inside) for a, b, inside in _decoded_chars(token_bytes, tokens)]
 
 
 def sequential_logprobs(
