@@ -24,7 +24,6 @@ characters actually removed are reported with ``snapped`` set where they differ 
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -110,12 +109,8 @@ def _passages(context: str, passages: Sequence[str] | None, separator: str | Non
     # an empty passage has nothing to remove and is skipped; the record's passages keep their numbers
     # (a retriever's positions), the blank lines' are counted without the empty ones (several blank lines)
     units = [_stripped("passage", "", context, a, b) for a, b in bounds]
-    numbers = (
-        range(1, len(units) + 1) if passages is not None else itertools.accumulate(int(u is not None) for u in units)
-    )
-    units = [
-        Unit(u.kind, f"passage {i}", u.char_start, u.char_end, u.text) for i, u in zip(numbers, units) if u is not None
-    ]
+    numbered = enumerate(units if passages is not None else [u for u in units if u is not None], 1)
+    units = [Unit(u.kind, f"passage {i}", u.char_start, u.char_end, u.text) for i, u in numbered if u is not None]
     if len(units) < 2:
         raise DataError(
             f"unit passage needs at least two passages, found {len(units)}: give the record "

@@ -388,6 +388,8 @@ def test_repeated_labels_are_named_apart_so_a_partner_is_the_right_unit():
             assert partner is not u and context[partner.char_start : partner.char_end] == u.text
         pairs = pair_removals(r)
         assert pairs and all(p.partner is not None and p.partner.text == p.unit.text for p in pairs)
+    with pytest.raises(DataError, match="names two units"):  # a given label equal to a name given apart
+        split_units("span", "a" * 30, spans=[[0, 5, "X"], [10, 15, "X"], [20, 25, "X (0–5)"]])
     fields = split_units("field", "Name: Ana\nMedication: x\nMedication: y")
     assert [u.label for u in fields] == ["Name", "Medication (10–23)", "Medication (24–37)"]
 
