@@ -20,6 +20,7 @@ from ctxlite.reporting.terminal import verdict_line
 from ctxlite.runtime.backend import BackendKind
 from ctxlite.runtime.engine import Engine, EngineConfig, LocalModel
 from ctxlite.runtime.openai_server import ServerConfig, connect
+from ctxlite.runtime.server_transport import MAX_REQUEST_TIMEOUT
 
 
 class NumberList(click.ParamType):
@@ -252,6 +253,13 @@ SERVER_OPTIONS = ("backend", "base_url", "model_name", "concurrency", "request_t
 LOCAL_ONLY = ("model", "n_ctx", "n_batch", "threads", "n_gpu_layers", "flash_attn")
 
 
+def _a_number_of_seconds(ctx, param, value):
+    """Refuse ``nan`` (a float range lets it through: every comparison with it is false)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", ctx, param)
+    return value
+
+
 def server_options(f):
     """--backend local|openai, --base-url, --model-name, --concurrency, --request-timeout, --retries."""
     decorators = [
@@ -277,11 +285,13 @@ def server_options(f):
         ),
         click.option(
             "--request-timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=click.FloatRange(min=0, min_open=True, max=MAX_REQUEST_TIMEOUT),
+            callback=_a_number_of_seconds,
             default=120.0,
             show_default=True,
             metavar="SECONDS",
-            help="openai: the longest one whole request may take (connecting, sending, the whole answer).",
+            help="openai: the longest one whole request may take (connecting, sending, the whole answer; "
+            "a day at most).",
         ),
         click.option(
             "--retries",

@@ -28,6 +28,9 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_ANSWER_BYTES = 64 * 2**20
 """The largest answer ctxlite reads (64 MiB, decoded): an echoed prompt of 100,000 tokens with its
 log-probabilities is a few MiB. A larger one is refused while it streams in (exit 9)."""
+MAX_REQUEST_TIMEOUT = 86400.0
+"""The longest ``timeout`` (seconds: a day): a longer wait for one answer is no timeout, and a socket
+refuses a timeout beyond its clock's range (``inf``, ``1e308``: an OverflowError)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class ServerConfig:
             raise InvalidParameter("--model-name must name the served model")
         if self.concurrency < 1 or self.retries < 0 or not self.timeout > 0 or not self.backoff >= 0:
             raise InvalidParameter("need concurrency >= 1, retries >= 0, timeout > 0 and backoff >= 0")
+        if not self.timeout <= MAX_REQUEST_TIMEOUT:
+            raise InvalidParameter(
+                f"--request-timeout must be at most {MAX_REQUEST_TIMEOUT:g} seconds (a day), got {self.timeout:g}"
+            )
         if self.max_answer_bytes < 1:
             raise InvalidParameter(f"max_answer_bytes must be >= 1, got {self.max_answer_bytes}")
 
