@@ -245,6 +245,15 @@ class _TooLarge(Exception):
     """An answer grew beyond the cap while it streamed in."""
 
 
+class _CutOff(Exception):
+    """The server began its answer (HTTP ``status``) and the connection ended ``size`` bytes into
+    its body (``reason``: httpx's exception), not a connection that failed."""
+
+    def __init__(self, status: int, size: int, reason: str):
+        super().__init__(status, size, reason)
+        self.status, self.size, self.reason = status, size, reason
+
+
 class Http:
     """JSON over HTTP with timeouts, retries (backoff + jitter) and a circuit breaker."""
 
@@ -315,6 +324,11 @@ class Http:
                 last = f"no answer within {cfg.timeout:g} s (--request-timeout bounds the whole request)"
             except httpx.TransportError as exc:
                 last = f"cannot connect ({type(exc).__name__})"
+            except _CutOff as cut:
+                last = (
+                    f"its answer was cut off after {cut.size:,} bytes of its body: HTTP {cut.status}, then the "
+                    f"connection ended ({cut.reason})"
+                )
             except _TooLarge:
                 raise ServerError(
                     f"{what}: the answer of the server at {url} is larger than {cfg.max_answer_bytes:,} bytes, "
@@ -351,7 +365,8 @@ class Http:
     def send(self, method: str, url: str, payload: dict | None = None) -> tuple[int, httpx.Headers, bytes]:
         """One HTTP exchange, bounded: (status, headers, body) within ``timeout`` seconds in all
         (``_DeadlineStream``) and at most ``max_answer_bytes`` of body (``_TooLarge`` as soon as the
-        declared length or the bytes read so far exceed it). httpx's exceptions pass through."""
+        declared length or the bytes read so far exceed it). A connection that ends inside the body
+        is ``_CutOff``; httpx's other exceptions pass through."""
         cap = self.config.max_answer_bytes
         _deadline.at = time.monotonic() + self.config.timeout
         try:
@@ -360,11 +375,14 @@ class Http:
                 if declared.isdigit() and int(declared) > cap:
                     raise _TooLarge
                 chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > cap:
-                        raise _TooLarge
-                    chunks.append(chunk)
+                try:
+                    for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > cap:
+                            raise _TooLarge
+                        chunks.append(chunk)
+                except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # a timeout stays a timeout
+                    raise _CutOff(response.status_code, size, type(exc).__name__) from exc
                 return response.status_code, response.headers, b"".join(chunks)
         finally:
             _deadline.at = None
@@ -376,7 +394,7 @@ class Http:
             with self._slots:
                 status, _, content = self.send("GET", url)
             body = json.loads(content) if status < 400 else None
-        except (httpx.HTTPError, _TooLarge, ValueError):
+        except (httpx.HTTPError, _TooLarge, _CutOff, ValueError):
             return None
         return body if isinstance(body, dict) else None
 
