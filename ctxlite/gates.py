@@ -31,7 +31,10 @@ never 0). The README's verdict table is this module's.
   no n-gram measured).
   A unit run (``--unit``) reads each unit's τ_u the same way, and also each near-duplicate pair's
   τ_pair (the unit and its partner removed together, :mod:`ctxlite.influence.redundancy`) with the
-  same floor: a fact two passages both hold moves the response by τ_pair, not by either τ_u.
+  same floor: a fact two passages both hold moves the response by τ_pair, not by either τ_u; and
+  each cluster of three or more near-duplicates' τ_cluster (all of them removed together): a fact
+  stated three times survives every pair. Where a result's partners join three or more units that
+  no recorded cluster removed together (a log written before clusters), the case is inconclusive.
 
 Messages carry numbers and positions, never the private text: JUnit files end up in CI
 dashboards that the data's owners do not control.
@@ -48,7 +51,7 @@ from ctxlite.audit.report import AuditReport, AuditRow
 from ctxlite.audit.settings import AuditSettings
 from ctxlite.errors import InvalidParameter
 from ctxlite.influence.noise import RETILED
-from ctxlite.influence.results import ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
+from ctxlite.influence.results import ClusterInfluence, ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
 from ctxlite.privacy.estimators import point_epsilon
 from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
 from ctxlite.visible import visible
@@ -290,16 +293,52 @@ def pair_removals(result: LambdaResult) -> list[PairRemoval]:
     return out
 
 
+def unjoined_duplicates(result: LambdaResult) -> list[list[str]]:
+    """Groups of three or more units that the result's near-duplicate partners join (connected
+    components of the unit–partner links) and that no recorded cluster holds: a log written before
+    clusters were measured, whose pairs each leave a copy of what all of them hold."""
+    units = result.units or ()
+    labels = [u.label for u in units]
+    parent = {label: label for label in labels}
+
+    def root(label: str) -> str:
+        while parent[label] != label:
+            label = parent[label]
+        return label
+
+    for u in units:
+        if u.partner is not None and u.partner in parent and root(u.partner) != root(u.label):
+            parent[root(u.partner)] = root(u.label)
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        groups.setdefault(root(label), []).append(label)
+    covered = [set(c.units) for c in result.clusters]
+    return [g for g in groups.values() if len(g) >= 3 and not any(set(g) <= c for c in covered)]
+
+
 def tau_name(item, tau: str) -> str:
-    """How a gated item's influence is written: τ_pair for a pair, else ``tau`` (τ_i or τ_u)."""
+    """How a gated item's influence is written: τ_pair for a pair, τ_cluster for a cluster, else
+    ``tau`` (τ_i or τ_u)."""
+    if isinstance(item, ClusterInfluence):
+        return "τ_cluster"
     return "τ_pair" if isinstance(item, PairRemoval) else tau
 
 
-def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence | PairRemoval) -> str:
-    """Which result and which n-gram, unit or pair, by position (and a unit's label; never the text)."""
+def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence | PairRemoval | ClusterInfluence) -> str:
+    """Which result and which n-gram, unit, pair or cluster, by position (and a unit's label; never
+    the text)."""
     eps = result.epsilon_label
     size = "" if result.context_size is None else f", first {result.context_size} context tokens"
     at = f"λ={result.lam:g}" + (f", ε={eps}" if eps else "") + size
+    if isinstance(gram, ClusterInfluence):
+        by = {u.label: u for u in result.units or ()}
+        members = [by.get(label) for label in gram.units]
+        where = ", ".join(
+            repr(label) if u is None else f"{label!r} (tokens {u.token_start}–{u.token_end})"
+            for label, u in zip(gram.units, members)
+        )
+        kind = next((u.kind for u in members if u is not None), "unit")
+        return f"at {at}: {len(gram.units)} near-duplicate {kind}s {where} removed together"
     if isinstance(gram, PairRemoval):
         u, v = gram.unit, gram.partner
         other = "" if v is None else f" (tokens {v.token_start}–{v.token_end}, characters {v.char_start}–{v.char_end})"
@@ -316,9 +355,9 @@ def _where(result: LambdaResult, gram: NgramInfluence | UnitInfluence | PairRemo
 
 
 def measured_items(result: LambdaResult) -> list:
-    """What a result's gate reads: its units and near-duplicate pairs where it scored units
-    (``InfluenceSettings.unit``, :func:`pair_removals`), else its n-grams."""
-    return result.ngrams if result.units is None else [*result.units, *pair_removals(result)]
+    """What a result's gate reads: its units, near-duplicate pairs and clusters where it scored
+    units (``InfluenceSettings.unit``, :func:`pair_removals`), else its n-grams."""
+    return result.ngrams if result.units is None else [*result.units, *pair_removals(result), *result.clusters]
 
 
 def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Case:
@@ -327,8 +366,10 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
     grams = [(res, g) for res in rec.results for g in measured_items(res)]
     units = any(res.units is not None for res in rec.results)
     paired = any(pair_removals(res) for res in rec.results)
+    clustered = any(res.clusters for res in rec.results)
     what, tau = ("unit", "τ_u") if units else ("n-gram", "τ_i")
     every = f"every {what}'s {tau}" + (" and every near-duplicate pair's τ_pair" if paired else "")
+    every += " and every near-duplicate cluster's τ_cluster" if clustered else ""
     if threshold is None:
         shown = [(r, g) for r, g in grams if g.above_noise is not False]
         if not shown:
@@ -366,6 +407,18 @@ def influence_case(key: str, rec: ExampleResult, threshold: float | None) -> Cas
             f"inconclusive ({Basis.NO_PROOF.value}): adaptive search measured {len(r.ngrams)} of "
             f"{r.search.windows} n-gram windows at λ={r.lam:g}, so an unmeasured n-gram may exceed "
             f"the {unit} (score with --search exhaustive to decide)",
+            Basis.NO_PROOF,
+        )
+    unjoined = [(r, g) for r in rec.results for g in unjoined_duplicates(r)]
+    if unjoined:
+        r, group = unjoined[0]
+        return Case(
+            key,
+            Outcome.INCONCLUSIVE,
+            f"inconclusive ({Basis.NO_PROOF.value}): at λ={r.lam:g} the near-duplicate units "
+            f"{', '.join(map(repr, group))} were never removed together (a log written before clusters were "
+            f"measured), so what all of them hold may move the response by more than the {unit} while each "
+            "pair leaves a copy of it; re-score to decide",
             Basis.NO_PROOF,
         )
     blind = [(r, gr) for r, gr in grams if u((r, gr)) is None]
@@ -560,7 +613,7 @@ def score_verdict(
 ) -> Verdict:
     """The influence gate over a score run's example results (in ``keys`` order)."""
     units = identity.get("settings", {}).get("unit", "ngram") != "ngram"
-    what = "unit's τ_u (and near-duplicate pair's τ_pair)" if units else "n-gram's τ_i"
+    what = "unit's τ_u (and near-duplicate pair's τ_pair and cluster's τ_cluster)" if units else "n-gram's τ_i"
     gate = None if threshold is None else f"every {what} + its noise floor ≤ {threshold:g} nats"
     cases = influence_cases(zip(keys, records), threshold)
     return Verdict("ctxlite score", gate, cases, complete, run_properties(identity))

@@ -1,6 +1,8 @@
 """Near-duplicate units: a fact copied into two passages is invisible to leave-one-out, since
 removing either copy leaves the other (each copy's τ_u falls). For each unit whose most similar
-other unit is a near-duplicate, the scorer also removes the two together (τ_pair).
+other unit is a near-duplicate, the scorer also removes the two together (τ_pair); a fact stated
+three times or more survives every pair, so each cluster of three or more near-duplicates
+(:func:`clusters`) is removed as a whole too (τ_cluster).
 
 Similarity is the Jaccard index of word 3-gram shingles (Broder, "On the resemblance and
 containment of documents", 1997): J(u, v) = |S(u) ∩ S(v)| / |S(u) ∪ S(v)|, where S is the set of
@@ -70,4 +72,54 @@ def partners(texts: Sequence[str], threshold: float | None) -> list[tuple[int, f
     return out
 
 
-__all__ = ["DUPLICATE_THRESHOLD", "SHINGLE", "WORD", "check_threshold", "partners", "shingles", "similarity"]
+def clusters(texts: Sequence[str], threshold: float | None) -> list[tuple[tuple[int, ...], float]]:
+    """The clusters of three or more near-duplicates: the connected components of the graph whose
+    edges join two texts at least ``threshold`` similar, each as its members' indices (in order) and
+    the smallest similarity of two of its members (below ``threshold`` where the cluster is a chain);
+    in the order of their first member. None (off): no clusters.
+
+    Components, not cliques: they partition the texts (each text in one cluster, so one removal each
+    and at most a third as many removals as texts), they are unique where maximal cliques overlap and
+    are exponentially many, and each holds every clique, so every copy of a fact whose copies are
+    pairwise near-duplicates is removed with the others. A chain (a ~ b ~ c, a and c not similar)
+    is removed whole: τ_cluster is then exact for a larger set than one fact's copies, which a gate
+    reads as a leak of that set, never as a pass. A component of two is a mutual pair of
+    :func:`partners` (each is the other's most similar text), measured as τ_pair, so it is not
+    repeated here."""
+    if threshold is None:
+        return []
+    sets = [shingles(t) for t in texts]
+    sims = {(i, j): _jaccard(sets[i], sets[j]) for i in range(len(sets)) for j in range(i + 1, len(sets))}
+    parent = list(range(len(texts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for (i, j), s in sims.items():
+        ri, rj = root(i), root(j)
+        if s >= threshold and ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(texts)):
+        groups.setdefault(root(i), []).append(i)
+    out = []
+    for members in sorted(groups.values()):
+        if len(members) >= 3:
+            low = min(sims[(i, j)] for k, i in enumerate(members) for j in members[k + 1 :])
+            out.append((tuple(members), low))
+    return out
+
+
+__all__ = [
+    "DUPLICATE_THRESHOLD",
+    "SHINGLE",
+    "WORD",
+    "check_threshold",
+    "clusters",
+    "partners",
+    "shingles",
+    "similarity",
+]

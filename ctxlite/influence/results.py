@@ -142,6 +142,33 @@ class UnitInfluence:
         return cls(*(d[k] for k in keys + rest), list(d["per_token"]), d["above_noise"], *pair, d.get("parent"))
 
 
+@dataclass
+class ClusterInfluence:
+    """Three or more near-duplicate units removed together (``redundancy.clusters``: a connected
+    component of the units at least the duplicate threshold similar): their ``units`` (labels, in
+    the order of the context), the smallest ``similarity`` of two of them, ``influence`` τ_cluster =
+    Σ_t |log p̄_λ(y_t | D) − log p̄_λ(y_t | D ∖ cluster)| (a fact they all hold, which removing any
+    one or two of them does not show) and ``above_noise``: τ_cluster exceeds the result's noise
+    floor (None: no floor measured)."""
+
+    units: list[str]
+    similarity: float
+    influence: float
+    above_noise: bool | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "units": list(self.units),
+            "similarity": self.similarity,
+            "influence": self.influence,
+            "above_noise": self.above_noise,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClusterInfluence:
+        return cls(list(d["units"]), d["similarity"], d["influence"], d["above_noise"])
+
+
 DESCENT_RULE = "at each level, per λ, the unit of largest τ_u (the first in the context on a tie)"
 """Which units a hierarchical search descends into (``InfluenceSettings.descends``)."""
 
@@ -349,7 +376,9 @@ class LambdaResult:
     n-grams), largest τ_u first; ``context_tokens`` of D were used (``context_size``:
     the requested truncation, None for the whole context); ``epsilon``: the ε of the ε-bounded
     CID that generated the response (None: unbounded, or a given response); ``descent``: what a
-    hierarchical search measured below the units (:class:`Descent`; its n-grams are in ``ngrams``)."""
+    hierarchical search measured below the units (:class:`Descent`; its n-grams are in ``ngrams``);
+    ``clusters``: the clusters of three or more near-duplicate units, each removed whole
+    (:class:`ClusterInfluence`; empty where there are none, and in a log written before them)."""
 
     lam: float
     response: str
@@ -373,6 +402,7 @@ class LambdaResult:
     top: list[NgramInfluence] = field(default_factory=list)
     units: list[UnitInfluence] | None = None
     descent: Descent | None = None
+    clusters: list[ClusterInfluence] = field(default_factory=list)
 
     @property
     def max_unit_influence(self) -> float:
@@ -437,6 +467,7 @@ class LambdaResult:
             }
             | ({} if self.units is None else {"units": [u.to_dict() for u in self.units]})
             | ({} if self.descent is None else {"descent": self.descent.to_dict()})
+            | ({"clusters": [c.to_dict() for c in self.clusters]} if self.clusters else {})
         )
 
     @classmethod
@@ -467,6 +498,7 @@ class LambdaResult:
             top=[NgramInfluence.from_dict(g) for g in d["top_spans"]],
             units=None if "units" not in d else [UnitInfluence.from_dict(u) for u in d["units"]],
             descent=None if "descent" not in d else Descent.from_dict(d["descent"]),
+            clusters=[ClusterInfluence.from_dict(c) for c in d.get("clusters", ())],
         )
 
 
@@ -498,6 +530,7 @@ __all__ = [
     "DESCENT_RULE",
     "descent_rule",
     "Block",
+    "ClusterInfluence",
     "Descent",
     "ExampleResult",
     "Generation",

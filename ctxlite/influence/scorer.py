@@ -30,10 +30,11 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import content_hash
 from ctxlite.influence.cid import check_epsilon, check_lambda, generate
 from ctxlite.influence.noise import floor_from_probes, probe_spans, tilings_for
-from ctxlite.influence.redundancy import DUPLICATE_THRESHOLD, check_threshold, partners
+from ctxlite.influence.redundancy import DUPLICATE_THRESHOLD, check_threshold, clusters, partners
 from ctxlite.influence.regurgitation import copy_sources, regurgitation, rouge_l
 from ctxlite.influence.results import (
     Block,
+    ClusterInfluence,
     Descent,
     ExampleResult,
     Generation,
@@ -479,12 +480,13 @@ class InfluenceScorer:
         full = enc.with_context
         base = passes.base(full + y, len(full))
         drive = ["steps"] if step_lambdas is not None else list(lambdas)
+        cluster_outs = []
         if units is None:
             windows = [] if st.ngram is None else ngram_starts(len(enc.context), st.ngram, st.window_stride)
             ablated, nulls, search = self._ablate(enc, y, windows, passes, base, drive)
         else:  # units instead of n-gram windows
             ablated, descent = {}, None
-            unit_outs, pair_outs, nulls, runner = self._ablate_units(enc, y, units, passes, base)
+            unit_outs, pair_outs, cluster_outs, nulls, runner = self._ablate_units(enc, y, units, passes, base)
             if st.descends:
                 descent = self._descend(enc, y, units, unit_outs, runner, base, drive)
                 ablated = descent["ablated"]
@@ -540,6 +542,11 @@ class InfluenceScorer:
                     above = None if floor is None else infl > floor.max
                     unit_results.append(_unit_influence(tu, infl, per_tok, above, pair))
                 unit_results.sort(key=lambda u: -u.influence)  # ranked; ties in the order of the context
+            cluster_results = []
+            for members, sim, out in cluster_outs:
+                tau = float(np.abs(lp - out[key]).sum())
+                labels = [units[i].unit.label for i in members]
+                cluster_results.append(ClusterInfluence(labels, sim, tau, None if floor is None else tau > floor.max))
             results.append(
                 LambdaResult(
                     lam=lam,
@@ -557,6 +564,7 @@ class InfluenceScorer:
                     search=_search_record(search, key, spans, ctx_text),
                     units=unit_results,
                     descent=descended,
+                    clusters=cluster_results,
                     generation=None
                     if generation is None
                     else Generation(
@@ -612,22 +620,27 @@ class InfluenceScorer:
     def _ablate_units(self, enc: EncodedPrompt, y: list[int], units: list[TokenUnit], passes, base: dict):
         """log p̄ per key with each unit's tokens removed (one dict per unit, in the order of
         ``units``); per unit, None or its near-duplicate partner's index, their similarity and log p̄
-        with both removed (``redundancy.partners``; a mutual pair is one ablation); the noise floor's
-        probes and the runner, whose record (``windows``: the units) counts the pairs' ablations too."""
+        with both removed (``redundancy.partners``; a mutual pair is one ablation); per cluster of
+        three or more near-duplicates (``redundancy.clusters``), its members' indices, their smallest
+        similarity and log p̄ with all of them removed (one ablation each); the noise floor's probes
+        and the runner, whose record (``windows``: the units) counts the pairs' and clusters'
+        ablations too."""
         st = self.settings
         probes = st.null_ablations if passes.reuse else 0
         runner = _Ablations(self.engine, enc, y, passes, base, st.exact, self.progress)
-        found = partners([u.unit.text for u in units], st.duplicate_threshold)
+        texts = [u.unit.text for u in units]
+        found = partners(texts, st.duplicate_threshold)
         pairs = sorted({tuple(sorted((i, p[0]))) for i, p in enumerate(found) if p is not None})
-        ranges = [
-            ((units[i].token_start, units[i].token_end), (units[j].token_start, units[j].token_end)) for i, j in pairs
-        ]
+        groups = clusters(texts, st.duplicate_threshold)
+        ranges = [tuple((units[i].token_start, units[i].token_end) for i in members) for members in pairs]
+        ranges += [tuple((units[i].token_start, units[i].token_end) for i in members) for members, _ in groups]
         outs = runner.run([(u.token_start, u.token_end) for u in units] + ranges, probes)
         by_pair = dict(zip(pairs, outs[len(units) :]))
         pair_outs = [
             None if p is None else (p[0], p[1], by_pair[tuple(sorted((i, p[0])))]) for i, p in enumerate(found)
         ]
-        return outs[: len(units)], pair_outs, runner.nulls, runner
+        cluster_outs = [(members, sim, out) for (members, sim), out in zip(groups, outs[len(units) + len(pairs) :])]
+        return outs[: len(units)], pair_outs, cluster_outs, runner.nulls, runner
 
     def _descend(self, enc: EncodedPrompt, y, units: list[TokenUnit], unit_outs: list, runner, base: dict, drive):
         """The hierarchy below the units (``results.Descent``): by ``DESCENT_RULE``, the passage(s)

@@ -102,6 +102,7 @@ def _compact_result(r: LambdaResult) -> dict:
             "top_spans": [{k: g.to_dict()[k] for k in keep} for g in r.top],
         }
         | ({} if r.units is None else {"units": [_compact_unit(u) for u in r.ranked_units()]})
+        | ({"clusters": [c.to_dict() for c in r.clusters]} if r.clusters else {})
         | _compact_descent(r)
     )
 

@@ -366,7 +366,8 @@ def _example(key: str, result: ExampleResult, redact: Redactor, top: float, anch
 
 
 PAIR_FLOOR = {True: "above the noise floor", False: "within the noise floor", None: "no floor measured"}
-"""How a τ_pair stands against its result's noise floor (``UnitInfluence.pair_above_noise``)."""
+"""How a τ_pair (or τ_cluster) stands against its result's noise floor (``UnitInfluence.pair_above_noise``,
+``ClusterInfluence.above_noise``)."""
 
 
 def _units(result: LambdaResult, redact: Redactor) -> str:
@@ -384,6 +385,11 @@ def _units(result: LambdaResult, redact: Redactor) -> str:
         f"τ_pair {u.pair_influence:.2f} nats, {PAIR_FLOOR[u.pair_above_noise]}</li>"
         for u in result.ranked_units()
         if u.partner is not None
+    ]
+    pairs += [
+        f"<li>{', '.join(esc(label) for label in c.units)} removed together (similarity ≥ {c.similarity:.2f}): "
+        f"τ_cluster {c.influence:.2f} nats, {PAIR_FLOOR[c.above_noise]}</li>"
+        for c in result.clusters
     ]
     note = "" if not pairs else '<ul data-role="pairs">' + "".join(pairs) + "</ul>"
     return (

@@ -106,7 +106,8 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
     """Per example and λ, its units (passages, sentences, fields or spans) ranked by τ_u, largest
     first: label, τ_u, whether it stands above the noise floor, characters and text (``*`` after the
     characters: snapped to whole tokens, which removed more); [] where no result scored units. A
-    note line per unit with a near-duplicate partner gives τ_pair, the two removed together."""
+    note line per unit with a near-duplicate partner gives τ_pair, the two removed together, and one per
+    cluster of three or more near-duplicates its τ_cluster, all of them removed together."""
     rows = [("example", "λ", "rank", "unit", "τ_u", "above", "chars: text")]
     notes = []
     for key, rec in zip(keys, records):
@@ -123,6 +124,12 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
                 above = FLAG[u.above_noise]
                 where = f"{u.char_start}–{u.char_end}{'*' * u.snapped}: {text}"
                 rows.append((printable(key), r.name, str(rank), printable(u.label), f"{u.influence:.2f}", above, where))
+            for c in r.clusters:
+                members = ", ".join(printable(label) for label in c.units)
+                notes.append(
+                    f"  {printable(key)} {r.name}: {members} removed together (similarity ≥ {c.similarity:.2f}): "
+                    f"τ_cluster {c.influence:.2f}, above floor: {FLAG[c.above_noise]}"
+                )
     if len(rows) == 1:
         return []
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -131,7 +138,10 @@ def units_table(keys: Sequence[str], records: Sequence[ExampleResult], width: in
         cells = [cell.rjust(w) if i > 1 and i != 3 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join([*cells, row[-1]]))
     if notes:
-        lines += ["near-duplicate units, removed together (τ_pair; leave-one-out misses what both hold):", *notes]
+        lines += [
+            "near-duplicate units, removed together (τ_pair, τ_cluster; leave-one-out misses what all hold):",
+            *notes,
+        ]
     return lines + descent_lines(keys, records, width) + [""]
 
 

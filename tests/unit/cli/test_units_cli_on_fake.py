@@ -144,6 +144,35 @@ def test_a_planted_copy_is_removed_with_its_original_in_the_table_json_log_and_p
     assert off.exit_code == 0 and "partner" not in (tmp_path / "o.jsonl").read_text(encoding="utf-8")
 
 
+def test_a_fact_stated_three_times_is_a_cluster_in_the_table_json_log_page_and_gate(tmp_path):
+    """The issue's layout [P1, P2, P3, P2, P2]: the three copies are one cluster, removed together
+    (τ_cluster), shown in the table, the JSON, the log and the page, and gated: a budget above every
+    τ_u and τ_pair and below τ_cluster fails (exit 8) on the run and on ``ctxlite report``."""
+    passages = [PASSAGES[1], PASSAGES[0], PASSAGES[2], PASSAGES[0], PASSAGES[0]]
+    data = write(tmp_path / "x3.jsonl", {"id": "x3", "passages": passages, "query": "What?", "response": PASSAGES[0]})
+    out = tmp_path / "x3.log.jsonl"
+    assert run("score", "--data", data, "--unit", "passage", "--out", out).exit_code == 0
+    (r,) = ExampleResult.from_dict(json.loads(out.read_text().splitlines()[1])["result"]).results
+    (cluster,) = r.clusters
+    assert cluster.units == ["passage 2", "passage 4", "passage 5"] and cluster.similarity == 1.0
+    shown = run("report", out, "--json", "--html", tmp_path / "x3.html")
+    (res,) = json.loads(shown.stdout)["examples"][0]["results"]
+    assert res["clusters"] == [cluster.to_dict()]
+    note = f"passage 2, passage 4, passage 5 removed together (similarity ≥ 1.00): τ_cluster {cluster.influence:.2f}"
+    assert note in run("report", out).stdout
+    assert note in (tmp_path / "x3.html").read_text(encoding="utf-8")
+    singles = max([u.influence for u in r.units] + [u.pair_influence for u in r.units if u.partner])
+    floor = r.noise_floor.max
+    assert cluster.influence - floor > singles + floor + 1
+    budget = f"{(cluster.influence - floor + singles + floor) / 2:.3f}"
+    gated = run("score", "--data", data, "--unit", "passage", "--fail-above-influence", budget, "--json")
+    assert gated.exit_code == 8, gated.output
+    (case,) = json.loads(gated.stdout)["verdict"]["failed"]
+    assert "τ_cluster" in case["message"] and "'passage 5'" in case["message"]
+    reported = run("report", out, "--fail-above-influence", budget)
+    assert reported.exit_code == 8 and "τ_cluster" in reported.stdout, reported.output
+
+
 def test_the_duplicate_threshold_needs_units(tmp_path):
     data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": "x"})
     r = run("score", "--data", data, "--duplicate-threshold", "0.7")

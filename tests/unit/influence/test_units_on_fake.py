@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import Outcome, influence_cases, pair_removals
+from ctxlite.influence.redundancy import clusters
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import split_units, to_tokens
@@ -73,6 +74,15 @@ def reference_tau(backend, scorer: InfluenceScorer, example: Example, lam: float
         ablated = full[:p] + [t for i, t in enumerate(enc.context) if i not in drop] + enc.suffix
         out.append((v.unit.label, sim, float(np.abs(base - logp(ablated)).sum())))
     return out
+
+
+def reference_cluster_tau(backend, scorer: InfluenceScorer, example: Example, lam: float, labels) -> float:
+    """τ of the units named ``labels`` removed together, token by token, decoded from scratch."""
+    enc, logp = _reference_logp(backend, scorer, example, lam)
+    units = [u for u in scorer.units(example, enc) if u.unit.label in labels]
+    drop = {i for u in units for i in range(u.token_start, u.token_end)}
+    kept = enc.prefix + [t for i, t in enumerate(enc.context) if i not in drop] + enc.suffix
+    return float(np.abs(logp(enc.with_context) - logp(kept)).sum())
 
 
 def reference_similarity(a: str, b: str) -> float:
@@ -240,7 +250,7 @@ def test_passage_influence_equals_the_from_scratch_reference(passages, lam, seed
         [u.influence for u in in_order(r)], reference_tau(backend, scorer, example, lam), 1e-6, 1e-4
     )
     pairs = {tuple(sorted((u.label, u.partner))) for u in r.units if u.partner is not None}
-    assert r.ngrams == [] and r.search.ablations == len(passages) + len(pairs)
+    assert r.ngrams == [] and r.search.ablations == len(passages) + len(pairs) + len(r.clusters)
 
 
 @settings(max_examples=25)
@@ -342,12 +352,19 @@ def test_near_duplicate_pairs_equal_the_reference_and_reuse_equals_exact(data):
     scorer, reuse = score(backend, example, unit="passage", duplicate_threshold=threshold)
     _, exact = score(backend, example, unit="passage", duplicate_threshold=threshold, exact=True)
     assert [pairs_of(r) for r in reuse.results] == [pairs_of(r) for r in exact.results]
+    assert [r.clusters for r in reuse.results] == [r.clusters for r in exact.results]
     assert [units_of(r) for r in reuse.results] == [units_of(r) for r in exact.results]
     for r in reuse.results:
         want = reference_tau(backend, scorer, example, r.lam, pairs=True)
         got = pairs_of(r)
         assert [g and g[:2] for g in got] == [w and (w[0], pytest.approx(w[1])) for w in want]
         np.testing.assert_allclose([g[2] for g in got if g], [w[2] for w in want if w], 1e-6, 1e-4)
+        texts = [u.text for u in in_order(r)]
+        want_clusters = [[in_order(r)[i].label for i in m] for m, _ in clusters(texts, threshold)]
+        assert [c.units for c in r.clusters] == want_clusters
+        for c in r.clusters:
+            want_tau = reference_cluster_tau(backend, scorer, example, r.lam, c.units)
+            assert c.influence == pytest.approx(want_tau, 1e-6, 1e-4)
         assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
 
 
@@ -458,6 +475,125 @@ def test_a_pair_is_flagged_against_the_noise_floor_like_a_unit():
 def _copied_example() -> dict:
     passages = [COPIED, "The clinic opens at nine.", COPIED]
     return {"context": "\n\n".join(passages), "query": "What?", "response": COPIED[:37], "passages": passages}
+
+
+# ----- a fact stated three times: clusters of near-duplicates -----------------------------------
+
+
+class SeesAFactOnce(FakeBackend):
+    """The fake's induction head asking only *whether* a continuation occurs earlier in the prompt,
+    not how often (min(c, 1) for c), and no position hash: the rows after a prompt with one copy of a
+    passage equal those after three, so removing one or two of three copies moves nothing, and
+    removing all three moves what the response copied (the issue's case, built)."""
+
+    def _rows(self, cells, lo, hi, tiling=None):
+        toks = np.asarray(cells, dtype=np.int64)
+        hashes = np.cumsum((toks + 1) * self._weights[: len(toks)]) % (2**31)
+        out = np.empty((hi - lo, len(self._bigram)))
+        for i in range(lo, hi):
+            seen = np.zeros(len(self._bigram), dtype=bool)
+            for k in (1, 2, 3):
+                if i < k:
+                    break
+                match = np.ones(i - (k - 1), dtype=bool)
+                for d in range(k):
+                    match &= toks[k - 1 - d : i - d] == toks[i - d]
+                seen[toks[k : i + 1][match]] = True
+            out[i - lo] = self._bigram[toks[i]] + self.induction * seen * np.log(2)
+            if tiling is not None and self.tiling_noise:
+                bucket = (hashes[i] + 7919 * tiling.offset + 104729 * tiling.batch) % len(self._hashed)
+                out[i - lo] += self.tiling_noise * self._hashed[bucket]
+        return out.astype(np.float32)
+
+
+THRICE = ["The clinic opens at nine.", COPIED, "Parking is free on Sundays.", COPIED, COPIED]
+"""The issue's layout [P1, P2, P3, P2, P2]: the fact the response repeats, stated three times."""
+
+
+def stated_three_times(**kw) -> ExampleResult:
+    example = Example(context="\n\n".join(THRICE), query="What?", response=COPIED[:37], passages=THRICE, id="x3")
+    backend = SeesAFactOnce(seed=0, tiling_noise=0.01, hash_weight=0.0, induction=4.0)
+    return score(backend, example, **{"lambdas": (1.0,), "unit": "passage", "null_ablations": 2, **kw})[1]
+
+
+def test_a_fact_stated_three_times_is_removed_whole_and_the_gate_does_not_pass():
+    """Every copy's τ_u and every pair's τ_pair is 0 (a copy is always left), every τ_u + floor is
+    within the budget, and the three copies removed together move the response by far more than it:
+    the case fails on τ_cluster (it passed on the units and pairs alone: 'pass', largest τ_u + floor
+    5.48 nats of a budget of 10, before clusters)."""
+    rec = stated_three_times()
+    (r,) = rec.results
+    copies = ["passage 2", "passage 4", "passage 5"]
+    assert all(u.influence == 0 for u in r.units if u.label in copies)
+    assert all(u.pair_influence == 0 for u in r.units if u.partner is not None)
+    floor, budget = r.noise_floor.max, 10.0
+    assert max(u.influence for u in r.units) + floor < budget  # units and pairs alone would pass
+    (cluster,) = r.clusters
+    assert (cluster.units, cluster.similarity) == (copies, 1.0)
+    assert cluster.influence - floor > 5 * budget and cluster.above_noise is True
+    assert r.search.ablations == 5 + 2 + 1  # five passages, the pairs (2, 4) and (2, 5), the cluster
+    (case,) = influence_cases([("x3", rec)], budget)
+    assert case.outcome is Outcome.FAIL, case.message
+    assert "τ_cluster" in case.message and all(repr(c) in case.message for c in copies)
+    assert COPIED not in case.message  # positions and labels, never the private text
+    assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
+
+
+def test_a_cluster_equals_the_reference_removal_and_reuse_equals_exact():
+    """τ_cluster is the from-scratch decode without the three copies' tokens, and prefix reuse with
+    a three-range removal equals --exact bit for bit."""
+    backend = SeesAFactOnce(seed=3, hash_weight=0.0, induction=4.0)
+    example = Example(context="\n\n".join(THRICE), query="What?", response=COPIED[:37], passages=THRICE, id="x3")
+    scorer, reuse = score(backend, example, unit="passage")
+    _, exact = score(backend, example, unit="passage", exact=True)
+    assert [r.clusters for r in reuse.results] == [r.clusters for r in exact.results]
+    for r in reuse.results:
+        (cluster,) = r.clusters
+        want = reference_cluster_tau(backend, scorer, example, r.lam, ["passage 2", "passage 4", "passage 5"])
+        assert cluster.influence == pytest.approx(want, rel=1e-6, abs=1e-4) and want > 10
+
+
+def test_a_log_whose_partners_join_three_units_never_removed_together_is_inconclusive():
+    """A log written before clusters: its partners join three copies, no cluster holds them, and
+    every τ_u and τ_pair is within the budget: not a pass."""
+    rec = stated_three_times()
+    old = ExampleResult.from_dict(rec.to_dict())
+    for r in old.results:
+        r.clusters = []
+    (case,) = influence_cases([("x3", old)], 10.0)
+    assert case.outcome is Outcome.INCONCLUSIVE, case.message
+    assert "never removed together" in case.message and "'passage 5'" in case.message
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=6).map(" ".join), max_size=7),
+    st.sampled_from([0.2, 0.5, 1.0, None]),
+)
+def test_clusters_are_the_components_of_the_similarity_graph(texts, threshold):
+    """Against a brute-force reference: the connected components of three or more texts at least
+    the threshold similar (chains included: reached by a walk over near pairs), in the order of
+    their first member, with the smallest similarity of two members; none when off."""
+    n = len(texts)
+    want = []
+    if threshold is not None:
+        sim = [[reference_similarity(a, b) for b in texts] for a in texts]
+        near = [[j for j in range(n) if j != i and sim[i][j] >= threshold] for i in range(n)]
+        seen: set[int] = set()
+        for start in range(n):
+            if start in seen:
+                continue
+            comp, todo = set(), [start]
+            while todo:
+                i = todo.pop()
+                if i not in comp:
+                    comp.add(i)
+                    todo += near[i]
+            seen |= comp
+            if len(comp) >= 3:
+                low = min(reference_similarity(texts[i], texts[j]) for i in comp for j in comp if i < j)
+                want.append((tuple(sorted(comp)), pytest.approx(low)))
+    assert clusters(texts, threshold) == want
 
 
 # ----- hierarchical search: passages → sentences → n-grams ----------------------------------------
