@@ -128,7 +128,10 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
                 bound += f", budgets at delta {d.budgets.delta:g} (optimal composition)"
             spent = f"{ledger.responses} response(s) logged, {ledger.spent_total:g} spent"
             if d.budgets.delta is not None:
-                spent += f" ({ledger.composed(ledger.tokens_total):g} composed at delta {d.budgets.delta:g})"
+                spent += (
+                    f" ({ledger.composed(ledger.tokens_total):g} composed at delta {d.budgets.delta:g}, "
+                    f"{ledger.composed_neighbour(ledger.tokens_total):g} against a neighbouring context)"
+                )
             if ledger.recovered:
                 spent += f" ({ledger.recovered} cut off by a crash, counted at their whole reservation)"
             say(f"ctxlite serve: {name} on http://{d.host}:{d.port}/v1, {bound}; {log_path}: {spent}")

@@ -116,6 +116,11 @@ class Outcome:
     key_id: str
     delta: float | None = None
     composed_key: float | None = None
+    neighbour: float | None = None
+    """The answer's ε against a neighbouring context: 2nε, or with δ its n tokens composed
+    optimally at 2ε per token (None: 2·``charged``)."""
+    composed_key_neighbour: float | None = None
+    """With δ: the key's tokens composed optimally at 2ε per token (not twice ``composed_key``)."""
 
     def usage_extension(self, epsilon: float | None, release_realised: bool = False) -> dict:
         """``usage.ctxlite``: what the answer was charged, and each token's realised bound and λ_t*
@@ -130,7 +135,7 @@ class Outcome:
             "token_ids": [s.token for s in self.steps],
             **realised,
             "epsilon_total": self.charged,
-            "epsilon_total_neighbour": 2 * self.charged,
+            "epsilon_total_neighbour": 2 * self.charged if self.neighbour is None else self.neighbour,
             "budget_left": None if math.isinf(self.budget_left) else self.budget_left,
             "composition": "basic: epsilon per sampled token (end-of-generation included), summed",
             **(
@@ -141,6 +146,7 @@ class Outcome:
                     "(end-of-generation included), budgets kept as (epsilon, delta)",
                     "delta": self.delta,
                     "epsilon_spent_key": self.composed_key,
+                    "epsilon_spent_key_neighbour": self.composed_key_neighbour,
                 }
             ),
         }
@@ -363,8 +369,15 @@ class Service:
             return self._outcome(taken, "", TEACHER_FORCED, 0.0, kid), values
 
     def _outcome(self, taken: list[Step], text: str, finish: str, charged: float, kid: str) -> Outcome:
-        """An answer's Outcome with the budget state after it (with δ, the key's composed ε)."""
+        """An answer's Outcome with the budget state after it (with δ, the key's composed ε, and
+        against a neighbour the optimal composition at 2ε per token: :meth:`Ledger.composed_neighbour`)."""
         ledger = self.ledger
         delta = ledger.budgets.delta
-        composed = None if delta is None else ledger.composed(ledger.tokens.get(kid, 0))
-        return Outcome(taken, text, finish, charged, ledger.left(kid), kid, delta, composed)
+        if delta is None:
+            return Outcome(taken, text, finish, charged, ledger.left(kid), kid)
+        n_key = ledger.tokens.get(kid, 0)
+        neighbour = ledger.composed_neighbour(len(taken) if charged else 0)  # a forced answer counts no token
+        return Outcome(
+            taken, text, finish, charged, ledger.left(kid), kid, delta, ledger.composed(n_key), neighbour,
+            ledger.composed_neighbour(n_key),
+        )  # fmt: skip
