@@ -352,7 +352,8 @@ def _flag(name: str) -> str:
     type=TEXT,
     default=_i("sentence_language"),
     show_default=True,
-    help="Language (ISO 639 code) of --unit sentence's rule-based segmenter.",
+    help="Language of --unit sentence's rule-based segmenter (sentencex): one of the codes it has rules for "
+    "(docs/scoring.md#sentence-languages); another is refused, never segmented as English.",
 )
 @click.option(
     "--duplicate-threshold",

@@ -50,6 +50,7 @@ from ctxlite.influence.units import (
     TokenUnit,
     Unit,
     check_kind,
+    check_sentence_language,
     check_spans,
     join_passages,
     split_units,
@@ -83,8 +84,8 @@ class InfluenceSettings:
     every pair of a λ of ``lambdas`` and an ε of ``epsilons`` (each step's λ_t* = min(λ, ε /
     (2·max_v |pmi_D(v)|))), and each ``LambdaResult`` records its ``epsilon``; empty (the default)
     is unbounded CID. ``unit``: what is removed, n-gram windows (``"ngram"``) or the units of one
-    kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``,
-    ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
+    kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``, one of
+    ``units.SENTENCE_LANGUAGES``, ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
     do not apply; except that ``search="adaptive"`` with passages or sentences descends the
     hierarchy passages → sentences → n-grams of ``ngram`` tokens, :attr:`descends`); with units,
     ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard similarity of word 3-gram
@@ -137,6 +138,7 @@ class InfluenceSettings:
             raise InvalidParameter(f"null_ablations must be >= 0, got {self.null_ablations}")
         choose_search(self.search, 0)
         check_kind(self.unit)
+        check_sentence_language(self.sentence_language)
         check_threshold(self.duplicate_threshold)
         if self.unit in ("field", "span") and self.search == "adaptive":
             raise InvalidParameter(

@@ -10,8 +10,8 @@ The kinds (``UNIT_KINDS``; ``"ngram"`` is the scorer's token windows, not a unit
 
 * ``passage``: a record's ``"passages"`` (the context is their join with its ``"separator"``,
   ``PASSAGE_JOIN`` by default), else the context split at blank lines (``BLANK_LINE``);
-* ``sentence``: the sentences of ``sentencex`` (Wikimedia's rule-based segmenter, ~300 languages,
-  offline: no model is downloaded), in the language given (an ISO 639 code);
+* ``sentence``: the sentences of ``sentencex`` (Wikimedia's rule-based segmenter, offline: no model
+  is downloaded), in the language given, one of ``SENTENCE_LANGUAGES`` (:func:`check_sentence_language`);
 * ``field``: each ``Name: value`` line (``FIELD_LINE``), labelled with its name;
 * ``span``: the record's ``"spans"`` ``[[start, end, "label"], ...]``, characters ``[start, end)``
   of the context (a PII detector's output, say); they may not overlap.
@@ -28,6 +28,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
+from importlib.metadata import version
 
 import sentencex
 
@@ -44,6 +46,178 @@ BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 
 FIELD_LINE = re.compile(r"^[ \t]*([^:\n]{1,64}?)[ \t]*:[ \t]*\S[^\n]*$", re.MULTILINE)
 """A field: a line ``Name: value`` with a name of 1–64 characters (no colon) and a non-empty value."""
+
+
+SENTENCEX_VERSION = "1.0.32"
+"""The sentencex release :data:`SENTENCE_RULES` was read from (its language table is compiled into
+the extension, which lists no languages): another release is refused (:func:`check_sentencex`)."""
+
+SENTENCE_RULES: dict[str, tuple[str, ...]] = {
+    "am": (),
+    "ar": ("acm", "aeb", "aeb-arab", "apc", "arq", "ary", "arz"),
+    "bg": (),
+    "bn": ("bpy",),
+    "ca": ("oc",),
+    "da": ("jut", "kl"),
+    "de": (
+        "als",
+        "bar",
+        "de-at",
+        "de-ch",
+        "de-formal",
+        "dsb",
+        "frr",
+        "gsw",
+        "hrx",
+        "hsb",
+        "ksh",
+        "lb",
+        "nds",
+        "pdc",
+        "pdt",
+        "pfl",
+        "rm",
+        "sli",
+        "stq",
+        "vmf",
+    ),
+    "el": ("pnt",),
+    "en": (),
+    "es": ("an", "arn", "ast", "ay", "cbk-zam", "es-formal", "ext", "gn", "guc", "lad", "nah", "qu", "qug"),
+    "fi": ("fit", "krl", "olo", "smn", "vot"),
+    "fr": (
+        "atj",
+        "avk",
+        "bci",
+        "bm",
+        "dua",
+        "fon",
+        "frc",
+        "frp",
+        "gcf",
+        "gcr",
+        "hke",
+        "ht",
+        "kab",
+        "kbp",
+        "ln",
+        "lua",
+        "mg",
+        "pcd",
+        "ses",
+        "sg",
+        "shy",
+        "shy-latn",
+        "ty",
+        "wa",
+        "wls",
+        "wo",
+    ),
+    "gu": (),
+    "hi": ("anp", "awa", "mag", "mai", "sa"),
+    "hy": ("hyw",),
+    "it": (
+        "aae",
+        "co",
+        "egl",
+        "eml",
+        "fur",
+        "lij",
+        "lld",
+        "lmo",
+        "nap",
+        "pms",
+        "rgn",
+        "roa-tara",
+        "scn",
+        "sdc",
+        "sro",
+        "vec",
+    ),
+    "ja": (),
+    "kk": ("kaa", "kk-arab", "kk-cn", "kk-cyrl", "kk-kz", "kk-latn", "kk-tr"),
+    "kn": ("tcy",),
+    "ml": (),
+    "mr": (),
+    "my": ("blk", "kjp", "ksw", "mnw"),
+    "nl": ("li", "nds-nl", "nl-informal", "srn", "vls"),
+    "pa": (),
+    "pl": ("csb", "szl"),
+    "pt": ("gl", "kea", "mwl", "pt-br", "tet", "vmw"),
+    "ru": (
+        "ab",
+        "alt",
+        "av",
+        "ba",
+        "bxr",
+        "ce",
+        "cv",
+        "gld",
+        "inh",
+        "kjh",
+        "koi",
+        "krc",
+        "kum",
+        "kv",
+        "lbe",
+        "lez",
+        "mdf",
+        "mhr",
+        "mrj",
+        "myv",
+        "os",
+        "rut",
+        "sah",
+        "sjd",
+        "sty",
+        "tt",
+        "tt-cyrl",
+        "tyv",
+        "udm",
+        "xal",
+    ),
+    "sk": ("cs",),
+    "ta": (),
+    "te": (),
+    "uk": ("rue",),
+}
+"""sentencex's sentence rules, by the language they are written for, and the codes it maps onto each
+(its fallback table: ``bar`` is segmented by the German rules). Read from sentencex's source
+(``src/lib.rs``'s ``language_factory``, ``src/languages/fallbacks.rs``), following each code's
+fallbacks as it does, and checked against the table the installed extension holds. A code it knows
+no rules for (``xx``, ``de-DE``: codes are lowercase; ``zh``, ``fa``: codes it maps to no rules)
+is segmented with the English rules, so it is no language here: ask for ``en`` for those."""
+
+SENTENCE_LANGUAGES: dict[str, str] = {
+    code: rules for rules, codes in SENTENCE_RULES.items() for code in (rules, *codes)
+}
+"""Every ``sentence_language`` accepted, and the rules sentencex segments it by."""
+
+
+def check_sentence_language(language) -> str:
+    """``language`` if it is one of :data:`SENTENCE_LANGUAGES`, else ``InvalidParameter`` naming it
+    (sentencex would segment it with its English rules, silently, while the run recorded the code)."""
+    if isinstance(language, str) and language in SENTENCE_LANGUAGES:
+        return language
+    near = sorted({c for c in (str(language).lower(), str(language).lower().split("-")[0]) if c in SENTENCE_LANGUAGES})
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise InvalidParameter(
+        f"sentence language {language!r}{hint} is not one of the sentencex {SENTENCEX_VERSION} languages "
+        "(ctxlite.influence.units.SENTENCE_LANGUAGES, docs/scoring.md#sentence-languages): sentencex would "
+        "segment it with its English rules; give en for those"
+    )
+
+
+@cache
+def check_sentencex() -> None:
+    """Refuse a sentencex release other than :data:`SENTENCEX_VERSION`: the languages it has rules for
+    may differ from :data:`SENTENCE_RULES`, and a code it dropped would be segmented in English."""
+    installed = version("sentencex")
+    if installed != SENTENCEX_VERSION:
+        raise InvalidParameter(
+            f"sentencex {installed} is installed, but ctxlite's list of its languages is for sentencex "
+            f"{SENTENCEX_VERSION} (ctxlite.influence.units.SENTENCE_RULES): install sentencex=={SENTENCEX_VERSION}"
+        )
 
 
 def check_kind(kind: str) -> str:
@@ -120,6 +294,8 @@ def _passages(context: str, passages: Sequence[str] | None, separator: str | Non
 
 
 def _sentences(context: str, language: str) -> list[Unit]:
+    check_sentence_language(language)
+    check_sentencex()
     units = []
     for b in sentencex.get_sentence_boundaries(language, context):
         a, e = b["start_index"], b["end_index"]
@@ -226,10 +402,15 @@ __all__ = [
     "BLANK_LINE",
     "FIELD_LINE",
     "PASSAGE_JOIN",
+    "SENTENCEX_VERSION",
+    "SENTENCE_LANGUAGES",
+    "SENTENCE_RULES",
     "UNIT_KINDS",
     "TokenUnit",
     "Unit",
     "check_kind",
+    "check_sentence_language",
+    "check_sentencex",
     "check_spans",
     "join_passages",
     "split_units",

@@ -173,6 +173,38 @@ def test_a_fact_stated_three_times_is_a_cluster_in_the_table_json_log_page_and_g
     assert reported.exit_code == 8 and "τ_cluster" in reported.stdout, reported.output
 
 
+@pytest.mark.parametrize("language", ["de-DE", "xx", "", "12", "zh"])
+def test_an_unknown_sentence_language_is_refused_in_one_line(tmp_path, language):
+    """sentencex segments a code it has no rules for with its English rules: the run recorded the code
+    as if it were used (exit 0 before, with the English sentences). Now exit 2 naming the value and
+    the list, before any model work."""
+    data = write(tmp_path / "s.jsonl", {"id": "s1", "context": "Ein Satz. Noch einer.", "query": "Q?", "response": "x"})
+    r = run("score", "--data", data, "--unit", "sentence", "--sentence-language", language, "--out", tmp_path / "o")
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert repr(language) in r.output and "SENTENCE_LANGUAGES" in r.output
+    assert not (tmp_path / "o").exists()
+    if language == "de-DE":
+        assert "did you mean 'de'?" in r.output
+
+
+def test_a_known_sentence_language_segments_by_its_own_rules(tmp_path):
+    """de segments by the German rules (``bzw.`` ends no sentence; in English it does), and the log
+    records de."""
+    context = "Das ist ein Test. Und bzw. noch einer."
+    data = write(tmp_path / "s.jsonl", {"id": "s1", "context": context, "query": "Q?", "response": "Test"})
+    out = tmp_path / "de.jsonl"
+    r = run("score", "--data", data, "--unit", "sentence", "--sentence-language", "de", "--out", out)
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert json.loads(lines[0])["identity"]["settings"]["sentence_language"] == "de"
+    (res,) = ExampleResult.from_dict(json.loads(lines[1])["result"]).results
+    assert sorted(u.text for u in res.units) == ["Das ist ein Test.", "Und bzw. noch einer."]
+    assert run("score", "--data", data, "--unit", "sentence", "--out", tmp_path / "en.jsonl").exit_code == 0
+    (res,) = ExampleResult.from_dict(json.loads((tmp_path / "en.jsonl").read_text().splitlines()[1])["result"]).results
+    assert len(res.units) == 3  # the English rules end a sentence at "bzw."
+
+
 def test_the_duplicate_threshold_needs_units(tmp_path):
     data = write(tmp_path / "r.jsonl", {"id": "r1", "passages": PASSAGES, "query": "What?", "response": "x"})
     r = run("score", "--data", data, "--duplicate-threshold", "0.7")

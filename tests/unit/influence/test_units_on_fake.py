@@ -5,6 +5,7 @@ ablated prompt from scratch -- on generated unit layouts, without a model."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,14 @@ from ctxlite.gates import Outcome, influence_cases, pair_removals
 from ctxlite.influence.redundancy import clusters
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
-from ctxlite.influence.units import split_units, to_tokens
+from ctxlite.influence.units import (
+    SENTENCE_LANGUAGES,
+    SENTENCE_RULES,
+    SENTENCEX_VERSION,
+    check_sentence_language,
+    split_units,
+    to_tokens,
+)
 from ctxlite.runtime.backend import char_cover_of
 from ctxlite.runtime.fake import FakeBackend
 from tests.reference.copy_sources_reference import copy_source_positions
@@ -150,6 +158,59 @@ def test_sentences_in_several_languages():
         "次の文。",
     ]
     assert all(context[u.char_start : u.char_end] == u.text for u in units)
+
+
+PROBES = (
+    "Dr. Smith met Prof. Jones at 5 p.m. today. He said: no! Then he left… Was it ok? Yes.\n\n"
+    "Das ist z. B. ein Test, bzw. Nr. 5 geht weiter. Sr. García llegó a las 3 p. m. ayer. "
+    "Il est arrivé à 10 h. M. Dupont est là. Это т. е. пример. Он ушёл в 5 ч. вечера.\n\n"
+    "東京は大きい。次の文！ यह एक वाक्य है। दूसरा वाक्य। هذه جملة. وهذه أخرى؟ Ավարտ։ Նոր նախադասություն։"
+)
+"""Text on which sentencex's rule sets differ (abbreviations, scripts, terminators)."""
+
+
+@pytest.mark.parametrize("code", sorted(SENTENCE_LANGUAGES))
+def test_every_sentence_language_segments_as_the_rules_it_is_listed_under(code):
+    """The list against the installed sentencex: each code segments the probes exactly as the rules
+    it is listed under."""
+    rules = SENTENCE_LANGUAGES[code]
+    assert sentencex.segment(code, PROBES) == sentencex.segment(rules, PROBES)
+
+
+def test_sentence_rules_differ_from_english_where_the_probes_can_tell():
+    """The probes tell most rule sets from English, so the test above is not vacuous; and an unknown
+    code segments as English does (why it is refused)."""
+    english = sentencex.segment("en", PROBES)
+    differ = [r for r in SENTENCE_RULES if r != "en" and sentencex.segment(r, PROBES) != english]
+    assert {"de", "fr", "es", "it", "nl", "pt", "ru", "hy"} <= set(differ) and len(differ) >= 15, differ
+    for unknown in ("xx", "de-DE", "zh", "", "12"):
+        assert sentencex.segment(unknown, PROBES) == english
+        with pytest.raises(InvalidParameter, match="not one of the sentencex"):
+            check_sentence_language(unknown)
+        with pytest.raises(InvalidParameter, match="not one of the sentencex"):
+            InfluenceSettings(unit="sentence", sentence_language=unknown)
+        with pytest.raises(InvalidParameter, match="not one of the sentencex"):
+            split_units("sentence", "One. Two.", language=unknown)
+
+
+def test_the_documented_sentence_languages_are_the_list():
+    """docs/scoring.md#sentence-languages shows SENTENCE_RULES, row by row."""
+    page = (Path(__file__).parents[3] / "docs" / "scoring.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z]+)` \([A-Za-z]+\) \| (.*) \|$", page, re.MULTILINE)
+    assert {rules: tuple(re.findall(r"`([^`]+)`", codes)) for rules, codes in rows} == SENTENCE_RULES
+
+
+def test_another_sentencex_release_is_refused(monkeypatch):
+    import ctxlite.influence.units as units
+
+    monkeypatch.setattr(units, "version", lambda name: "1.0.99")
+    units.check_sentencex.cache_clear()
+    try:
+        with pytest.raises(InvalidParameter, match="sentencex 1.0.99 is installed.*sentencex==1.0.32"):
+            split_units("sentence", "One. Two.", language="en")
+    finally:
+        units.check_sentencex.cache_clear()
+    assert SENTENCEX_VERSION == "1.0.32"
 
 
 def test_fields_are_name_value_lines():
