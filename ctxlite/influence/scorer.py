@@ -83,15 +83,19 @@ class InfluenceSettings:
     ``epsilons``: ε-bounded CID (``ctxlite.influence.cid``). A generated response is made for
     every pair of a λ of ``lambdas`` and an ε of ``epsilons`` (each step's λ_t* = min(λ, ε /
     (2·max_v |pmi_D(v)|))), and each ``LambdaResult`` records its ``epsilon``; empty (the default)
-    is unbounded CID. ``unit``: what is removed, n-gram windows (``"ngram"``) or the units of one
-    kind (``ctxlite.influence.units``: ``"passage"``, ``"sentence"`` in ``sentence_language``, one of
-    ``units.SENTENCE_LANGUAGES``, ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
+    is unbounded CID. Its τ (n-grams and units) mixes the rows after D and after each D ∖ u with
+    the generation's λ_t* on D, not the λ_t* the mechanism would compute on D ∖ u: not the
+    mechanism's own leave-one-out (docs/scoring.md, "Influence under ε"). ``unit``: what is
+    removed, n-gram windows (``"ngram"``) or the units of one kind (``ctxlite.influence.units``:
+    ``"passage"``, ``"sentence"`` in ``sentence_language``, one of ``units.SENTENCE_LANGUAGES``,
+    ``"field"``, ``"span"``), each once, exhaustively (``ngram``, ``stride`` and the search then
     do not apply; except that ``search="adaptive"`` with passages or sentences descends the
     hierarchy passages → sentences → n-grams of ``ngram`` tokens, :attr:`descends`); with units,
     ``duplicate_threshold`` (``ctxlite.influence.redundancy``: Jaccard similarity of word 3-gram
     shingles, in (0, 1]; None: off) also removes each unit together with its most similar other
-    unit where they are at least that similar (τ_pair; the units asked for only, not the levels
-    below them). ``copy_sources``: a hierarchical search also measures the n-gram windows holding a
+    unit where they are at least that similar (τ_pair), and each cluster of three or more
+    near-duplicates whole (τ_cluster; the units asked for only, not the levels below them).
+    ``copy_sources``: a hierarchical search also measures the n-gram windows holding a
     copy source of the response (``regurgitation.copy_sources``; no effect without a descent).
     Each ε must be finite and > 0; the sweep is kept sorted, without repeats
     (a single number is taken as a sweep of one). A given response is scored once per λ, with
@@ -880,7 +884,8 @@ def _removed(ranges: tuple[tuple[int, int], ...]) -> int:
 
 
 class _StepCollector(_Collector):
-    """Like ``_Collector`` but with one λ_t per response token (ε-bounded CID)."""
+    """Like ``_Collector`` but with one λ_t per response token (ε-bounded CID): the generation's λ_t*
+    on D, for the full prompt and every ablated one alike."""
 
     def __init__(self, targets, step_lambdas, without, T, banned, ban_rows):
         super().__init__(targets, ["steps", 1.0], without, T, banned, ban_rows)

@@ -28,6 +28,7 @@ from ctxlite.influence.units import (
 )
 from ctxlite.runtime.backend import char_cover_of
 from ctxlite.runtime.fake import FakeBackend
+from ctxlite.runtime.sampling import SamplingSettings
 from tests.reference.copy_sources_reference import copy_source_positions
 
 WORDS = ["Alice", "Smith", "takes", "losartan", "the", "is", "a", "of", "Ohio", "MRN", "4411", "née", "東京", "and"]
@@ -352,6 +353,46 @@ def test_a_generated_response_is_scored_over_units():
     example = Example(context="Name: Alice Smith\nMRN: 4411\nCity: Ohio", query="Who?", id="g")
     _, result = score(FakeBackend(seed=7), example, unit="field", epsilons=(2.0,))
     assert all(r.generated and [u.label for u in in_order(r)] == ["Name", "MRN", "City"] for r in result.results)
+
+
+def test_an_epsilon_bounded_units_tau_is_at_the_lambdas_the_generation_used_on_d():
+    """docs/scoring.md#influence-under-ε: τ_u of an ε-bounded response mixes D and D ∖ u with the same
+    λ_t*, the generation's on D, equal to a from-scratch reference; not the mechanism's own leave-one-out,
+    whose λ_t* on D ∖ u (from max |pmi_{D∖u}|) differs here, and so does the τ it would give."""
+    passages = [COPIED, "The clinic opens at nine.", "Parking is free on Sundays."]
+    example = Example(context="\n\n".join(passages), query="What does Dana take?", passages=passages, id="e")
+    lam, eps = 1.5, 1.0
+    sampling = SamplingSettings(max_new_tokens=12, min_new_tokens=0, seed=3)
+    T = sampling.temperature
+    backend = FakeBackend(seed=2, induction=4.0)
+    s = InfluenceSettings(lambdas=(lam,), unit="passage", epsilons=(eps,), null_ablations=0, sampling=sampling)
+    scorer = InfluenceScorer(backend, "qa", s)
+    (r,) = scorer.score(example).results
+    steps = np.asarray(r.generation.step_lambdas)
+    assert steps.min() < lam  # the bound bit
+    enc, y = scorer.encode(example), list(r.response_ids)
+    t = np.arange(len(y))
+
+    def log_softmax(z):
+        z = z - z.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    def rows(prompt):
+        return backend.logits_rows(prompt + y, len(prompt)).astype(np.float64)
+
+    l0 = rows(enc.without_context)
+    base = log_softmax((steps[:, None] * rows(enc.with_context) + (1 - steps[:, None]) * l0) / T)[t, y]
+    own = []
+    for u in scorer.units(example, enc):
+        lu = rows(enc.prefix + enc.context[: u.token_start] + enc.context[u.token_end :] + enc.suffix)
+        fixed = log_softmax((steps[:, None] * lu + (1 - steps[:, None]) * l0) / T)[t, y]
+        (got,) = [v for v in r.units if v.label == u.unit.label]
+        assert got.influence == pytest.approx(float(np.abs(base - fixed).sum()), rel=1e-6, abs=1e-4)
+        pmi = np.abs(log_softmax(lu / T) - log_softmax(l0 / T)).max(axis=1)
+        mine = np.minimum(lam, eps / (2 * pmi))  # the λ_t* the mechanism would use on D ∖ u
+        mixed = log_softmax((mine[:, None] * lu + (1 - mine[:, None]) * l0) / T)[t, y]
+        own.append((float(np.abs(mine - steps).max()), float(np.abs(base - mixed).sum()), got.influence))
+    assert any(dl > 1e-3 and abs(mech - tau) > 1e-3 for dl, mech, tau in own), own
 
 
 def test_unit_settings_are_checked():
