@@ -23,7 +23,7 @@ from ctxlite.records import read_run_log
 LINES = {
     "score-run": ("example_record", "score_end"),
     "audit": (("reference_record", "trial_record"), "audit_end"),
-    "serve": (("serve_reservation", "serve_response"), "serve_response"),  # a budget log has no end line
+    "serve": (("serve_reservation", "serve_response"), "serve_end"),  # the end line of a clean stop
 }
 
 

@@ -1,4 +1,5 @@
-"""``ctxlite report``: a score or audit run re-rendered from its ``--out`` log alone (no model)."""
+"""``ctxlite report``: a score or audit run re-rendered from its ``--out`` log alone (no model), or
+what a ``ctxlite serve`` budget log says was served."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from ctxlite.cli.options import (
     junit_option,
 )
 from ctxlite.cli.progress import progress_line, say
+from ctxlite.errors import InvalidParameter
 from ctxlite.gates import EpsilonGate, InfluenceGate
 from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.html import write_html
 from ctxlite.reporting.json_output import report_json
 from ctxlite.reporting.terminal import audit_headline, audit_table, score_headline, score_table
 from ctxlite.runs import ScoreRun, report_log
+from ctxlite.serve.report import ServeLogReport, serve_report
 
 
 @click.command()
@@ -48,14 +51,16 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     A score log gives one row per example and λ (and ε; document influence, the
     largest n-gram influence τ_i with its position and text, the noise floor),
     then per example and λ its top 3 n-grams marked in an excerpt of the
-    context; an audit log gives the audit's table of ε rows. A run that did not finish
-    is reported as partial, and a gate on it fails only on what finished: it
-    refuses (exit 4) rather than pass an unfinished run. With a gate, the verdict (fail, pass
-    or inconclusive, exit 8 / 0 / 10) and its basis come first. Everything printed and
-    gated is recomputed from the log's records; a log whose hash chain breaks,
-    that holds a record twice, or whose end line disagrees with its records is
-    refused (exit 4, naming the line). The log's chain head is printed on stderr
-    and ends the verdict line (keep it for ctxlite verify --head).
+    context; an audit log the audit's table of ε rows; a ctxlite serve budget log
+    what was served per API key and in all (tokens, ε spent and left; no gate or
+    HTML). A run that did not finish is reported as partial, and a gate on it
+    fails only on what finished: it refuses (exit 4) rather than pass an unfinished
+    run. With a gate, the verdict (fail, pass or inconclusive, exit 8 / 0 / 10)
+    and its basis come first. Everything printed and gated is recomputed from the
+    log's records; a log whose hash chain breaks, that holds a record twice, or
+    whose end line disagrees with its records is refused (exit 4, naming the
+    line). The log's chain head is printed on stderr and ends the verdict line
+    (keep it for ctxlite verify --head).
 
     \b
     Examples:
@@ -64,6 +69,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
       ctxlite report runs/audit.jsonl --json
       ctxlite report runs/scores.jsonl --html runs/report.html
       ctxlite report runs/audit.jsonl --html runs/audit.html --no-text
+      ctxlite report runs/serve.jsonl --json
     """
     refuse_same_files([("RUN.jsonl", log_path)], [("--html", html_path), ("--junit", junit)])
     if no_text and html_path is None:
@@ -71,16 +77,26 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     if given_explicitly("epsilon_unit") and fail_above_epsilon is None:
         raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     gate = _gate(fail_above_influence, fail_above_epsilon, epsilon_unit)
-    run = report_log(log_path, gate=gate, progress=progress_line())  # the chain and every number checked
-    if junit and not isinstance(run, ScoreRun):
-        run.require_report()  # a partial audit has no verdict to write yet
-    if run.complete:
-        say(score_headline(run) if isinstance(run, ScoreRun) else audit_headline(run))
-    _show(run, as_json, html_path, no_text)
+    run = report_log(log_path, gate=gate, progress=progress_line(), others={"serve": serve_report})  # all checked
+    if isinstance(run, ServeLogReport):
+        return _serve(run, as_json, html_path, junit)
+    _show(run, as_json, html_path, no_text, junit)
     if run.verdict is None:  # a partial audit: no report formed yet
         return
     run.check_gate_finished()  # a gate on a partial run refuses rather than passes
     conclude(run.verdict, junit)
+
+
+def _serve(run: ServeLogReport, as_json: bool, html_path: str | None, junit: str | None) -> None:
+    """A serve log: what was served (recomputed from its records), as a table or JSON."""
+    for option, given in (("--html", html_path), ("--junit", junit)):
+        if given is not None:
+            raise InvalidParameter(f"{option} reports score and audit runs; {run.path} is a ctxlite serve log")
+    say(run.headline())
+    if as_json:
+        emit_json(run.to_dict())
+    else:
+        click.echo(run.table())
 
 
 def _gate(influence: float | None, epsilon: float | None, unit: str) -> InfluenceGate | EpsilonGate | None:
@@ -93,8 +109,13 @@ def _gate(influence: float | None, epsilon: float | None, unit: str) -> Influenc
     return None if epsilon is None else EpsilonGate(epsilon, unit)
 
 
-def _show(run, as_json: bool, html_path: str | None, no_text: bool) -> None:
-    """The HTML report (its path on stderr); the JSON, or the verdict and its basis then the table, on stdout."""
+def _show(run, as_json: bool, html_path: str | None, no_text: bool, junit: str | None) -> None:
+    """The headline (stderr); the HTML report (its path on stderr); the JSON, or the verdict and its
+    basis then the table, on stdout. A JUnit file needs an audit's report: refused before any of it."""
+    if junit and not isinstance(run, ScoreRun):
+        run.require_report()  # a partial audit has no verdict to write yet
+    if run.complete:
+        say(score_headline(run) if isinstance(run, ScoreRun) else audit_headline(run))
     if html_path is not None:
         write_html(html_path, run, no_text)
         say(f"HTML report: {html_path}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping
 
 from ctxlite.audit.game import recompute_rows
 from ctxlite.audit.report import AuditReport
@@ -35,12 +36,16 @@ def report_log(
     *,
     gate: InfluenceGate | EpsilonGate | None = None,
     progress: Progress | None = None,
+    others: Mapping[str, Callable] | None = None,
 ):
     """The run in the log at ``path``, recomputed from its records: a
     :class:`~ctxlite.runs.score.ScoreRun` or an :class:`~ctxlite.runs.audit.AuditRun`, finished
     or partial, with the verdict of ``gate`` (an influence gate for a score log, an ε gate for an
     audit log; the other kind is refused). ``progress`` is told what a person must know (the
-    chain, a partial run, examples the last run did not list)."""
+    chain, a partial run, examples the last run did not list). ``others`` reads logs of other
+    kinds, by kind: ``reader(run, note)`` of the log read and its chain checked (``ctxlite
+    report`` passes ``ctxlite serve``'s budget log reader, a layer this one does not import); a
+    gate on such a log is refused."""
     notes = Notes(progress or Silent())
     run = read_run_log(path)  # the chain and the records' keys are checked as it is read
     _check_identity(run)
@@ -53,6 +58,11 @@ def report_log(
         if isinstance(gate, InfluenceGate):
             raise InvalidParameter(f"--fail-above-influence gates score logs; {path} is an audit log")
         return _audit(run, gate, notes)
+    if others and run.kind in others:
+        if gate is not None:
+            name = "--fail-above-influence" if isinstance(gate, InfluenceGate) else "--fail-above-epsilon"
+            raise InvalidParameter(f"{name} gates score and audit logs; {path} is a ctxlite {run.kind} log")
+        return others[run.kind](run, notes)
     raise DataError(f"{path} is a ctxlite {run.kind!r} log, not a score or audit log")
 
 

@@ -5,7 +5,7 @@ It owns what the operator's settings decide before a request is answered: the pr
 the API keys read in, a non-loopback address refused without keys, the deployment's identity (the
 model, ε, λ and the context's hash: a restart continues a budget log only under the same one), the
 budget log read back before the model loads, and the server's life (Ctrl-C / SIGTERM drain the
-requests in flight, then the log is closed).
+requests in flight, then the log is ended and closed).
 """
 
 from __future__ import annotations
@@ -153,6 +153,7 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
+            ledger.finish()  # a clean stop: the log's end line, so it reads as complete
             if http.stopped_by is not None:
                 how = "Ctrl-C" if http.stopped_by == signal.SIGINT else "SIGTERM"
                 say(f"ctxlite serve: stopped ({how}); requests in flight answered, {ledger.responses} response(s) "

@@ -23,6 +23,10 @@ A teacher-forcing answer (a ``release_realised`` server's log-probabilities of g
 logged before it is given, with its tokens and values, and charged nothing: it is not a sampled
 release, and no ε covers it.
 
+A server that stops cleanly (Ctrl-C, SIGTERM: the requests in flight answered) ends the log with an
+end line (:meth:`Ledger.finish`): what was served, per key and in all (:func:`summary`), so the log
+reads as complete; a restart appends after it, and the log is partial again while it serves.
+
 API keys are never logged: a key is named by :func:`key_id`, a hash of it.
 """
 
@@ -69,6 +73,14 @@ class Budgets:
             raise InvalidParameter(f"--budget-delta must be in (0, 1), got {self.delta}")
         if self.delta is not None and self.total is None and self.per_key is None:
             raise InvalidParameter("--budget-delta needs a budget to apply to (--budget-total or --budget-per-key)")
+
+
+def compose(tokens: int, epsilon: float, delta: float | None, per_token: int = 1) -> float:
+    """The ε of ``tokens`` releases of ``per_token``·ε each: their sum (``delta`` None, basic
+    composition), else the optimal composition's ε' at δ (never more than the sum)."""
+    if delta is None:
+        return tokens * per_token * epsilon
+    return composed_epsilon(tokens, per_token * epsilon, delta)
 
 
 class Ledger:
@@ -121,7 +133,7 @@ class Ledger:
         if key not in self._composed:  # a response asks for each count several times, under the lock
             if len(self._composed) > 64:
                 self._composed.clear()
-            self._composed[key] = composed_epsilon(tokens, per_token * self.epsilon, self.budgets.delta)
+            self._composed[key] = compose(tokens, self.epsilon, self.budgets.delta, per_token)
         return self._composed[key]
 
     def composed_neighbour(self, tokens: int) -> float:
@@ -218,5 +230,47 @@ class Ledger:
             record["composed_key_neighbour"] = self.composed_neighbour(self.tokens.get(kid, 0))
         return record
 
+    def finish(self) -> None:
+        """End the log after a clean stop: one end line, :func:`summary` of its records (a log with
+        nothing new since its last end line is left as it is)."""
+        self.log.finish({"served": summary(self.log.records.values())})
+
     def close_log(self) -> None:
         self.log.close()
+
+
+def summary(records) -> dict:
+    """What a serve log's records say was served, recomputed from them alone (what :meth:`Ledger.finish`
+    writes and ``ctxlite report`` checks it against): responses, tokens and basic ε charged, per key
+    and in all; the finish reasons; the responses cut off by a crash (a reservation without its end,
+    counted at its whole reservation, as a restart counts it); teacher-forced answers (charged nothing)."""
+    keys: dict[str, dict] = {}
+    reasons: dict[str, int] = {}
+    open_: dict[str, dict] = {}
+    forced = 0
+
+    def add(kid: str, tokens: int, eps: float) -> None:
+        k = keys.setdefault(kid, {"responses": 0, "tokens": 0, "epsilon_charged": 0.0})
+        k["responses"] += 1
+        k["tokens"] += tokens
+        k["epsilon_charged"] += eps
+
+    for rec in records:
+        if rec["key"].endswith("-open"):
+            open_[rec["key"].removesuffix("-open")] = rec
+            continue
+        open_.pop(rec["key"], None)
+        reasons[rec["finish_reason"]] = reasons.get(rec["finish_reason"], 0) + 1
+        forced += rec["finish_reason"] == "teacher_forced"
+        add(rec["key_id"], rec["tokens"], rec["epsilon_charged"])
+    for rec in open_.values():
+        add(rec["key_id"], rec["max_tokens"], rec["epsilon_reserved"])
+    return {
+        "responses": sum(k["responses"] for k in keys.values()),
+        "tokens": sum(k["tokens"] for k in keys.values()),
+        "epsilon_charged": sum(k["epsilon_charged"] for k in keys.values()),
+        "finish_reasons": dict(sorted(reasons.items())),
+        "cut_off": len(open_),
+        "teacher_forced": forced,
+        "keys": dict(sorted(keys.items())),
+    }

@@ -20,6 +20,7 @@ from ctxlite.influence.cid import EPSILON_MARGIN
 from ctxlite.records import read_run_log
 from ctxlite.runtime.engine import Engine, EngineConfig
 from ctxlite.runtime.sampling import log_softmax
+from ctxlite.serve.ledger import key_id
 from ctxlite.serve.service import SEPARATOR
 from tests.docs_pages import REPO
 from tests.servers import CtxliteServe
@@ -231,6 +232,8 @@ def test_a_restart_keeps_the_budget_and_sigint_drains_then_exits_130(tmp_path):
     while _post(first, {"prompt": "Dana", "max_tokens": CAP}, key="spender").status_code == 200:
         served_before += 1
     assert served_before == PER_KEY // CAP and first.stop_with(signal.SIGTERM) == 0
+    ended = read_run_log(tmp_path / "serve.jsonl")  # a clean stop ends the log: it reads as complete
+    assert ended.complete and ended.end["served"]["keys"][key_id(KEYS["spender"])]["responses"] == served_before
     again = CtxliteServe(tmp_path, args).start()
     try:
         r = _post(again, {"prompt": "Dana", "max_tokens": 1}, key="spender")
@@ -248,6 +251,7 @@ def test_a_restart_keeps_the_budget_and_sigint_drains_then_exits_130(tmp_path):
         again.stop()
     log = read_run_log(tmp_path / "serve.jsonl")
     assert not [k for k in log.records if k.endswith("-open") and k.removesuffix("-open") not in log.records]
+    assert log.complete and log.end["served"]["cut_off"] == 0  # Ctrl-C ends it too, after the restart's answers
 
 
 def test_a_server_killed_mid_answer_keeps_its_log_and_counts_the_whole_reservation(tmp_path):

@@ -1,5 +1,5 @@
 """The budget ledger of ``ctxlite serve`` (ctxlite.serve.ledger): the figures it reports against a
-neighbouring context. The service around it runs on the FakeBackend."""
+neighbouring context, and how its log ends. The service around it runs on the FakeBackend."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ctxlite.privacy.composition import composed_epsilon
 from ctxlite.records import read_run_log
 from ctxlite.runtime.fake import FakeBackend
 from ctxlite.serve.app import build_app
+from ctxlite.serve.decoding import Step
 from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
 from ctxlite.serve.service import ServeSettings, Service
 
@@ -92,3 +93,31 @@ def test_an_answer_and_the_log_carry_the_neighbours_composed_epsilon(tmp_path):
     assert ext["epsilon_total_neighbour"] == 2 * ext["epsilon_total"] and "epsilon_spent_key_neighbour" not in ext
     plain.ledger.close_log()
     assert key_id("a") in service.ledger.tokens and ANONYMOUS not in service.ledger.tokens
+
+
+def test_a_ledger_finished_at_a_clean_stop_ends_its_log_and_a_restart_continues_it(tmp_path):
+    """A clean stop (Ctrl-C, SIGTERM: :meth:`Ledger.finish`, then :meth:`Ledger.close_log`) writes the
+    log's end line, what was served recomputed from the records, so the log reads as complete, not
+    as a partial run; a restart appends after it (the log is partial again while it serves) and the
+    budget spent carries over."""
+    ledger = _ledger(tmp_path, Budgets(total=5.0), 1.0)
+    key = ledger.open(ANONYMOUS, "completions", 3)
+    ledger.close(key, ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)] * 2, "length")
+    ledger.finish()
+    ledger.close_log()
+    run = read_run_log(tmp_path / "serve.jsonl")
+    assert run.complete
+    served = run.end["served"]
+    assert (served["responses"], served["tokens"], served["epsilon_charged"]) == (1, 2, 2.0)
+    assert served["keys"] == {ANONYMOUS: {"responses": 1, "tokens": 2, "epsilon_charged": 2.0}}
+    assert served["finish_reasons"] == {"length": 1} and served["cut_off"] == 0
+    again = _ledger(tmp_path, Budgets(total=5.0), 1.0)
+    assert again.spent_total == 2.0 and again.responses == 1
+    key = again.open(ANONYMOUS, "completions", 1)
+    assert not read_run_log(tmp_path / "serve.jsonl").complete  # serving: partial until it stops
+    again.close(key, ANONYMOUS, "completions", [Step(0, 0.1, 1.0, False)], "stop")
+    again.finish()
+    again.close_log()
+    run = read_run_log(tmp_path / "serve.jsonl")
+    assert run.complete and run.end["served"]["responses"] == 2 and run.end["served"]["epsilon_charged"] == 3.0
+    assert run.end["served"]["finish_reasons"] == {"length": 1, "stop": 1}
