@@ -41,3 +41,29 @@ def test_a_fact_stated_twice_shows_in_the_pair_not_in_either_copy(tmp_path):
     assert gated.exit_code == 8 and "τ_pair" in verdict and "near-duplicate" in verdict, gated.output
     assert "'passage 2'" in verdict and "'passage 4'" in verdict
     assert copies[0].pair_above_noise is True
+
+
+def test_a_fact_stated_three_times_shows_in_its_cluster_not_in_any_pair(tmp_path):
+    """Issue 46: rag-1's passages as [P1, P2, P3, P2, P2], the answer passage verbatim three times.
+    Removing one or two copies leaves a third; the cluster of all three, removed together, moves the
+    response, and the gate at 5 nats fails on τ_cluster (it passed on the units and pairs alone)."""
+    p1, p2, p3, _ = json.loads(DATA.read_text(encoding="utf-8").splitlines()[0])["passages"]
+    line = {"id": "rag-1-x3", "query": "Which medication does Marta Oyelaran take for her blood pressure?"}
+    line |= {"passages": [p1, p2, p3, p2, p2], "response": "Marta Oyelaran takes losartan 50 mg every morning."}
+    data, out = tmp_path / "x3.jsonl", tmp_path / "x3.log.jsonl"
+    data.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    r = CliRunner().invoke(main, ["score", "--data", str(data), "--unit", "passage", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    (rec,) = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()[1:] if '"example"' in x]
+    (lam,) = ExampleResult.from_dict(rec["result"]).results
+    (cluster,) = lam.clusters
+    assert cluster.units == ["passage 2", "passage 4", "passage 5"] and cluster.similarity == 1.0
+    copies = [u for u in lam.units if u.label in cluster.units]
+    alone = max([u.influence for u in copies] + [u.pair_influence for u in copies])
+    floor = lam.noise_floor.max
+    shown = [(u.label, u.influence, u.pair_influence) for u in copies]
+    assert cluster.influence > 3 * alone, (cluster.influence, shown)
+    assert cluster.influence - floor > 5 and cluster.above_noise is True
+    gated = CliRunner().invoke(main, ["report", str(out), "--fail-above-influence", "5"])
+    verdict = next(line for line in gated.output.splitlines() if line.startswith("verdict:"))
+    assert gated.exit_code == 8 and "τ_cluster" in verdict, gated.output
