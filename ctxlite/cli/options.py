@@ -179,7 +179,8 @@ def fail_above_influence_option(f):
         "exceeds NATS, 0 only if every n-gram and its floor were measured (probes: an estimate, not a bound) "
         "and τ_i plus the floor is <= NATS, else 10 (inconclusive; so is any run without a floor: a server "
         "backend, --null-ablations 0). With --unit other than ngram: each unit's τ_u instead, and each "
-        "near-duplicate pair's τ_pair (the two removed together) likewise.",
+        "near-duplicate pair's τ_pair (the two removed together) and each cluster's τ_cluster (three or more "
+        "near-duplicates removed together) likewise.",
     )(f)
 
 
