@@ -10,12 +10,15 @@ never 0). The README's verdict table is this module's.
   queries composed, the audited release; per query only where Q = 1, :func:`check_epsilon_unit`):
 
   - fail: the certified lower bound ε_lb exceeds X (Clopper–Pearson at the audit's confidence,
-    Jagielski et al. 2020: evidence), or the audited pair's *exact* ε(δ), computed from the
-    model's answer distributions, exceeds X (no statistics involved);
-  - pass: the pair's exact ε, or a valid upper bound on it (RNM's profile), is ≤ X; or a DP
-    mechanism's theoretical ε at the audit's δ, composed over the trial's queries, is ≤ X and the
-    audit does not contradict it (ε_lb ≤ that ε): a pass *by the mechanism's guarantee*;
-  - inconclusive: anything else, with what was certified and a power calculation
+    Jagielski et al. 2020: evidence), or the audited pair's ε(δ), computed from the model's answer
+    distributions, surely exceeds X (no statistics involved): its *exact* value (a closed form, or
+    every outcome enumerated), or else the lower end of its grid bracket;
+  - pass: the pair's exact ε, or a valid upper bound on it (the grid's rounded-up value, RNM's
+    profile), is ≤ X; or a DP mechanism's theoretical ε at the audit's δ, composed over the
+    trial's queries, is ≤ X and the audit does not contradict it (ε_lb ≤ that ε): a pass *by the
+    mechanism's guarantee*;
+  - inconclusive: anything else (a pair's bracket that straddles X among them), with what was
+    certified and a power calculation
     (:mod:`ctxlite.privacy.power`): how many trials an audit would need at least for ε_lb to
     exceed X, or that no number of trials can prove a pass.
 
@@ -70,6 +73,7 @@ class Basis(str, enum.Enum):
 
     LOWER_BOUND = "certified lower bound"
     EXACT = "exact epsilon of the audited pair"
+    PAIR_AT_LEAST = "lower end of the audited pair's epsilon, computed on a grid"
     UPPER_BOUND = "upper bound on the audited pair's epsilon"
     GUARANTEE = "the mechanism's DP guarantee"
     NO_PROOF = "no proof either way"
@@ -531,9 +535,9 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
     unit = epsilon_unit_text(settings.queries_per_trial)
     budget = f"budget {threshold:g}"
     kind = row.privacy_profile_kind
-    pair = row.epsilon_upper_bound
-    exact = pair if kind == "exact" else None
-    upper = pair if kind == "upper bound" else None
+    exact = row.epsilon_exact if kind == "exact" else None  # the value itself (a closed form, enumerated)
+    at_least = row.epsilon_pair_at_least if kind == "exact" else None  # the grid bracket's lower end
+    upper = row.epsilon_upper_bound if kind is not None and exact is None else None
     guarantee = row.epsilon_per_trial  # null for the heuristic defences
     delta = settings.delta
 
@@ -550,6 +554,15 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
             Basis.EXACT,
             f"the audited pair's exact ε(δ={delta:g}) {_num(exact)} > {budget} "
             f"(no statistics involved); the trials {certified}; {more}",
+        )
+    bracket = f"[{_num(at_least)}, {_num(upper)}]" if at_least is not None else None
+    if exact is None and at_least is not None and at_least > threshold:
+        more = _power(threshold, row, settings, ("at least", at_least))
+        return case(
+            Outcome.FAIL,
+            Basis.PAIR_AT_LEAST,
+            f"the audited pair's ε(δ={delta:g}) is at least {_num(at_least)} > {budget} (its exact profile, "
+            f"computed on a grid: ε in {bracket}; no statistics involved); the trials {certified}; {more}",
         )
     if exact is not None:
         return case(
@@ -572,7 +585,9 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
             f"contradict it ({certified})",
         )
     why = []
-    if upper is not None:
+    if bracket is not None:
+        why.append(f"the pair's ε lies in {bracket} (its exact profile, computed on a grid), which straddles {budget}")
+    elif upper is not None:
         why.append(f"the pair's ε is only known to be at most {_num(upper)} > {budget}")
     elif kind is None:
         why.append("the pair's ε is not known (" + row.reasons.get("epsilon_upper_bound", "no profile") + ")")

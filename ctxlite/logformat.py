@@ -184,6 +184,11 @@ ROW_FIELDS = (
 ).split()
 """The fields of an audit report's row in this format."""
 
+ROW_FIELDS_ADDED = ("epsilon_pair_at_least",)
+"""Audit row fields added to format 1 after logs were written without them (not in
+:data:`ROW_FIELDS`, which an older log's row is upgraded to): a row without one is read with it
+null, not computed (such a row has the pair's grid value, rounded up, in ``epsilon_exact``)."""
+
 
 def upgrade_report(report: dict) -> dict:
     """An audit log's end-line report of an unversioned log, in this format.

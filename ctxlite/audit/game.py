@@ -63,6 +63,7 @@ from ctxlite.audit.report import (
     AuditRow,
     PairReference,
     bound_choice,
+    ceiling_kind,
     contradictions,
     first_bound_choice,
     report_row,
@@ -431,6 +432,7 @@ RECORDED_FIELDS = (
     "utility",
     "epsilon_upper_bound",
     "epsilon_exact",
+    "epsilon_pair_at_least",
     "privacy_profile_kind",
     "privacy_profile_method",
     "privacy_profile",
@@ -690,7 +692,7 @@ def _above_exact(rows: list[AuditRow], alpha: float) -> list[str]:
     """A warning for each row whose lower bound exceeds the pair's ε (exact, or an upper bound): a
     valid bound does so with probability at most alpha; more often than that is a bug."""
     return [
-        f"eps_lb = {r.epsilon_lower_bound:.4g} exceeds the pair's {r.privacy_profile_kind} eps = "
+        f"eps_lb = {r.epsilon_lower_bound:.4g} exceeds the pair's {ceiling_kind(r)} eps = "
         f"{r.epsilon_upper_bound:.4g} at eps = {r.epsilon}: a valid bound does so with probability "
         f"<= {alpha:g}; if it recurs, report it"
         for r in rows

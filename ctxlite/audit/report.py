@@ -13,7 +13,7 @@ from ctxlite.audit.mechanisms import Mechanism
 from ctxlite.audit.queries import AuditQuery
 from ctxlite.audit.settings import AuditSettings, BoundKind, EstimateSettings
 from ctxlite.errors import InvalidParameter
-from ctxlite.logformat import finite_or_inf, strict, upgrade_report
+from ctxlite.logformat import ROW_FIELDS_ADDED, finite_or_inf, strict, upgrade_report
 from ctxlite.privacy.calibration import subsampled_gaussian_epsilon
 from ctxlite.privacy.estimators import (
     Bonferroni,
@@ -95,7 +95,11 @@ class AuditRow:
     ``privacy_profile_kind``: "exact", or "upper bound" for rnm, whose
     profile is that of its canary ensemble's noisy vote and caps the noisy
     histogram's from above), ``epsilon_exact`` (the same ε where the profile
-    is exact, else null with a reason), ``audit_tightness`` = ε_lb / ε_exact
+    is exact *and* its value is: the Gaussian mechanism's closed form, or a
+    discrete release enumerated; else null with a reason),
+    ``epsilon_pair_at_least`` (where the profile is exact: a lower bound on its ε,
+    so that [epsilon_pair_at_least, epsilon_upper_bound] brackets the pair's ε;
+    equal to ``epsilon_exact`` where that is known), ``audit_tightness`` = ε_lb / ε_exact
     (how much of the exact ε the trials certified) or, where only the upper
     bound is known, ``audit_tightness_at_least`` = ε_lb / ε_upper_bound (the
     true tightness is at least this), ``epsilon_gdp``,
@@ -160,18 +164,23 @@ class AuditRow:
     withheld_rate: dict[str, float | None] | None
     utility_chance: list | None
     contradictions: list[str] = field(default_factory=list)
+    epsilon_pair_at_least: float | None = None
 
     def to_dict(self) -> dict:
         """The log form (strict JSON: ±inf as ``"inf"``/``"-inf"``)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["lower_bound_counts"] = self.lower_bound_counts.to_dict()
         out["accounting"] = None if self.accounting is None else self.accounting.to_dict()
+        for name in ROW_FIELDS_ADDED:  # absent where not computed, as in a row written before it
+            if out[name] is None:
+                del out[name]
         return strict(out)
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditRow:
         """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float, in the
         numeric fields only: a text field holding the word "inf" stays text)."""
+        d = {name: None for name in ROW_FIELDS_ADDED if name not in d} | d  # a row written before them
         values = {f.name: d[f.name] if f.name in _TEXT_FIELDS else _loose(d[f.name]) for f in fields(cls)}
         values["lower_bound_counts"] = BoundCounts.from_dict(values["lower_bound_counts"])
         values["accounting"] = None if values["accounting"] is None else Accounting.from_dict(values["accounting"])
@@ -459,6 +468,16 @@ def report_row(
     return row
 
 
+def ceiling_kind(row: AuditRow) -> str | None:
+    """What a row's ``epsilon_upper_bound`` is: "exact" where it is the pair's exact ε, "upper bound"
+    where it bounds it (a profile that is an upper bound, or an exact profile whose ε is computed on
+    a grid: the rounded-up end of its bracket), None where no profile is known."""
+    kind = row.privacy_profile_kind
+    if kind == "exact" and row.epsilon_exact is None and row.epsilon_upper_bound is not None:
+        return "upper bound"
+    return kind
+
+
 ESTIMATES = ("epsilon_point", "epsilon_gdp", "epsilon_from_mu_lb")
 """The row's ε estimates (no bound among them) that :func:`contradictions` holds against the pair's ε."""
 
@@ -476,7 +495,7 @@ def contradictions(row: AuditRow, utility_chance: tuple[float, int] | None = Non
     at = "" if row.epsilon is None else f" at theoretical eps = {row.epsilon:g}"
     ceiling = row.epsilon_upper_bound
     if ceiling is not None and math.isfinite(ceiling):
-        kind = row.privacy_profile_kind or "exact"
+        kind = ceiling_kind(row) or "exact"
         for key in ESTIMATES:
             value = getattr(row, key)
             if value is not None and value > ceiling + 1e-9:
@@ -534,16 +553,20 @@ def _gdp_fields(eps_at_mu_lb: float, mu: float | None, reasons: dict) -> dict:
 def _pair_fields(delta: float, eps_lb: float, known: PairReference | None, reasons: dict) -> dict:
     """The row's privacy-profile fields; a value that cannot be formed is null with its reason in ``reasons``.
 
-    ``epsilon_upper_bound`` is the pair's ε(δ) whenever a profile is known; ``epsilon_exact`` and
-    ``audit_tightness`` only when that profile is the release's exact one, and
-    ``audit_tightness_at_least`` (a lower bound on the true ratio) when it is an upper bound."""
+    ``epsilon_upper_bound`` is the upper end of the pair's ε(δ) whenever a profile is known. Where
+    that profile is the release's exact one, ``epsilon_pair_at_least`` is the lower end, and
+    ``epsilon_exact`` the value where both ends are one (a closed form or an enumeration; a grid's
+    rounded-up value is an upper bound, never called exact); ``audit_tightness`` where it is
+    exact, ``audit_tightness_at_least`` (a lower bound on the true ratio) elsewhere."""
     profile = known.profile if known is not None else None
-    eps = profile.epsilon(delta) if profile is not None else None
-    exact = profile is not None and known.exact
+    lower, upper = profile.bracket(delta) if profile is not None else (None, None)
+    exact_profile = profile is not None and known.exact
+    exact = exact_profile and profile.is_exact
     out = {
-        "epsilon_upper_bound": eps,
-        "epsilon_exact": eps if exact else None,
-        "privacy_profile_kind": None if profile is None else ("exact" if exact else "upper bound"),
+        "epsilon_upper_bound": upper,
+        "epsilon_pair_at_least": lower if exact_profile else None,
+        "epsilon_exact": upper if exact else None,
+        "privacy_profile_kind": None if profile is None else ("exact" if exact_profile else "upper bound"),
         "privacy_profile_method": known.how if profile is not None else None,
         "privacy_profile": None
         if profile is None
@@ -556,8 +579,15 @@ def _pair_fields(delta: float, eps_lb: float, known: PairReference | None, reaso
     if profile is None:
         reasons["epsilon_upper_bound"] = reasons["epsilon_exact"] = known.how
         return out
-    if not exact:
+    if not exact_profile:
         reasons["epsilon_exact"] = f"only an upper bound on the pair's epsilon is known: {known.how}"
+        reasons["epsilon_pair_at_least"] = "the profile is an upper bound on the release's: no lower end"
+    elif not exact:
+        reasons["epsilon_exact"] = (
+            f"the pair's epsilon is {profile.method}: it lies in [{lower:.6g}, {upper:.6g}] "
+            "(epsilon_pair_at_least, epsilon_upper_bound), the upper end an upper bound, not the exact value"
+        )
+    if not exact:
         reasons["audit_tightness"] = "the pair's exact epsilon is not known: see audit_tightness_at_least"
     return {**out, **tightness_fields(eps_lb, out, reasons)}
 
@@ -570,7 +600,8 @@ def tightness_fields(eps_lb: float, pair: dict, reasons: dict) -> dict:
     if pair.get("epsilon_upper_bound") is None:
         return out
     eps = float(pair["epsilon_upper_bound"])  # "inf" in a report read back
-    key = "audit_tightness" if pair.get("privacy_profile_kind") == "exact" else "audit_tightness_at_least"
+    exact = pair.get("privacy_profile_kind") == "exact" and pair.get("epsilon_exact") is not None
+    key = "audit_tightness" if exact else "audit_tightness_at_least"
     if 0 < eps < math.inf:
         out[key] = eps_lb / eps
     else:

@@ -18,8 +18,12 @@ their PLDs: exact for a release that reveals the mixture component, an upper bou
 convexity of the hockey-stick divergence) for one that hides it. ``dp_accounting`` composes the
 PLD over the queries of a trial and inverts it (Koskela et al. 2020; Doroshenko et al. 2022).
 
-Every δ(ε) it gives is an upper bound on the release's, at every ε, by construction. Losses are
-rounded *up* to the discretisation grid (ε over-stated by at most ``queries × discretization``).
+Every δ(ε) :func:`vote_pld` gives is an upper bound on the release's, at every ε, by construction.
+Losses are rounded *up* to the discretisation grid (ε over-stated by at most ``queries ×
+discretization`` for a discrete release). :func:`vote_plds` also gives the PLD with every loss
+rounded *down* (a lower bound on the release's δ(ε), at every ε), so :class:`PairProfile` brackets
+ε(δ); and where the value has a closed form (the Gaussian mechanism) or the composed discrete
+release can be enumerated, it gives that exact value instead of the grid's.
 For σ > 0 the loss of the Gaussian mixture,
 
     L(x) = log Σ_v p_v exp(⟨s, b_v⟩ / σ²) − log Σ_v q_v exp(⟨s, b_v⟩ / σ²),
@@ -41,6 +45,7 @@ for the Gaussian mechanism (p, q point masses) and the exact two-outcome profile
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,12 +55,25 @@ import numpy as np
 from scipy import special
 
 from ctxlite.errors import InvalidParameter
-from ctxlite.privacy.estimators import check_delta
+from ctxlite.privacy.estimators import check_delta, gdp_delta, gdp_epsilon
 
-__all__ = ["VotePair", "PairProfile", "vote_pld", "pair_profile", "gaussian_mu", "MAX_GRID_CELLS"]
+__all__ = [
+    "VotePair",
+    "PairProfile",
+    "vote_pld",
+    "vote_plds",
+    "pair_profile",
+    "gaussian_mu",
+    "MAX_GRID_CELLS",
+    "MAX_EXACT_SEQUENCES",
+]
 
 MAX_GRID_CELLS = 4_000_000
 """The largest integration grid :func:`vote_pld` builds for one pair (cells of the (k−1)-dim plane)."""
+
+MAX_EXACT_SEQUENCES = 200_000
+"""The most outcome counts (multisets of a trial's released votes) :func:`pair_profile` enumerates,
+per direction, to give a discrete release's composed profile exactly; beyond, the grid's bracket."""
 
 _SPAN = 9.0  # the grid covers ±_SPAN σ around the vote points: mass outside is < 2.3e-19 per dimension
 _FINE_SPAN = 5.0  # with two or more dimensions, cells are finest within ±_FINE_SPAN σ, wider beyond
@@ -73,54 +91,128 @@ class VotePair:
     q: np.ndarray
 
 
+Direction = tuple[np.ndarray, np.ndarray, float]
+"""One direction's composed loss distribution: (losses descending, their masses, mass at +inf)."""
+
+
 @dataclass(frozen=True)
 class PairProfile:
-    """ε(δ) of ``queries`` independent releases of a vote pair (or mixture), both directions."""
+    """ε(δ) of ``queries`` independent releases of a vote pair (or mixture), both directions.
 
-    pld: object  # dp_accounting's PrivacyLossDistribution of the composed release
+    Where the value is known exactly it is given exactly: the Gaussian mechanism (``gaussian_mu``,
+    the closed form of μ-GDP, Dong, Roth & Su 2022, solved to float precision) and a discrete
+    release (σ = 0) whose composed outcome counts can be enumerated (``exact``). Elsewhere the
+    value is bracketed by two discretised PLDs: ``pld`` rounds every loss *up* (its ε(δ) is an
+    upper bound) and ``lower_pld`` rounds it *down* and drops what it cannot place (its ε(δ) a
+    lower bound); :meth:`bracket` gives both, :meth:`epsilon` the upper end."""
+
+    pld: object  # dp_accounting's PrivacyLossDistribution of the composed release, losses rounded up
     queries: int
     sigma: float
     discretization: float
     gaussian_mu: float | None = None  # μ when the composed release's trade-off curve is exactly G_μ
+    lower_pld: object | None = None  # the same release, losses rounded down (None: none computed)
+    exact: tuple[Direction, Direction] | None = None  # the composed loss distributions, enumerated
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether :meth:`epsilon` and :meth:`delta` are the profile's exact values (to float
+        precision), not the grid's upper bracket."""
+        return self.gaussian_mu is not None or self.exact is not None
+
+    @property
+    def method(self) -> str:
+        """How the values are computed, in words."""
+        if self.gaussian_mu is not None:
+            return f"exact: the Gaussian mechanism's closed form (mu = {self.gaussian_mu:.6g})"
+        if self.exact is not None:
+            return "exact: every count of released outcomes over the trial's queries enumerated"
+        return (
+            f"computed on a grid: losses in steps of {self.discretization:g} nats, rounded up for the upper "
+            "end and down for the lower end"
+        )
 
     @functools.cached_property
-    def _directions(self) -> list[tuple[np.ndarray, np.ndarray, float]]:
-        """Each direction's composed PLD as (losses descending, their masses, mass at +inf)."""
-        out = []
-        for pmf in (self.pld._pmf_remove, self.pld._pmf_add):  # dp_accounting's two directions
-            if hasattr(pmf, "_loss_probs"):  # sparse: {loss index: mass}
-                items = sorted(pmf._loss_probs.items())
-                index = np.array([i for i, _ in items], float)
-                probs = np.array([m for _, m in items], float)
-            else:
-                index = pmf._lower_loss + np.arange(len(pmf._probs), dtype=float)
-                probs = np.asarray(pmf._probs, float)
-            keep = probs > 0
-            losses = index[keep] * pmf._discretization
-            out.append((losses[::-1].copy(), probs[keep][::-1].copy(), float(pmf._infinity_mass)))
-        return out
+    def _directions(self) -> list[Direction]:
+        """Each direction's composed PLD, losses rounded up (an upper bound)."""
+        return _pld_directions(self.pld)
+
+    @functools.cached_property
+    def _lower_directions(self) -> list[Direction] | None:
+        """Each direction's composed PLD, losses rounded down (a lower bound), if computed."""
+        return None if self.lower_pld is None else _pld_directions(self.lower_pld)
+
+    def grid_bracket(self, delta: float) -> tuple[float, float]:
+        """(lower, upper) bounds on ε(δ) from the discretised PLDs alone (0 for the lower end where no
+        rounded-down PLD was computed), whatever closed form or enumeration applies."""
+        delta = check_delta(delta)
+        upper = max(_epsilon_for_delta(*d, delta) for d in self._directions)
+        lower_dirs = self._lower_directions
+        lower = 0.0 if lower_dirs is None else max(_epsilon_for_delta(*d, delta) for d in lower_dirs)
+        return min(lower, upper), upper
+
+    def bracket(self, delta: float) -> tuple[float, float]:
+        """(lower, upper) bounds on the release's ε(δ); equal where :attr:`is_exact`."""
+        delta = check_delta(delta)
+        if self.gaussian_mu is not None:
+            eps = gdp_epsilon(self.gaussian_mu, delta)
+            return eps, eps
+        if self.exact is not None:
+            eps = max(_epsilon_for_delta(*d, delta) for d in self.exact)
+            return eps, eps
+        return self.grid_bracket(delta)
 
     def epsilon(self, delta: float) -> float:
         """The smallest ε with δ(ε) ≤ ``delta`` (+inf when the pair is distinguishable with more
-        probability than ``delta`` at every ε). δ(ε) = m_∞ + Σ_{l > ε} P(l)(1 − e^{ε − l}) is
-        U − e^ε M between consecutive losses (U, M the masses and e^{−l}-weighted masses above),
-        so ε solves U − e^ε M = δ in the first gap where δ(ε) drops to ``delta`` (what
-        ``dp_accounting``'s loop computes, in arrays)."""
-        delta = check_delta(delta)
-        return max(_epsilon_for_delta(*d, delta) for d in self._directions)
+        probability than ``delta`` at every ε): exact where :attr:`is_exact`, else the upper end of
+        :meth:`bracket`. δ(ε) = m_∞ + Σ_{l > ε} P(l)(1 − e^{ε − l}) is U − e^ε M between consecutive
+        losses (U, M the masses and e^{−l}-weighted masses above), so ε solves U − e^ε M = δ in the
+        first gap where δ(ε) drops to ``delta`` (what ``dp_accounting``'s loop computes, in arrays)."""
+        return self.bracket(delta)[1]
 
     def delta(self, epsilon: float) -> float:
-        """δ(ε), the larger of the two directions' hockey-stick divergences."""
+        """δ(ε), the larger of the two directions' hockey-stick divergences: exact where
+        :attr:`is_exact` (the closed form at ε ≥ 0), else an upper bound."""
         epsilon = float(epsilon)
-        out = 0.0
-        for losses, probs, infinite in self._directions:
-            above = losses > epsilon
-            out = max(out, infinite + float(np.sum(probs[above] * -np.expm1(epsilon - losses[above]))))
-        return out
+        if self.gaussian_mu is not None and epsilon >= 0:
+            return gdp_delta(self.gaussian_mu, epsilon)
+        return _delta_of(self.exact or self._directions, epsilon)
+
+    def grid_delta(self, epsilon: float, *, lower: bool = False) -> float:
+        """δ(ε) of the rounded-up PLD (an upper bound), or with ``lower`` of the rounded-down one (a
+        lower bound; 0 where none was computed), whatever closed form or enumeration applies."""
+        directions = self._lower_directions if lower else self._directions
+        return 0.0 if directions is None else _delta_of(directions, float(epsilon))
 
     def curve(self, deltas: Sequence[float]) -> list[tuple[float, float]]:
-        """(δ, ε(δ)) at each of ``deltas``."""
+        """(δ, ε(δ)) at each of ``deltas`` (:meth:`epsilon`: exact, or the upper end of the bracket)."""
         return [(float(d), self.epsilon(d)) for d in deltas]
+
+
+def _delta_of(directions: Sequence[Direction], epsilon: float) -> float:
+    """δ(ε) of loss distributions: the larger of the directions' hockey-stick divergences."""
+    out = 0.0
+    for losses, probs, infinite in directions:
+        above = losses > epsilon
+        out = max(out, infinite + float(np.sum(probs[above] * -np.expm1(epsilon - losses[above]))))
+    return out
+
+
+def _pld_directions(pld) -> list[Direction]:
+    """Each direction of a dp_accounting PLD as (losses descending, their masses, mass at +inf)."""
+    out = []
+    for pmf in (pld._pmf_remove, pld._pmf_add):  # dp_accounting's two directions
+        if hasattr(pmf, "_loss_probs"):  # sparse: {loss index: mass}
+            items = sorted(pmf._loss_probs.items())
+            index = np.array([i for i, _ in items], float)
+            probs = np.array([m for _, m in items], float)
+        else:
+            index = pmf._lower_loss + np.arange(len(pmf._probs), dtype=float)
+            probs = np.asarray(pmf._probs, float)
+        keep = probs > 0
+        losses = index[keep] * pmf._discretization
+        out.append((losses[::-1].copy(), probs[keep][::-1].copy(), float(pmf._infinity_mass)))
+    return out
 
 
 def _epsilon_for_delta(losses: np.ndarray, probs: np.ndarray, infinite: float, delta: float) -> float:
@@ -304,10 +396,13 @@ def _sup_loss(a: np.ndarray, b: np.ndarray) -> float:
 class _LossHistogram:
     """One direction's PLD being built: mass per loss bin ⌈L / discretization⌉ (losses rounded *up*)
     and the mass at +inf, accumulated piece by piece as sorted (bin, mass) arrays, merged now and
-    then, so neither a grid-sized array nor a dense range of bins is kept."""
+    then, so neither a grid-sized array nor a dense range of bins is kept. With ``down``, the
+    bin is ⌊L / discretization⌋ (rounded *down*) and a loss below ``_LOWEST_LOSS`` is dropped:
+    every δ(ε) of that PLD, composed or not, is at most the release's (δ is a sum of non-negative
+    terms, each increasing in the losses)."""
 
-    def __init__(self, discretization: float):
-        self.discretization = discretization
+    def __init__(self, discretization: float, down: bool = False):
+        self.discretization, self.down = discretization, down
         self.bins, self.mass = np.zeros(0, np.int64), np.zeros(0)
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.infinite = 0.0
@@ -315,10 +410,14 @@ class _LossHistogram:
     def add(self, losses: np.ndarray, masses: np.ndarray) -> None:
         keep = masses > 0
         losses, masses = losses[keep], masses[keep]
+        if self.down:
+            keep = losses >= _LOWEST_LOSS
+            losses, masses = losses[keep], masses[keep]
         inf = np.isposinf(losses)
         self.infinite += float(masses[inf].sum())
         if np.any(~inf):
-            self.pending.append((np.ceil(losses[~inf] / self.discretization).astype(np.int64), masses[~inf]))
+            rounding = np.floor if self.down else np.ceil
+            self.pending.append((rounding(losses[~inf] / self.discretization).astype(np.int64), masses[~inf]))
         if sum(len(b) for b, _ in self.pending) > 1 << 20:
             self._merge()
 
@@ -334,7 +433,9 @@ class _LossHistogram:
 
         self._merge()
         probs = {int(b): float(m) for b, m in zip(self.bins, self.mass) if m > 0} or {0: 0.0}
-        return pld_pmf.create_pmf(probs, self.discretization, min(self.infinite, 1.0), pessimistic_estimate=True)
+        return pld_pmf.create_pmf(
+            probs, self.discretization, min(self.infinite, 1.0), pessimistic_estimate=not self.down
+        )
 
 
 def _add_discrete(hist: list[_LossHistogram], pair: VotePair) -> None:
@@ -345,11 +446,16 @@ def _add_discrete(hist: list[_LossHistogram], pair: VotePair) -> None:
         hist[side].infinite += pair.weight * float(a[(a > 0) & (b == 0)].sum())
 
 
-def _add_noisy(hist: list[_LossHistogram], pairs: Sequence[VotePair], sigma: float, k: int) -> None:
+def _add_noisy(
+    hist: list[_LossHistogram], pairs: Sequence[VotePair], sigma: float, k: int, low: list[_LossHistogram]
+) -> None:
     """The one-hot vote under N(0, σ²I), both directions, for every pair of the mixture: each grid
     cell's exact mass at a rigorous upper bound of the loss over the cell (the cell's bounds on
     ⟨s, b_v − b̄⟩ put in the numerator's and the denominator's worst case), and the mass outside the
-    grid at the largest loss the pair can have anywhere. Pessimistic by construction."""
+    grid at the largest loss the pair can have anywhere. Pessimistic by construction. ``low`` gets
+    each cell's mass at a lower bound of the loss over it: one direction's loss is minus the
+    other's (log P/Q = −log Q/P at every point), so minus the other direction's upper bound; the
+    mass outside the grid is dropped there."""
     points = _simplex_basis(k)  # row v: the vote e_v projected on the plane, B^T e_v
     axes = _axes(points, sigma)
     outside = -np.expm1(sum(np.log1p(-a.outside) for a in axes))  # (k,) each vote's mass off the grid
@@ -360,15 +466,24 @@ def _add_noisy(hist: list[_LossHistogram], pairs: Sequence[VotePair], sigma: flo
         for pair in pairs:
             p, q = pair.p, pair.q
             prior = (p + q) / 2.0
-            low, high = _posterior_bounds(prior, points, sigma, centre, half, proj)
-            hist[0].add(_largest_loss(p, q, prior, low, high), pair.weight * (mass @ p))  # ≥ L over the cell
-            hist[1].add(_largest_loss(q, p, prior, low, high), pair.weight * (mass @ q))  # ≥ −L over it
+            lo_pi, hi_pi = _posterior_bounds(prior, points, sigma, centre, half, proj)
+            up_p, up_q = _largest_loss(p, q, prior, lo_pi, hi_pi), _largest_loss(q, p, prior, lo_pi, hi_pi)
+            hist[0].add(up_p, pair.weight * (mass @ p))  # ≥ L over the cell
+            hist[1].add(up_q, pair.weight * (mass @ q))  # ≥ −L over it
+            low[0].add(-up_q, pair.weight * (mass @ p))  # ≤ L over the cell
+            low[1].add(-up_p, pair.weight * (mass @ q))  # ≤ −L over it
 
 
 def vote_pld(pairs: Sequence[VotePair], sigma: float = 0.0, *, discretization: float = 1e-4):
     """The PLD (both directions) of one release of a vote drawn from a mixture of ``pairs``,
     released as is (``sigma = 0``) or one-hot under N(0, σ² I) noise; the component is public.
     Pessimistic: every δ(ε) it gives is at least the release's."""
+    return vote_plds(pairs, sigma, discretization=discretization)[0]
+
+
+def vote_plds(pairs: Sequence[VotePair], sigma: float = 0.0, *, discretization: float = 1e-4):
+    """(pessimistic, optimistic): :func:`vote_pld`, and the same release's PLD with every loss
+    rounded down, whose every δ(ε) is at most the release's (the bracket's lower end)."""
     pairs, k = _check_pairs(pairs)
     if not (math.isfinite(sigma) and sigma >= 0):
         raise InvalidParameter(f"sigma must be finite and >= 0, got {sigma}")
@@ -377,19 +492,22 @@ def vote_pld(pairs: Sequence[VotePair], sigma: float = 0.0, *, discretization: f
     from dp_accounting.pld import privacy_loss_distribution
 
     hist = [_LossHistogram(discretization), _LossHistogram(discretization)]
+    low = [_LossHistogram(discretization, down=True), _LossHistogram(discretization, down=True)]
     if sigma == 0:
         for pair in pairs:
             _add_discrete(hist, pair)
+            _add_discrete(low, pair)
     else:
         # a coordinate no pair ever votes for is pure noise under both neighbours: dropping it is exact
         used = np.flatnonzero(sum(pair.p + pair.q for pair in pairs) > 0)
         if used.size < 2:  # every vote the same outcome under both: nothing to tell apart
-            hist[0].add(np.zeros(1), np.ones(1))
-            hist[1].add(np.zeros(1), np.ones(1))
+            for h in (*hist, *low):
+                h.add(np.zeros(1), np.ones(1))
         else:
             pairs = [VotePair(pair.weight, pair.p[used], pair.q[used]) for pair in pairs]
-            _add_noisy(hist, pairs, sigma, used.size)
-    return privacy_loss_distribution.PrivacyLossDistribution(hist[0].pmf(), hist[1].pmf())
+            _add_noisy(hist, pairs, sigma, used.size, low)
+    make = privacy_loss_distribution.PrivacyLossDistribution
+    return make(hist[0].pmf(), hist[1].pmf()), make(low[0].pmf(), low[1].pmf())
 
 
 def gaussian_mu(pairs: Sequence[VotePair], sigma: float, queries: int = 1) -> float | None:
@@ -417,9 +535,66 @@ def pair_profile(
     of ``pairs``), composed by ``dp_accounting``; an upper bound on the true profile at every δ."""
     if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
         raise InvalidParameter(f"queries must be an integer >= 1, got {queries!r}")
-    pld = vote_pld(pairs, sigma, discretization=discretization)
+    plds = vote_plds(pairs, sigma, discretization=discretization)
     # δ at a huge ε is the mass of infinite loss: all of it means the neighbours are told apart by every
     # release with certainty, and composing (which dp_accounting cannot do without finite mass) adds nothing
-    if queries > 1 and pld.get_delta_for_epsilon(1e6) < 1.0 - 1e-12:
-        pld = pld.self_compose(queries)
-    return PairProfile(pld, queries, float(sigma), discretization, gaussian_mu(pairs, sigma, queries))
+    pld, lower = (
+        _self_compose(x, queries) if queries > 1 and x.get_delta_for_epsilon(1e6) < 1.0 - 1e-12 else x for x in plds
+    )
+    exact = _enumerated(_check_pairs(pairs)[0], queries) if sigma == 0 else None
+    return PairProfile(
+        pld, queries, float(sigma), discretization, gaussian_mu(pairs, sigma, queries), lower_pld=lower, exact=exact
+    )
+
+
+def _self_compose(pld, queries: int):
+    """``pld`` composed ``queries`` times. dp_accounting truncates tails of at most 1e-15 as it
+    composes; a rounded-down PLD whose finite part is all below that (a tail of 1e-12 beside
+    infinite loss) leaves it nothing to put the truncated mass on (IndexError), so that one is
+    composed without truncation."""
+    try:
+        return pld.self_compose(queries)
+    except IndexError:
+        return pld.self_compose(queries, tail_mass_truncation=0.0)
+
+
+def _enumerated(pairs: Sequence[VotePair], queries: int) -> tuple[Direction, Direction] | None:
+    """The exact composed loss distributions of ``queries`` releases of a vote as is (σ = 0), both
+    directions, or None where the counts are more than :data:`MAX_EXACT_SEQUENCES`.
+
+    One release is an outcome (component c, vote v) with mass w_c a_v and loss log a_v / b_v
+    (+inf where b_v = 0); outcomes of equal loss are merged. ``queries`` releases have the loss
+    Σ_j n_j ℓ_j of their counts n (Σ n_j = queries over the finite-loss outcomes), with the
+    multinomial mass queries!/Π n_j! Π p_j^{n_j}; a trial with any infinite-loss release has
+    infinite loss (mass 1 − (1 − m_∞)^queries). Counts of zero mass, or of a loss below
+    ``_LOWEST_LOSS``, are left out: they add nothing to δ(ε) at any ε ≥ 0, where the values are exact."""
+    out = []
+    for side in (0, 1):
+        losses, probs, infinite = [], [], 0.0
+        for pair in pairs:
+            a, b = (pair.p, pair.q) if side == 0 else (pair.q, pair.p)
+            both = (a > 0) & (b > 0)
+            losses.append(np.log(a[both]) - np.log(b[both]))
+            probs.append(pair.weight * a[both])
+            infinite += pair.weight * float(a[(a > 0) & (b == 0)].sum())
+        atoms, inverse = np.unique(np.concatenate(losses), return_inverse=True)
+        p = np.bincount(inverse, weights=np.concatenate(probs), minlength=atoms.size)
+        atoms, p = atoms[p > 0], p[p > 0]
+        m = atoms.size
+        if m == 0:
+            out.append((np.zeros(0), np.zeros(0), 1.0))
+            continue
+        if math.comb(queries + m - 1, m - 1) > MAX_EXACT_SEQUENCES:
+            return None
+        bars = np.array(list(itertools.combinations(range(queries + m - 1), m - 1)), dtype=np.int64)
+        bars = bars.reshape(-1, m - 1) if m > 1 else np.zeros((1, 0), np.int64)
+        edges = np.concatenate([np.full((len(bars), 1), -1), bars, np.full((len(bars), 1), queries + m - 1)], axis=1)
+        counts = np.diff(edges, axis=1) - 1  # stars between consecutive bars: each count, summing to queries
+        log_mass = special.gammaln(queries + 1) - special.gammaln(counts + 1).sum(axis=1) + counts @ np.log(p)
+        loss, mass = counts @ atoms, np.exp(log_mass)
+        keep = (mass > 0) & (loss >= _LOWEST_LOSS)  # a loss below adds nothing to δ(ε) at any ε >= 0
+        loss, mass = loss[keep], mass[keep]
+        order = np.argsort(-loss, kind="stable")
+        composed_inf = -math.expm1(queries * math.log1p(-min(infinite, 1.0))) if infinite < 1 else 1.0
+        out.append((loss[order], mass[order], composed_inf))
+    return out[0], out[1]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ctxlite.audit.report import AuditReport
+from ctxlite.audit.report import AuditReport, ceiling_kind
 from ctxlite.gates import Verdict
 from ctxlite.influence.analysis import LargestUnit, Summary
 from ctxlite.influence.results import ExampleResult, LambdaResult
@@ -334,8 +334,9 @@ def audit_table(report: AuditReport) -> str:
 
 
 def _profile_kinds(report: AuditReport) -> str:
-    """How the rows' eps_max were computed: "exact", "an upper bound", or both, by theoretical ε."""
-    kinds = {r.privacy_profile_kind for r in report.rows} - {None}
+    """How the rows' eps_max were computed: "exact", "an upper bound", or both, by theoretical ε (a
+    row whose exact profile is computed on a grid has the upper end of its bracket: an upper bound)."""
+    kinds = {ceiling_kind(r) for r in report.rows} - {None}
     if kinds == {"exact"}:
         return "exact"
     if kinds == {"upper bound"}:
@@ -352,7 +353,7 @@ def audit_headline(run: AuditRun) -> str:
     top = max(report.rows, key=lambda r: r.epsilon_lower_bound)
     at = "" if top.epsilon is None else f" at theoretical ε = {_eps_text(top.epsilon)}"
     ceiling = top.epsilon_upper_bound
-    kind = top.privacy_profile_kind or "exact"
+    kind = ceiling_kind(top) or "exact"
     exact_text = (
         ""
         if ceiling is None

@@ -172,13 +172,33 @@ def _case(budget=1.0, settings=SETTINGS, **fields):
 
 def test_an_exact_epsilon_above_the_budget_fails_without_statistics():
     """The issue's reproducer in numbers: certified 0.778, exact 26.6, budget 1 was a pass; it fails."""
-    case = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=26.6, privacy_profile_kind="exact")
+    case = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=26.6, epsilon_exact=26.6, privacy_profile_kind="exact")
     assert case.outcome is Outcome.FAIL and case.basis is Basis.EXACT
     assert case.message.startswith("fail (exact epsilon of the audited pair): ε per trial of 64 queries composed")
     assert "exact ε(δ=1e-05) 26.600 > budget 1" in case.message and "certified ε ≥ 0.778" in case.message
     assert "at least about 40 trials" in case.message  # what it would take the lower bound to show it
-    ok = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=0.9, privacy_profile_kind="exact")
+    ok = _case(epsilon_lower_bound=0.778, epsilon_upper_bound=0.9, epsilon_exact=0.9, privacy_profile_kind="exact")
     assert ok.outcome is Outcome.PASS and ok.basis is Basis.EXACT and "exact ε(δ=1e-05) 0.900 ≤ budget 1" in ok.message
+
+
+def test_a_pair_epsilon_known_only_within_a_grid_bracket_fails_only_on_its_lower_end():
+    """An exact profile whose ε is computed on a grid (a noisy mixed vote) is bracketed: the upper end
+    (losses rounded up) is an upper bound, never called exact. The gate fails on the lower end
+    only, passes on the upper end, and a bracket around the budget is inconclusive (issue 46: the
+    rounded-up 1.000184 of an ε = 1 pair failed a budget of 1)."""
+    pair = {"privacy_profile_kind": "exact", "privacy_profile_method": "a grid"}
+    above = _case(epsilon_pair_at_least=1.02, epsilon_upper_bound=1.1, **pair)
+    assert above.outcome is Outcome.FAIL and above.basis is Basis.PAIR_AT_LEAST
+    assert "is at least 1.020 > budget 1" in above.message and "ε in [1.020, 1.100]" in above.message
+    straddles = _case(epsilon_pair_at_least=0.999, epsilon_upper_bound=1.0002, **pair)
+    assert straddles.outcome is Outcome.INCONCLUSIVE and straddles.basis is Basis.NO_PROOF
+    assert "lies in [0.999, 1.000] (its exact profile, computed on a grid), which straddles budget 1" in (
+        straddles.message
+    )
+    below = _case(epsilon_pair_at_least=0.9, epsilon_upper_bound=0.95, **pair)
+    assert below.outcome is Outcome.PASS and below.basis is Basis.UPPER_BOUND and "at most 0.950" in below.message
+    rnm = {"epsilon": 1.0, "epsilon_per_trial": 1.0}  # within the bracket, the guarantee still decides
+    assert _case(epsilon_pair_at_least=0.999, epsilon_upper_bound=1.0002, **pair, **rnm).basis is Basis.GUARANTEE
 
 
 def test_a_certified_lower_bound_above_the_budget_fails_whatever_else_is_known():

@@ -105,12 +105,20 @@ probs = st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3).filter(lambda v: s
 )
 def test_discrete_mixture_profile_matches_enumeration(pairs, queries, eps):
     """Votes released as they are (σ = 0), the component public: δ(ε) of the composed release equals
-    the sum over every outcome sequence, zeros and infinite losses included (pessimistic by at most
-    the loss grid)."""
+    the sum over every outcome sequence, zeros and infinite losses included: exactly (the counts
+    enumerated), and between the grid's rounded-down and rounded-up PLDs (apart by at most the
+    loss grid)."""
     profile = pair_profile([VotePair(w, p, q) for w, p, q in pairs], 0.0, queries, discretization=1e-4)
     exact = discrete_delta_by_enumeration(pairs, queries, eps)
-    got = profile.delta(eps)
-    assert exact - 1e-9 <= got <= exact + queries * 1e-4 * math.exp(eps) + 1e-9
+    assert profile.is_exact and profile.delta(eps) == pytest.approx(exact, rel=1e-9, abs=1e-12)
+    low, high = profile.grid_delta(eps, lower=True), profile.grid_delta(eps)
+    assert low - 1e-12 <= exact <= high + 1e-12
+    assert high <= exact + queries * 1e-4 * math.exp(eps) + 1e-9
+    assert low >= exact - queries * 1e-4 * math.exp(eps) - 1e-9
+    for delta in (1e-3, 0.05):  # ε(δ) inverts the enumerated δ(ε) exactly
+        e = profile.epsilon(delta)
+        if 0 < e < 30:  # the reference's exp overflows far beyond
+            assert discrete_delta_by_enumeration(pairs, queries, e) == pytest.approx(delta, rel=1e-7)
 
 
 GRID_PESSIMISM = 0.02
@@ -147,14 +155,16 @@ def test_epsilon_and_delta_are_dp_accountings_own(pairs, queries):
         w, p, q = pairs[0]
         profiles.append(pair_profile([VotePair(1.0, [p[0], 1 - p[0]], [q[0], 1 - q[0]])], 1.0))
     for profile in profiles:
-        for delta in (1e-12, 1e-6, 1e-3, 0.2):
-            ref = float(profile.pld.get_epsilon_for_delta(delta))
-            # abs 1e-10 nats: summing a dense PLD's ~10^4 masses in another order moves ε by ~4e-12
-            # (found by hypothesis at ε = 2.2e-4); the PLD's own grid is 1e-4 nats
-            assert profile.epsilon(delta) == ref or profile.epsilon(delta) == pytest.approx(ref, rel=1e-9, abs=1e-10)
-        for eps in (0.0, 0.5, 3.0):
-            ref = float(profile.pld.get_delta_for_epsilon(eps))
-            assert profile.delta(eps) == pytest.approx(ref, rel=1e-9, abs=1e-15)
+        for pld, end in ((profile.pld, 1), (profile.lower_pld, 0)):  # the bracket's two ends
+            for delta in (1e-12, 1e-6, 1e-3, 0.2):
+                ref = float(pld.get_epsilon_for_delta(delta))
+                got = profile.grid_bracket(delta)[end]
+                # abs 1e-10 nats: summing a dense PLD's ~10^4 masses in another order moves ε by ~4e-12
+                # (found by hypothesis at ε = 2.2e-4); the PLD's own grid is 1e-4 nats
+                assert got == ref or got == pytest.approx(ref, rel=1e-9, abs=1e-10)
+            for eps in (0.0, 0.5, 3.0):
+                ref = float(pld.get_delta_for_epsilon(eps))
+                assert profile.grid_delta(eps, lower=end == 0) == pytest.approx(ref, rel=1e-9, abs=1e-15)
 
 
 def test_identical_and_disjoint_pairs():
