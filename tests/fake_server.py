@@ -1,9 +1,20 @@
 """A fake OpenAI-compatible server on loopback that misbehaves on purpose (no model behind it).
 
-It speaks llama.cpp's dialect (``/tokenize`` and ``/detokenize`` with token ids, ``/props``) over
-a byte tokenizer: token ``b + 3`` is the byte ``b``, token 1 is BOS. Its completions echo the
-prompt with log-probabilities that are a fixed function of each token and the tokens before it
-(so ablations change them and a score run has influence to find), plus one generated token.
+It speaks llama.cpp's dialect (``/tokenize`` and ``/detokenize`` with token ids, ``/props``) over a
+byte tokenizer: token ``b + 3`` is the byte ``b``, token 1 is BOS; or, with ``dialect``, vLLM's
+(``/tokenize`` with ``prompt``, answering ``max_model_len``; ``/v1/models``, ``/version``) or
+llama-cpp-python's (``/extras/tokenize``, which always adds BOS; text prompts; an echo that leaves the BOS
+out and has null as its first entry, as llama-cpp-python 0.3.36's ``create_completion``). Its
+completions echo the prompt with log-probabilities that are a fixed function of each token and the
+tokens before it (so ablations change them and a score run has influence to find), plus one
+generated token, a space, with its own log-probability (the same function;
+``report_generated=False``: the prompt's entries only).
+
+Lies (:data:`FAULTS`) that keep every value plausible: ``shifted`` answers ``true[1:] +
+[generated]`` (each prompt token carries the next one's value, the right count, every value finite
+and ≤ 0, the tokens as sent), ``shifted_null`` the same behind the null first entry a vLLM echo
+has, ``row_after`` scores each prompt token with the row *after* it (llama-cpp-python's own echo
+on a model without BOS), its generated token honestly.
 
 ``FakeServer(fault)`` answers every completion whose prompt holds ``trigger`` (default: every
 completion) with one misbehaviour from :data:`FAULTS`; everything else is answered correctly,
@@ -45,7 +56,13 @@ FAULTS = (
     "huge",  # a 1 GiB answer, no Content-Length, streamed until the client hangs up
     "huge_declared",  # a Content-Length of 1 GiB
     "no_logprobs",  # a valid completion with "logprobs": null (a server that offers none)
+    "shifted",  # token_logprobs = true[1:] + [generated]: every value plausible, one token off
+    "shifted_null",  # [null] + true[2:] + [generated]: the same shift behind a null first entry
+    "row_after",  # prompt token i scored with the row after it, log p(token_i | tokens ≤ i)
 )
+DIALECTS = ("llama.cpp", "vllm", "llama-cpp-python")
+GENERATED = " "
+"""The text every completion generates (one token, the byte of a space)."""
 ERROR_MESSAGE = "KV cache is full: request 42 rejected (fake overload)"
 GIB = 2**30
 
@@ -76,8 +93,12 @@ class FakeServer(LoopbackHTTP):
         seed: int = 0,
         hold: str | None = None,
         die_after: int | None = None,
+        dialect: str = "llama.cpp",
+        report_generated: bool = True,
     ):
         assert fault is None or fault in FAULTS, fault
+        assert dialect in DIALECTS, dialect
+        self.dialect, self.report_generated = dialect, report_generated
         self.fault, self.trigger = fault, trigger
         self.delay, self.seed, self.hold, self.die_after = delay, seed, hold, die_after
         self.completions = self.faulty = 0
@@ -97,8 +118,12 @@ class FakeServer(LoopbackHTTP):
             def do_GET(self):
                 if server.dead:
                     return server.drop(self)
-                if self.path == "/props":
+                if self.path == "/props" and server.dialect == "llama.cpp":
                     return self._json({"default_generation_settings": {"n_ctx": 2048}, "build_info": "fake-1"})
+                if self.path == "/version" and server.dialect == "vllm":
+                    return self._json({"version": "fake-vllm-1"})
+                if self.path == "/v1/models" and server.dialect == "vllm":
+                    return self._json({"data": [{"id": MODEL, "max_model_len": 2048}]})
                 return self._json({"error": "not found"}, 404)
 
             def do_POST(self):
@@ -123,10 +148,20 @@ class FakeServer(LoopbackHTTP):
                     server.answered(self)
 
             def _post(self, body):
-                if self.path == "/tokenize":
+                dialect = server.dialect
+                if self.path == "/tokenize" and dialect == "llama.cpp":
                     return self._json({"tokens": encode(body.get("content", ""), bool(body.get("add_special")))})
-                if self.path == "/detokenize":
+                if self.path == "/detokenize" and dialect == "llama.cpp":
                     return self._json({"content": decode(body.get("tokens", []))})
+                if self.path == "/tokenize" and dialect == "vllm":
+                    tokens = encode(body.get("prompt", ""), bool(body.get("add_special_tokens", True)))
+                    return self._json({"tokens": tokens, "count": len(tokens), "max_model_len": 2048})
+                if self.path == "/detokenize" and dialect == "vllm":
+                    return self._json({"prompt": decode(body.get("tokens", []))})
+                if self.path == "/extras/tokenize" and dialect == "llama-cpp-python":
+                    return self._json({"tokens": encode(body.get("input", ""), bos=True)})
+                if self.path == "/extras/detokenize" and dialect == "llama-cpp-python":
+                    return self._json({"text": decode(body.get("tokens", []))})
                 if self.path == "/v1/completions":
                     return server._completion(self, body)
                 return self._json({"error": "not found"}, 404)
@@ -179,6 +214,10 @@ class FakeServer(LoopbackHTTP):
 
     def _completion(self, handler, body: dict) -> None:
         prompt = body["prompt"]
+        if self.dialect == "llama-cpp-python":  # text prompts only; BOS always added
+            if not isinstance(prompt, str):
+                return self.write(handler, json.dumps({"error": "prompt must be text"}).encode(), 400)
+            prompt = encode(prompt, bos=True)
         if self.hold is not None and self.hold in decode(prompt):
             with self.lock:
                 self.holding += 1
@@ -195,8 +234,20 @@ class FakeServer(LoopbackHTTP):
         if not body.get("echo") or fault == "no_logprobs":
             choice = {"text": " yes", "index": 0, "logprobs": None}
             return self.write(handler, json.dumps({"choices": [choice]}).encode())
-        values = [None] + [logprob(prompt[:i], prompt[i]) for i in range(1, len(prompt))] + [-0.5]
-        tokens = [decode([t]) for t in prompt] + [" "]
+        generated = encode(GENERATED)[0]
+        every = [*prompt, generated]
+        values = [None] + [logprob(every[:i], every[i]) for i in range(1, len(every))]
+        tokens = [decode([t]) for t in every]
+        if fault == "shifted":
+            values = values[1:] + values[-1:]
+        elif fault == "shifted_null":
+            values = [None] + values[2:] + values[-1:]
+        elif fault == "row_after":
+            values = [logprob(every[: i + 1], every[i]) for i in range(len(prompt))] + values[-1:]
+        if self.dialect == "llama-cpp-python":  # its echo leaves the BOS out, and nulls its first entry
+            values, tokens = [None, *values[2:]], tokens[1:]
+        if not self.report_generated:  # the echo of the prompt alone (as ctxlite serve's)
+            values, tokens = values[:-1], tokens[:-1]
         if fault == "positive":
             values[-2] = 0.5
         elif fault == "nan":
@@ -215,7 +266,7 @@ class FakeServer(LoopbackHTTP):
             "id": "cmpl-fake",
             "object": "text_completion",
             "model": MODEL,
-            "choices": [{"text": decode(prompt) + " ", "index": 0, "finish_reason": "length",
+            "choices": [{"text": decode(prompt) + GENERATED, "index": 0, "finish_reason": "length",
                          "logprobs": {"tokens": tokens, "token_logprobs": values}}],
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1},
         }  # fmt: skip

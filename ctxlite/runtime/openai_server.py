@@ -44,19 +44,21 @@ a :class:`ServedModel` (``prompt_logprobs`` False), without teacher forcing, so 
 naming the missing capability, and a classification audit takes its answers from sampled
 completions instead (``ctxlite.audit.oracle``).
 
-Every answer is checked before it is used (:func:`check_logprobs` and the checks of each
-endpoint): it is a JSON object without an ``error`` member (some servers answer HTTP 200 with
-``{"error": ...}``), its log-probabilities are finite numbers ≤ ``LOGPROB_TOLERANCE`` (a log-
-probability is ≤ 0; the tolerance only admits float32 rounding of a certain token), there are as
-many as the prompt has tokens (plus at most the one generated token), and the tokens the server
-echoes are the tokens sent, in order (compared piece by piece with the server's own decoding of
-each token). An answer that fails a check stops the run with a :class:`~ctxlite.errors.ServerError`
-(exit 9) that names the field, the request and the server's own message; it is not retried (a
-server that answers nonsense once will again). ``--request-timeout`` bounds the *whole* request
-(connecting, sending, every read of the answer: a server that drips its answer a byte at a time
-times out like a silent one), and an answer larger than ``ServerConfig.max_answer_bytes``
-(``MAX_ANSWER_BYTES``, 64 MiB) is refused while it streams in, so a runaway answer never fills
-the memory.
+Every answer is checked before it is used (:func:`check_logprobs` and the checks of each endpoint):
+it is a JSON object without an ``error`` member (some servers answer HTTP 200 with ``{"error":
+...}``), its log-probabilities are finite numbers ≤ ``LOGPROB_TOLERANCE`` (a log-probability is ≤
+0; the tolerance only admits float32 rounding of a certain token), there are as many as the prompt
+has tokens (plus at most the one generated token), and the tokens the server echoes are the tokens
+sent, in order (compared piece by piece with the server's own decoding of each token). Where entry 0
+scores the first token the server saw, it must be null (a number there is an echo off by a token),
+and the first read of log-probabilities checks, once, that the server's values stand beside their
+own tokens (:meth:`ServedModel.check_alignment`: the probe and the probe one token longer must
+agree). An answer that fails a check stops the run with a :class:`~ctxlite.errors.ServerError` (exit
+9) that names the field, the request and the server's own message; it is not retried (a server that
+answers nonsense once will again). ``--request-timeout`` bounds the *whole* request (connecting,
+sending, every read of the answer: a server that drips its answer a byte at a time times out like a
+silent one), and an answer larger than ``ServerConfig.max_answer_bytes`` (``MAX_ANSWER_BYTES``, 64
+MiB) is refused while it streams in, so a runaway answer never fills the memory.
 
 Robustness (:mod:`ctxlite.runtime.server_transport`, the HTTP side): requests run on a thread pool
 of ``concurrency`` workers, each with a timeout, retried
@@ -75,6 +77,7 @@ import codecs
 import itertools
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
@@ -89,13 +92,34 @@ from ctxlite.runtime.server_transport import Http, Pool, RequestStats, ServerCon
 LOGPROB_TOLERANCE = 1e-4
 """How far above 0 a served log-probability may be (nats): float32 log-softmax of a token of
 probability ~1 rounds to a few 1e-7 above 0. Anything larger is an impossible answer (exit 9)."""
+ALIGNMENT_TOLERANCE = 0.1
+"""How far apart (nats) two answers of one server may put the log-probability of the same token after
+the same tokens (:meth:`ServedModel.check_alignment`). They are two computations of one logits row
+that differ only by rounding with the batch's shape and what the server's cache held: measured
+≤ 2.4e-7 on most tokens and at most 5.1e-3 (llama-cpp-python's server re-decoding a prompt's last
+token from its cache; tests/server/test_openai_server.py ``TOL_LOGPROB``), float32 vLLM on the CPU
+alike; the tolerance is ~20 times that, and about one rounding step of a bfloat16 logit near 20
+(not measured: no GPU server here). A token one position off moves the value by the difference of
+two tokens' log-probabilities, typically whole nats."""
+UNALIGNED = (
+    "the server's log-probabilities are not aligned with the prompt's tokens (an echo shifted by a "
+    "token?): refused rather than scored"
+)
+
+
+PROBE_TEXT = "Hi there."
+"""The sentence the connection's probe sends (teacher forcing): short, as some servers cost per
+echoed token."""
+PROBE_EXTRA = (" Hi", ".", "\n")
+"""Texts of one token each, a token of which :meth:`ServedModel.check_alignment` may append to the
+probe where the token the server generated cannot be sent back."""
 
 
 class NoPromptLogprobs(InvalidParameter):
     """The server returns no log-probabilities for completions."""
 
 
-def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: str) -> list:
+def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: str, *, first_null: bool = True) -> list:
     """The prompt's ``token_logprobs`` of one echoed completion, checked (a ServerError names what fails).
 
     ``tokens`` were sent; the server's entry j is token j + ``offset`` (llama-cpp-python drops a
@@ -103,7 +127,9 @@ def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: s
     the one token it generated. Each prompt entry is None (the first, which has no context) or a
     finite number ≤ ``LOGPROB_TOLERANCE``; ``logprobs.tokens[j]``, the text of the token it
     scored, must be ``piece(tokens[j + offset])`` wherever that piece is known and shows (the
-    server's own decoding of the token alone: None for part of a character, "" for a special token)."""
+    server's own decoding of the token alone: None for part of a character, "" for a special token).
+    ``first_null``: entry 0 scores the first token the server saw, which has no context: a number
+    there is refused (a server that shifts its echo by a token puts the second token's value there)."""
     values, echoed = logprobs.get("token_logprobs"), logprobs.get("tokens")
     need = len(tokens) - offset
     field = "choices.0.logprobs.token_logprobs"
@@ -113,6 +139,11 @@ def check_logprobs(logprobs, tokens: Sequence[int], offset: int, piece, where: s
         raise ServerError(
             f"{where}: {field} has {len(values)} entries for a prompt of {need} echoed tokens "
             f"(expected {need}, or {need + 1} with the generated token)"
+        )
+    if first_null and values and values[0] is not None:
+        raise ServerError(
+            f"{where}: {field}[0] is {json.dumps(values[0])[:40]}, but the first token sent has no context to "
+            f"score it by (the entry must be null): {UNALIGNED}"
         )
     for j, v in enumerate(values[:need]):
         if v is None and j == 0:
@@ -188,6 +219,9 @@ class ServedModel:
         self._pieces: dict[int, bytes | None] = {}
         self._texts: dict[tuple[int, ...], str] = {}
         self.tokenizer_checked: str | None = None  # the local model whose tokens the server's were found to be
+        self._probe_answer: tuple | None = None  # the probe's tokens, checked entries, echoed texts
+        self._alignment_lock = threading.Lock()
+        self._alignment: str | None = None  # check_alignment's verdict: "" (aligned) or its message
         try:
             self._probe()
             if tokenizer is not None:
@@ -206,12 +240,12 @@ class ServedModel:
         if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1):
             n_ctx = None  # a context size that is no count is no information
         self.server_version, self.n_ctx = (None if version is None else str(version)), n_ctx
-        sample = self.tokenize("Hi there.", add_bos=True)  # short: some servers cost per echoed token
+        sample = self.tokenize(PROBE_TEXT, add_bos=True)  # short: some servers cost per echoed token
         if len(sample) < 3:
             raise InvalidParameter(f"the server at {self.config.root} tokenized a probe sentence into {sample}")
         self.prompt_logprobs = True
         try:
-            self._teacher_forced(sample, 1 + self.dialect.echo_offset)
+            self._probe_answer = (sample, *self._echo(sample))
         except NoPromptLogprobs:
             self.prompt_logprobs = False
 
@@ -342,6 +376,18 @@ class ServedModel:
         tokens = [int(t) for t in tokens]
         if not 1 <= targets_from < len(tokens):
             raise InvalidParameter(f"targets_from must be in [1, {len(tokens)}), got {targets_from}")
+        self.check_alignment()
+        offset = self.dialect.echo_offset
+        values, _, where = self._echo(tokens)
+        out = values[targets_from - offset : len(tokens) - offset]
+        if any(v is None for v in out):
+            raise ServerError(f"{where}: choices.0.logprobs.token_logprobs has null where a log-probability is needed")
+        return np.asarray(out, dtype=np.float64)
+
+    def _echo(self, tokens: list[int]) -> tuple[list, list, str]:
+        """One teacher-forcing request of ``tokens``: its checked entries (:func:`check_logprobs`: the
+        prompt's, then the generated token's where the server sent it), the echoed token texts, and
+        the request's description for a message."""
         self.check_fits(len(tokens) + 1)
         self.dialect.check_echo(tokens)
         offset = self.dialect.echo_offset
@@ -363,11 +409,77 @@ class ServedModel:
         if not isinstance(choice, dict) or not isinstance(choice.get("logprobs"), dict):
             raise NoPromptLogprobs(self._no_logprobs)
         where = f"{what}: the answer of {url} to a prompt of {len(tokens)} tokens"
-        values = check_logprobs(choice["logprobs"], tokens, offset, self._piece_text, where)
-        out = values[targets_from - offset : len(tokens) - offset]
-        if any(v is None for v in out):
-            raise ServerError(f"{where}: choices.0.logprobs.token_logprobs has null where a log-probability is needed")
-        return np.asarray(out, dtype=np.float64)
+        first_null = self.dialect.first_entry_null
+        values = check_logprobs(choice["logprobs"], tokens, offset, self._piece_text, where, first_null=first_null)
+        return values, choice["logprobs"]["tokens"], where
+
+    def check_alignment(self) -> None:
+        """Refuse (ServerError, exit 9) a server whose echoed log-probabilities are not those of the
+        tokens they stand beside, though each looks right (an echo one token off: every value finite
+        and ≤ 0, the right count, the tokens as sent). Done once, by the first read of
+        log-probabilities (a run that reads none is not refused for them); the verdict is kept.
+
+        The probe prompt P was sent on connecting; one more request sends P + [t], t the token the
+        server generated after P where it reported one that tokenizes back alone (else a token of
+        :data:`PROBE_EXTRA`). A token's log-probability depends only on the tokens before it, so
+        both answers must agree on P's tokens, and the value of t after P must be the one the
+        server reported when it generated t, each within :data:`ALIGNMENT_TOLERANCE`
+        (docs/servers.md says which lies this catches and which it cannot)."""
+        with self._alignment_lock:
+            if self._alignment is None and self._probe_answer is not None:
+                self._alignment = self._misalignment() or ""
+        if self._alignment:
+            raise ServerError(self._alignment)
+
+    def _misalignment(self) -> str | None:
+        """What :meth:`check_alignment` finds wrong, in a line; None where the answers agree."""
+        tokens, values, echoed, _ = self._probe_answer
+        need = len(tokens) - self.dialect.echo_offset
+        generated = self._generated_token(values, echoed, need)
+        extras = [] if generated is None else [generated]
+        shown = echoed[need] if len(values) > need and len(echoed) > need else None
+        for text in PROBE_EXTRA:
+            ids = self.tokenize(text)
+            if len(ids) == 1 and text != shown:
+                extras.append(ids[0])
+        for extra in extras:
+            try:
+                longer, _, _ = self._echo([*tokens, extra])
+            except InvalidParameter:  # a text-only server: P + [t] is not the tokenization of its text
+                continue
+            break
+        else:
+            return None  # nothing to compare with: the probe alone was checked (docs/servers.md)
+        where = f"the server at {self.config.base_url} ({self.config.model_name})"
+        for j in range(need):
+            before, after = values[j], longer[j]
+            if (before is None) != (after is None) or (
+                before is not None and not abs(before - after) <= ALIGNMENT_TOLERANCE
+            ):
+                return (
+                    f"{where} gives token {j + self.dialect.echo_offset} of the probe {PROBE_TEXT!r} the "
+                    f"log-probability {before} alone and {after} with one more token sent after it (a token's "
+                    f"log-probability depends only on the tokens before it; tolerance {ALIGNMENT_TOLERANCE:g}): "
+                    f"{UNALIGNED}"
+                )
+        if extra == generated and not abs(longer[need] - values[need]) <= ALIGNMENT_TOLERANCE:
+            return (
+                f"{where} generated {shown!r} after the probe {PROBE_TEXT!r} with the log-probability "
+                f"{values[need]}, and gives it {longer[need]} when it is sent after the probe (tolerance "
+                f"{ALIGNMENT_TOLERANCE:g}): {UNALIGNED}"
+            )
+        return None
+
+    def _generated_token(self, values: list, echoed: list, need: int) -> int | None:
+        """The token the server generated after the probe, where it reported its log-probability and
+        its text tokenizes alone into one token of that text (a text that does not is left out)."""
+        if len(values) <= need or values[need] is None or len(echoed) <= need:
+            return None
+        text = echoed[need]
+        if not isinstance(text, str) or not text:
+            return None
+        ids = self.tokenize(text)
+        return ids[0] if len(ids) == 1 and self._piece_text(ids[0]) == text else None
 
     def _piece_text(self, token: int) -> str | None:
         """The text of ``token`` alone as this server decodes it (None: part of a character)."""
@@ -541,7 +653,8 @@ class OpenAIServer(ServedModel):
 
     def logprobs(self, tokens: Sequence[int], targets_from: int, temperature: float = 1.0) -> np.ndarray:
         """log p(tokens[t] | tokens[:t]) for t >= targets_from, from the server's echoed prompt
-        log-probabilities (one completion request). Temperature 1 only (see the module docstring)."""
+        log-probabilities (one completion request). Temperature 1 only (see the module docstring).
+        The first call checks the server's alignment (:meth:`check_alignment`)."""
         return self._teacher_forced(tokens, targets_from, temperature)
 
     def logprobs_many(

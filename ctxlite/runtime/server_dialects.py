@@ -51,6 +51,9 @@ class Dialect(ABC):
     """The prompt of a completion may be token ids (else text, which must tokenize back to them)."""
     echo_offset = 0
     """The echoed entry j scores prompt token j + ``echo_offset``."""
+    first_entry_null = True
+    """The echoed entry 0 scores the first token the server saw, which has no context: it must be
+    null (a number there is a misaligned echo, refused)."""
     sampling_off: dict = {}
     """The settings that turn the server's own sampling filters off (plain softmax(logits / T))."""
 
@@ -87,6 +90,7 @@ class LlamaCppPython(Dialect):
     name = "llama-cpp-python"
     takes_token_ids = False
     echo_offset = 1
+    first_entry_null = False  # entry 0 is token 1, after the BOS its echo leaves out
     sampling_off = {"top_k": 0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
 
     def tokenize(self, text: str, add_bos: bool, special: bool) -> list[int]:

@@ -479,7 +479,8 @@ def test_429_then_success_is_retried(llama_server, engine):
         with OpenAIServer(ServerConfig(proxy.url, MODEL_NAME, backoff=0.01)) as backend:
             toks = engine.tokenize("Hi there.", add_bos=True)
             assert backend.logprobs(toks, 2).shape == (len(toks) - 2,)
-            assert backend.describe()["retried"] == 2 and proxy.completions == 4  # the probe met the 429s
+            # the probe met the 429s; then the alignment check (one more) and the request
+            assert backend.describe()["retried"] == 2 and proxy.completions == 5
 
 
 def test_a_slow_server_times_out_with_exit_9(llama_server, tmp_path):

@@ -205,7 +205,7 @@ def test_a_scored_examples_prompt_tokens_are_the_cost_models(local, vllm_server,
     encoded = InfluenceScorer(local, "qa", LAMBDA_1).encode(Example(NOTE, QUERY, RESPONSE))
     full, empty, y = len(encoded.with_context), len(encoded.without_context), len(result["response_ids"])
     ngrams = [g["n"] for g in result["ngrams"]]
-    usage = _usage(proxy.exchanges[1:])  # after the connection's probe
+    usage = _usage(proxy.exchanges[2:])  # after the connection's probe and the alignment check
     assert len(usage) == 2 + len(ngrams)
     assert all(sent == reported and cached == 0 for sent, reported, cached in usage), usage
     assert sum(reported for _, reported, _ in usage) == (full + y) + (empty + y) + sum(full - n + y for n in ngrams)
@@ -224,9 +224,9 @@ def test_a_label_distribution_costs_one_request_per_label_and_sampled_completion
     with Proxy(vllm_server.url) as proxy:
         with OpenAIServer(ServerConfig(proxy.url, vllm_server.served_name, concurrency=1)) as backend:
             ModelOracle(backend, labels).label_distribution(prompt)
-            forced = _usage(proxy.exchanges[1:])
+            forced = _usage(proxy.exchanges[2:])  # after the probe and the alignment check
             backend.sample_texts([(long, 1), (long, 2)], 1.0, 1)
-            sampled = _usage(proxy.exchanges[1 + len(forced) :])
+            sampled = _usage(proxy.exchanges[2 + len(forced) :])
     p = len(local.tokenize(prompt))
     assert sorted(forced) == sorted((p + len(local.tokenize(l)), p + len(local.tokenize(l)), 0) for l in labels)
     assert len(long) > 256 and sampled[0] == (len(long), len(long), 0)
