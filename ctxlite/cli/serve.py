@@ -43,7 +43,8 @@ from ctxlite.serve.ledger import Budgets
     type=click.FloatRange(min=0),
     default=1.0,
     show_default=True,
-    help="CID's mixing weight lambda; each token uses min(lambda, epsilon / (2 max|pmi|)).",
+    help="CID's mixing weight lambda; each token uses the largest lambda' <= lambda whose distribution "
+    "is within epsilon of the empty context's.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (not loopback: needs API keys).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")

@@ -14,10 +14,16 @@ from p̄_λ* over the *whole* vocabulary: a top-k / top-p filter, or the samplin
 of unbounded decoding, puts 0 where p_T(·|∅) is positive (an infinite ratio), so ε is
 refused with them. The bound is against the empty context; against a neighbouring
 non-empty context D' both sides are within ε of p_T(·|∅), so the per-token bound is 2ε.
+
+That λ_t* (the rule of SPEC §1.5, which ``ctxlite score`` keeps) is sufficient, not tight: the
+largest λ' ≤ λ with max_v |log p̄_λ'(v|D) − log p_T(v|∅)| ≤ ε is about twice it on typical rows.
+:func:`tight_step` (what ``ctxlite serve`` samples with) finds that λ' per step by a bracketed
+search (:func:`tight_lambda`) and checks the bound on the distribution it returns.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +113,137 @@ def bounded_step(row_with, row_without, lam: float, epsilon: float | None, tempe
     ).max_abs_pmi[0]
     lam_t = bounded_lambda(lam, epsilon, m)
     return cid_logprobs(row_with, row_without, lam_t, temperature, banned), lam_t, float(m)
+
+
+TIGHT_TOLERANCE = 1e-3
+""":func:`tight_lambda` stops once its bracket is this narrow, relative to the λ it returns: the λ
+returned is within this fraction of the largest λ' whose bound holds (up to the rounding margin)."""
+
+U = 2.0**-53
+"""The unit roundoff of float64."""
+
+
+def log_ratio_bound(lam: float, lq0: np.ndarray, pmi: np.ndarray, top: float, bottom: float, buf=None) -> float:
+    """f(λ) = max_v |log p̄_λ(v|D) − log p_T(v|∅)| over the tokens p_T(·|∅) allows (``lq0``: their
+    log p_T(v|∅); ``pmi``: their pmi_D(v), all finite; ``top``, ``bottom``: its max and min).
+
+    Mixing is a tilt of p_T(·|∅): log p̄_λ(v) = log p_T(v|∅) + λ·pmi(v) − log Z_λ with
+    Z_λ = Σ_v p_T(v|∅)·e^{λ·pmi(v)} (temperature and banned tokens are in both sides already), so
+    f(λ) = max(λ·top − log Z_λ, log Z_λ − λ·bottom). f is non-decreasing in λ ≥ 0: the derivative of
+    log Z_λ is E_λ[pmi], the mean of pmi under p̄_λ, which lies in [bottom, top], so both branches
+    have non-negative derivatives (top − E_λ[pmi] and E_λ[pmi] − bottom); f(0) = 0. And
+    f(λ) ≤ λ·(top − bottom) ≤ 2λ·max|pmi| (log Z_λ lies in [λ·bottom, λ·top]), while
+    f(λ) ≥ λ·(top − bottom)/2 (the larger of two numbers that sum to it)."""
+    buf = np.empty_like(pmi) if buf is None else buf
+    np.multiply(pmi, lam, out=buf)
+    buf += lq0
+    peak = float(buf.max())
+    buf -= peak
+    np.exp(buf, out=buf)
+    log_z = peak + math.log(float(buf.sum()))
+    return max(lam * top - log_z, log_z - lam * bottom)
+
+
+def tight_lambda(lq0: np.ndarray, pmi: np.ndarray, lam: float, epsilon: float) -> float:
+    """The largest λ' ≤ ``lam`` with :func:`log_ratio_bound` ≤ ``epsilon``, from below, within
+    :data:`TIGHT_TOLERANCE` (``lq0``, ``pmi`` as there).
+
+    f is non-decreasing and continuous, so its feasible set is an interval [0, λ_max]. Its bounds
+    bracket λ_max: λ·(top − bottom) ≤ ε holds (the SPEC rule's λ, ε / (2·max|pmi|), is at most
+    this lower end), λ·(top − bottom)/2 > ε does not, so the bracket is at most a factor 2 wide. A
+    false-position search with the Illinois modification (each step keeps the bracket, so it ends
+    in a few evaluations of f, one O(V) pass each) narrows it; the feasible end is returned."""
+    top, bottom = float(pmi.max()), float(pmi.min())
+    spread = top - bottom
+    if not spread > 0:  # the two distributions agree: mixing changes nothing
+        return lam
+    lo = min(lam, epsilon / spread)
+    hi = min(lam, 2.0 * epsilon / spread)
+    buf = np.empty_like(pmi)
+    f = lambda x: log_ratio_bound(x, lq0, pmi, top, bottom, buf) - epsilon  # noqa: E731
+    g_hi = f(hi)
+    if g_hi <= 0:
+        return hi
+    g_lo = f(lo)
+    if g_lo > 0:  # rounding at the lower end's own bound: leave it to the caller's check
+        return lo
+    side = 0
+    for _ in range(100):
+        if hi - lo <= TIGHT_TOLERANCE * lo:
+            break
+        x = hi - g_hi * (hi - lo) / (g_hi - g_lo) if g_hi != g_lo else 0.5 * (lo + hi)
+        if not lo < x < hi:
+            x = 0.5 * (lo + hi)
+        g = f(x)
+        if g <= 0:
+            lo, g_lo = x, g
+            if side == -1:
+                g_hi *= 0.5
+            side = -1
+        else:
+            hi, g_hi = x, g
+            if side == 1:
+                g_lo *= 0.5
+            side = 1
+    return lo
+
+
+def rounding_margin(row_with: np.ndarray, row_without: np.ndarray, lam: float, temperature: float) -> float:
+    """A bound on how far float64 rounding can move the computed max_v |log p̄ − log p_T(·|∅)| from
+    the exact one of the float32 logits: each side is log_softmax of z = (mixed) logits / T, whose
+    every entry is off by ≤ 2u·X (X = (|λ| + |1 − λ| + 1)·max|logit| / T bounds |z| and the mixing's
+    terms), z − max z by ≤ 4u·X, each exp by that relative (+u), the sum of V terms (numpy's pairwise
+    summation) by ≤ (log2 V + 1)u more, and its log adds u·log V: ≤ u·(8X + 2·log2 V + 4) per side.
+    Twice that, doubled for safety."""
+    finite = lambda r: float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0))  # noqa: E731
+    x = (abs(lam) + abs(1.0 - lam) + 1.0) * max(finite(row_with), finite(row_without)) / temperature
+    n = max(len(row_without), 2)
+    return 4.0 * U * (8.0 * x + 2.0 * math.log2(n) + 4.0)
+
+
+def realised_bound(logp: np.ndarray, lq0: np.ndarray) -> float:
+    """max_v |logp(v) − lq0(v)| over the whole vocabulary: a token that one side gives probability 0
+    and the other does not makes it infinite; one both give 0 is left out."""
+    zero_p, zero_q = np.isneginf(logp), np.isneginf(lq0)
+    if np.any(zero_p != zero_q):
+        return math.inf
+    both = ~zero_p
+    return float(np.max(np.abs(logp[both] - lq0[both]), initial=0.0))
+
+
+def tight_step(row_with, row_without, lam: float, epsilon: float | None, temperature: float, banned=None):
+    """One step of ε-bounded CID with the tight λ_t* (``ctxlite serve``): (log p̄_λ_t*(·|D) over the
+    whole vocabulary, λ_t*, max_v |pmi_D(v)|, the realised bound max_v |log p̄ − log p_T(v|∅)| of
+    that very distribution).
+
+    λ_t* = :func:`tight_lambda` at ε less :func:`rounding_margin` and the relative
+    :data:`EPSILON_MARGIN`; the distribution is then computed as sampled (:func:`cid_logprobs`) and
+    its bound checked against ε less the rounding margin, so the exact log-ratio of the logits'
+    distributions is within ε. Should the check fail (rounding the search did not foresee), the SPEC
+    rule's λ, then λ = 0 (the empty context's distribution itself, a bound of 0) are checked in turn.
+    Without ε: λ itself, its realised bound reported."""
+    a, b = np.asarray(row_with), np.asarray(row_without)
+    lq0 = log_softmax(b, temperature, banned)
+    lqd = log_softmax(a, temperature, banned)
+    allowed = np.isfinite(lq0)
+    if np.any(np.isfinite(lqd) != allowed):
+        max_abs_pmi, pmi = math.inf, None
+    else:
+        pmi = lqd[allowed] - lq0[allowed]
+        max_abs_pmi = float(np.max(np.abs(pmi), initial=0.0))
+    if epsilon is None:
+        logp = cid_logprobs(a, b, lam, temperature, banned)
+        return logp, lam, max_abs_pmi, realised_bound(logp, lq0)
+    margin = rounding_margin(a, b, lam, temperature)
+    target = epsilon * (1.0 - EPSILON_MARGIN) - margin
+    candidates = [] if pmi is None or target <= 0 else [tight_lambda(lq0[allowed], pmi, lam, target)]
+    candidates += [bounded_lambda(lam, max(target, 0.0), max_abs_pmi) if max_abs_pmi > 0 else lam, 0.0]
+    for lam_t in candidates:
+        logp = cid_logprobs(a, b, lam_t, temperature, banned)
+        realised = realised_bound(logp, lq0)
+        if realised <= epsilon - margin or lam_t == 0.0:
+            return logp, lam_t, max_abs_pmi, realised
+    raise AssertionError("unreachable: λ = 0 is the last candidate")
 
 
 @dataclass

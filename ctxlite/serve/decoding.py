@@ -2,8 +2,10 @@
 
 Each step reads the next-token logits with the private context (stream 0: its prompt starts with
 the context, so the engine's KV cache keeps the context's cells from one request to the next) and
-without it (stream 1), computes λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) with
-:func:`ctxlite.influence.cid.bounded_step`, and samples one token from the whole mixed distribution
+without it (stream 1), computes the tight λ_t*, the largest λ' ≤ λ with
+max_v |log p̄_λ'(v|D) − log p_T(v|∅)| ≤ ε (:func:`ctxlite.influence.cid.tight_step`: about twice
+the sufficient min(λ, ε / (2·max_v |pmi_D(v)|)) that ``ctxlite score`` keeps, with the bound checked
+on the distribution sampled), and samples one token from the whole mixed distribution
 (no top-k, top-p or sampling window: a token p_T(·|∅) allows is never given probability 0). Both
 streams then take the sampled token. The end-of-generation token is sampled like any other: it is
 released (the response stops), so its step counts.
@@ -17,23 +19,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxlite.influence.cid import bounded_step, check_epsilon, check_lambda
+from ctxlite.influence.cid import check_epsilon, check_lambda, tight_step
 from ctxlite.runtime.sampling import SamplingSettings, sample_token
 
 
 @dataclass(frozen=True)
 class Step:
-    """One sampled token: its id, λ_t*, max_v |pmi_D(v)| and the realised bound 2·λ_t*·max|pmi|
-    (≤ ε when the loop is bounded); ``eog``: it ends the response."""
+    """One sampled token: its id, λ_t*, max_v |pmi_D(v)| and the realised bound, max_v
+    |log p̄(v|D) − log p_T(v|∅)| of the distribution sampled (≤ ε when the loop is bounded; where
+    ``realised`` was not measured, the bound 2·λ_t*·max|pmi|); ``eog``: it ends the response."""
 
     token: int
     lam: float
     max_abs_pmi: float
     eog: bool
+    realised: float | None = None
 
     @property
     def epsilon(self) -> float:
-        return 2.0 * self.lam * self.max_abs_pmi
+        return 2.0 * self.lam * self.max_abs_pmi if self.realised is None else self.realised
 
 
 def steps(
@@ -55,10 +59,10 @@ def steps(
     streams = engine.streams([list(prompt_with), list(prompt_without)])
     for t in range(max_tokens):
         rows = streams.last_logits
-        logp, lam_t, m = bounded_step(rows[0], rows[1], lam, epsilon, temperature)
+        logp, lam_t, m, realised = tight_step(rows[0], rows[1], lam, epsilon, temperature)
         token = sample_token(logp, settings, rng, full_vocabulary=True)
         eog = bool(engine.is_eog(token))
-        yield Step(token, lam_t, m, eog)
+        yield Step(token, lam_t, m, eog, realised)
         if eog:
             return
         if t + 1 < max_tokens:
@@ -82,10 +86,10 @@ def forced_steps(
     temperature: float,
 ) -> list[tuple[Step, float]]:
     """Teacher forcing: for each of ``targets`` (the tokens that follow both prompts, in order) the
-    step the sampler would take there -- λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) on the two rows
-    before it -- and log p̄_λ_t*(target | D, ·), the mixed distribution's log-probability of that
-    token. The rows are decoded from scratch, each sequence in one pass (as ``ctxlite score``
-    decodes them: a local engine on the same build reproduces them bit for bit, up to
+    step the sampler would take there -- the tight λ_t* on the two rows before it
+    (:func:`ctxlite.influence.cid.tight_step`) -- and log p̄_λ_t*(target | D, ·), the mixed
+    distribution's log-probability of that token. The rows are decoded from scratch, each sequence
+    in one pass (as ``ctxlite score`` decodes them: a local engine on the same build reproduces them bit for bit, up to
     ``FORCED_ROWS_BYTES``), not a token at a time as sampling steps them (which rounds otherwise,
     by up to ~0.1 nat here)."""
     lam, epsilon = check_lambda(lam), check_epsilon(epsilon)
@@ -98,9 +102,9 @@ def forced_steps(
         a = engine.logits_rows(with_[: len(prompt_with) + hi], len(prompt_with) + lo)
         b = engine.logits_rows(without[: len(prompt_without) + hi], len(prompt_without) + lo)
         for j in range(lo, hi):
-            logp, lam_t, m = bounded_step(a[j - lo], b[j - lo], lam, epsilon, temperature)
+            logp, lam_t, m, realised = tight_step(a[j - lo], b[j - lo], lam, epsilon, temperature)
             token = int(targets[j])
-            out.append((Step(token, lam_t, m, bool(engine.is_eog(token))), float(logp[token])))
+            out.append((Step(token, lam_t, m, bool(engine.is_eog(token)), realised), float(logp[token])))
     return out
 
 

@@ -3,7 +3,7 @@ kept in an append-only, hash-chained log (:class:`ctxlite.records.RecordLog`, ki
 restart reads back, so a restart never resets a budget.
 
 Every sampled token is an ε-DP release against the empty context (2ε against a neighbouring
-context), whatever its realised bound 2·λ_t*·max|pmi| ≤ ε, which is reported but not charged (it is
+context), whatever its realised bound max_v |log p̄_t(v|D) − log p_T(v|∅)| ≤ ε, which is reported but not charged (it is
 a function of the private context, and a budget spent by it would end generation at a
 context-dependent time). A budget B is therefore a number of tokens: by basic composition n tokens
 cost nε, so ⌊B/ε⌋ are allowed (pure ε-DP); with ``Budgets.delta`` the optimal composition theorem

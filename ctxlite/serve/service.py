@@ -80,7 +80,7 @@ class ServeSettings:
     release_realised: bool = False
     """Also answer each token's realised bound and λ_t* (``epsilon_per_token``, ``lambda_per_token``),
     and the mixed distribution's log-probabilities of given tokens (teacher forcing: ``echo`` with
-    ``logprobs``). Off by default: λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)) reveals max|pmi| wherever
+    ``logprobs``). Off by default: the tight λ_t* reveals where the log-ratio reaches ε wherever
     the bound binds, and a log-probability is a deterministic function of the private context; the
     sampling bound covers neither. The log keeps both."""
 
@@ -351,7 +351,7 @@ class Service:
 
     def teacher_force(self, kid: str, req: Request) -> tuple[Outcome, list[float]]:
         """Answer a teacher-forcing request (:attr:`Request.forced`): at each forced token the step
-        sampling would take (λ_t* = min(λ, ε / (2·max_v |pmi_D(v)|)), so |log p̄ − log p_T(·|∅)| ≤ ε
+        sampling would take (the tight λ_t*, so |log p̄ − log p_T(·|∅)| ≤ ε
         over the whole vocabulary) and log p̄(token); logged before it is answered, charged nothing (a
         log-probability is not a sampled release, and no budget covers it: only a server started
         with ``release_realised`` answers this). The Outcome (no text, nothing charged) and the

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.influence.cid import EPSILON_MARGIN
+from ctxlite.influence.cid import TIGHT_TOLERANCE
 from ctxlite.privacy.composition import composed_epsilon, max_compositions
 from ctxlite.records import read_run_log
 from ctxlite.runtime.fake import FakeBackend
@@ -32,14 +32,29 @@ IDENTITY = {
 }
 
 
-def reference_step(backend, prompt_with, prompt_without, lam, eps, T):
-    """One step from scratch, in plain numpy: log p̄ over the whole vocabulary, λ_t*, max|pmi|."""
+def reference_step(backend, prompt_with, prompt_without, lam, eps, T, at=None):
+    """One step from scratch, in plain numpy: the tight λ_t* (the largest λ' ≤ λ whose log-ratio
+    max_v |log p̄_λ'(v) − log p_T(v|∅)| is within ε, by bisection on that log-ratio computed over the
+    whole vocabulary), max|pmi|; and at λ ``at`` (default λ_t*) log p̄ and its log-ratio."""
     a = np.asarray(backend.next_logits(prompt_with), dtype=np.float64)
     b = np.asarray(backend.next_logits(prompt_without), dtype=np.float64)
     qa, qb = log_softmax(a, T), log_softmax(b, T)
     m = float(np.max(np.abs(qa - qb)))
-    lam_t = lam if eps is None or m == 0 else min(lam, (1 - EPSILON_MARGIN) * eps / (2 * m))
-    return log_softmax(lam_t * a + (1 - lam_t) * b, T), lam_t, m
+    gap = lambda x: float(np.max(np.abs(log_softmax(x * a + (1 - x) * b, T) - qb)))  # noqa: E731
+    lam_t = lam
+    if eps is not None and gap(lam) > eps:
+        lo, hi = 0.0, lam
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if gap(mid) <= eps else (lo, mid)
+        lam_t = lo
+    at = lam_t if at is None else at
+    return log_softmax(at * a + (1 - at) * b, T), lam_t, m, gap(at)
+
+
+def assert_tight(served: float, lam_t: float) -> None:
+    """The served λ_t* is the tight one from below, within the search's tolerance."""
+    assert lam_t * (1 - 2 * TIGHT_TOLERANCE) <= served <= lam_t * (1 + 1e-9), (served, lam_t)
 
 
 @settings(max_examples=25, deadline=None)
@@ -56,9 +71,10 @@ def test_every_step_matches_a_from_scratch_reference_and_keeps_the_bound(seed, e
     with_ = tok(CONTEXT + SEPARATOR + "What is the dose?", add_bos=True)
     taken = []
     for s in steps(backend, with_, without, lam, eps, T, 6, seed):
-        logp, lam_t, m = reference_step(backend, with_ + taken, without + taken, lam, eps, T)
-        assert s.lam == pytest.approx(lam_t, rel=1e-5) and s.max_abs_pmi == pytest.approx(m, rel=1e-4, abs=1e-6)
-        assert s.epsilon <= eps * (1 + 1e-9)
+        logp, lam_t, m, realised = reference_step(backend, with_ + taken, without + taken, lam, eps, T, s.lam)
+        assert_tight(s.lam, lam_t)
+        assert s.max_abs_pmi == pytest.approx(m, rel=1e-4, abs=1e-6)
+        assert s.epsilon <= eps and s.epsilon == pytest.approx(realised, abs=1e-9)
         base = log_softmax(np.asarray(backend.next_logits(without + taken), dtype=np.float64), T)
         assert np.max(np.abs(logp - base)) <= eps * (1 + 1e-6)  # the guarantee, over every token
         assert logp[s.token] > -np.inf
@@ -168,10 +184,11 @@ def _check_teacher_forcing(tmp_path, prompt, eps, T, bos):
     assert ext["token_ids"] == without[1:] and ext["epsilon_total"] == 0 == float(r.headers[HEADER])
     for j, token in enumerate(without[1:]):
         done = without[skip : j + 1]  # with BOS: the prefix has its own; without: the first token is kept
-        logp, lam_t, m = reference_step(backend, prefix + done, without[: j + 1], 1.0, eps, T)
+        at = ext["lambda_per_token"][j]
+        logp, lam_t, m, realised = reference_step(backend, prefix + done, without[: j + 1], 1.0, eps, T, at)
         assert values[j] == pytest.approx(logp[token], abs=1e-5)
-        assert ext["lambda_per_token"][j] == pytest.approx(lam_t, rel=1e-5)
-        assert ext["epsilon_per_token"][j] == pytest.approx(2 * lam_t * m, rel=1e-4, abs=1e-6)
+        assert_tight(at, lam_t)
+        assert ext["epsilon_per_token"][j] == pytest.approx(realised, abs=1e-9)
         if eps is not None:
             base = log_softmax(np.asarray(backend.next_logits(without[: j + 1]), dtype=np.float64), T)
             assert np.max(np.abs(logp - base)) <= eps * (1 + 1e-6)
