@@ -4,7 +4,8 @@ The server holds one engine and answers one request at a time, in arrival order 
 its engine lock; none is batched with another). This measures what that means for a client: a real
 ``ctxlite serve`` subprocess on loopback (the first bundled score sample's context, ε-bounded
 CID), asked the same --requests completions (the samples' questions, --max-tokens tokens each,
-T = 0.8, seed i for request i)
+T = 0.8, seed i for request i, replayed: the server holds a --replay-secret-file, and the in-process
+loop seeds its generator as the server does, ``ctxlite.serve.service.replay_seed``)
 
 * in-process, with the server's own token loop (``ctxlite.serve.decoding.steps``: no HTTP, no JSON);
 * over HTTP, one after another;
@@ -40,9 +41,10 @@ from bench_serve import DATA  # noqa: E402
 
 from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.serve.decoding import steps  # noqa: E402
-from ctxlite.serve.service import SEPARATOR  # noqa: E402
+from ctxlite.serve.service import SEPARATOR, replay_seed  # noqa: E402
 
 TEMPERATURE = 0.8
+SECRET = b"bench-replay-secret-0123456789"
 
 
 def free_port() -> int:
@@ -55,6 +57,8 @@ def start_server(context_file: Path, log: Path, args, port: int) -> subprocess.P
     command = [sys.executable, "-m", "ctxlite", "serve", "--context", str(context_file), "--log", str(log)]
     command += ["--epsilon", str(args.epsilon), "--model", args.model, "--port", str(port)]
     command += ["--max-tokens-cap", str(args.max_tokens)] + (["-t", str(args.threads)] if args.threads else [])
+    (log.parent / "replay.secret").write_bytes(SECRET)
+    command += ["--replay-secret-file", str(log.parent / "replay.secret")]
     env = {k: v for k, v in os.environ.items() if k not in ("CTXLITE_API_KEYS",)}
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO)
     began = time.monotonic()
@@ -113,8 +117,9 @@ def main() -> None:
             """As the server answers: its token loop on one engine whose cache the requests share."""
             t0, tokens = time.perf_counter(), []
             without = engine.tokenize(prompt, add_bos=True, special=True)
-            with_ = engine.tokenize(context + SEPARATOR + prompt, add_bos=True, special=True)
-            for step in steps(engine, with_, without, 1.0, args.epsilon, TEMPERATURE, n, seed):
+            with_ = engine.tokenize(context + SEPARATOR, add_bos=True, special=True) + without[1:]
+            stream = replay_seed(SECRET, "completions", without, TEMPERATURE, n, seed)
+            for step in steps(engine, with_, without, 1.0, args.epsilon, TEMPERATURE, n, stream):
                 tokens.append(step.token)  # as the server's usage.ctxlite.token_ids: an end-of-text too
                 if step.eog:
                     break

@@ -9,7 +9,14 @@ import click
 from ctxlite.cli.options import engine_options, local_model
 from ctxlite.cli.progress import say
 from ctxlite.errors import EXIT_INTERRUPTED
-from ctxlite.serve.deployment import KEYS_VARIABLE, Deployment, read_api_keys, read_context, run_deployment
+from ctxlite.serve.deployment import (
+    KEYS_VARIABLE,
+    Deployment,
+    read_api_keys,
+    read_context,
+    read_replay_secret,
+    run_deployment,
+)
 from ctxlite.serve.ledger import Budgets
 
 
@@ -90,6 +97,23 @@ from ctxlite.serve.ledger import Budgets
     "--host is refused).",
 )
 @click.option(
+    "--replay-secret-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Replay seeded requests: a request with a seed is sampled from HMAC(the secret in FILE, the request), "
+    "so the same request gets the same answer (default: a client's seed is ignored and every answer is sampled "
+    "from the system's entropy; a seed alone would make an answer a deterministic function of the context).",
+)
+@click.option(
+    "--public-context-tokens",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="The private context's length in tokens as declared public: whether a request fits the window is "
+    "decided from it and the request alone [default: the context's own, rounded up to a multiple of 64].",
+)
+@click.option(
     "--log",
     "log_path",
     required=True,
@@ -99,7 +123,8 @@ from ctxlite.serve.ledger import Budgets
 )
 @click.pass_context
 def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_total, budget_per_key, budget_delta,
-          max_tokens_cap, max_request_bytes, model_name, release_realised, log_path, **engine):  # fmt: skip
+          max_tokens_cap, max_request_bytes, model_name, release_realised, replay_secret_file, public_context_tokens,
+          log_path, **engine):  # fmt: skip
     """Serve a model over a private context, each token epsilon-bounded (OpenAI-compatible HTTP).
 
     Every token is sampled from the whole epsilon-bounded CID distribution: its log-probability
@@ -116,6 +141,7 @@ def serve(ctx, context_file, data, epsilon, lam, host, port, api_keys, budget_to
     deployment = Deployment(
         read_context(context_file, data), epsilon, lam, Budgets(budget_total, budget_per_key, budget_delta),
         read_api_keys(api_keys), host, port, max_tokens_cap, max_request_bytes, model_name, release_realised,
+        read_replay_secret(replay_secret_file), public_context_tokens,
     )  # fmt: skip
     if run_deployment(local_model(engine), deployment, log_path, say) == signal.SIGINT:
         ctx.exit(EXIT_INTERRUPTED)

@@ -4,8 +4,9 @@ server-sent events with ``stream: true``) and ``/v1/models``; llama-cpp-python's
 ``/extras/tokenize`` and ``/extras/detokenize`` (the tokenizer ctxlite's own client,
 ``--backend openai``, needs); ``/health`` and ``/version`` without a key.
 
-Every answer that spends budget carries ``usage.ctxlite`` (ε of each token, their composed total,
-the budget left) and the header ``X-Ctxlite-Epsilon`` (the composed total; a stream sends it as
+Every answer that spends budget carries ``usage.ctxlite`` (what it was charged, ``epsilon_total``
+= n·ε for its n sampled tokens, and the budget left) and the header ``X-Ctxlite-Epsilon`` (the same
+``epsilon_total``: this answer's charge, not the key's or the server's total; a stream sends it as
 its last event's usage instead, since its headers leave before its tokens). Errors are OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``: 401 for a missing or unknown key, 413 for a
 request larger than ``--max-request-bytes``, 400 for a malformed one or a refused parameter, 404
@@ -31,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxlite._version import __version__
 from ctxlite.serve.ledger import key_id
-from ctxlite.serve.service import ApiError, Outcome, ServeSettings, Service
+from ctxlite.serve.service import ApiError, Outcome, ServeSettings, Service, _text
 
 HEADER = "X-Ctxlite-Epsilon"
 
@@ -96,7 +97,7 @@ def build_app(service: Service) -> FastAPI:
         text = (await body_of(request)).get("input")
         if not isinstance(text, str):
             raise ApiError(400, "input must be a string", param="input")
-        return {"tokens": service.engine.tokenize(text, add_bos=True, special=True)}
+        return {"tokens": service.engine.tokenize(_text(text, "input"), add_bos=True, special=True)}
 
     @app.post("/extras/detokenize")
     async def detokenize(request: Request):
@@ -179,13 +180,26 @@ def _role_chunk(rid: str, made: int, model: str) -> dict:
     return {"id": rid, "object": "chat.completion.chunk", "created": made, "model": model, "choices": [choice]}
 
 
+SEED_IGNORED = (
+    "ignored: every answer is sampled from the server's own entropy (a client's seed would make it a "
+    "deterministic function of the private context)"
+)
+SEED_REPLAYED = (
+    "replayed: sampled from the server's replay secret and this request (endpoint, prompt, temperature, "
+    "max_tokens, seed): the same request gets the same answer, another request an independent one"
+)
+
+
 def _usage(outcome: Outcome, settings: ServeSettings, req) -> dict:
     n = len(outcome.steps)
+    ext = outcome.usage_extension(settings.epsilon, settings.release_realised)
+    if req.seed is not None:
+        ext["seed"] = SEED_IGNORED if settings.replay_secret is None else SEED_REPLAYED
     return {
         "prompt_tokens": len(req.prompt_without),
         "completion_tokens": n,
         "total_tokens": len(req.prompt_without) + n,
-        "ctxlite": outcome.usage_extension(settings.epsilon, settings.release_realised),
+        "ctxlite": ext,
     }
 
 

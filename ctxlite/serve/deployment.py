@@ -24,7 +24,10 @@ from ctxlite.runtime.models import verified_entry
 from ctxlite.serve.ledger import Budgets, Ledger
 from ctxlite.serve.service import ServeSettings, Service
 
-__all__ = ["KEYS_VARIABLE", "Deployment", "read_api_keys", "read_context", "run_deployment", "serve_identity"]
+__all__ = [
+    "KEYS_VARIABLE", "Deployment", "read_api_keys", "read_context", "read_replay_secret", "run_deployment",
+    "serve_identity",
+]  # fmt: skip
 
 KEYS_VARIABLE = "CTXLITE_API_KEYS"
 
@@ -44,6 +47,8 @@ class Deployment:
     max_request_bytes: int = 65536
     model_name: str | None = None
     release_realised: bool = False
+    replay_secret: bytes | None = None
+    public_context_tokens: int | None = None
 
 
 def read_context(context_file: str | None = None, data: str | None = None) -> str:
@@ -57,6 +62,23 @@ def read_context(context_file: str | None = None, data: str | None = None) -> st
     if not text.strip():
         raise InvalidParameter("the private context is empty: there is nothing to serve over")
     return text
+
+
+MIN_SECRET_BYTES = 16
+
+
+def read_replay_secret(path: str | None) -> bytes | None:
+    """The operator's replay secret: the bytes of ``path`` (surrounding whitespace dropped), at least
+    ``MIN_SECRET_BYTES`` of them; None without a path."""
+    if path is None:
+        return None
+    secret = read_text(path, "replay secret file").strip().encode("utf-8")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise InvalidParameter(
+            f"{path} holds {len(secret)} bytes: a replay secret needs at least {MIN_SECRET_BYTES} "
+            "(e.g. the output of: openssl rand -hex 32)"
+        )
+    return secret
 
 
 def read_api_keys(path: str | None = None, environ: Mapping[str, str] = os.environ) -> frozenset:
@@ -120,9 +142,11 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             entry = verified_entry(eng.model_path)
             name = d.model_name or (entry.name if entry else eng.model_path.stem)
             settings = ServeSettings(
-                name, d.epsilon, d.lam, d.max_tokens_cap, d.max_request_bytes, d.api_keys, d.release_realised
-            )
-            http = server(Service(eng, d.context, settings, ledger), d.host, d.port)
+                name, d.epsilon, d.lam, d.max_tokens_cap, d.max_request_bytes, d.api_keys, d.release_realised,
+                d.replay_secret, d.public_context_tokens,
+            )  # fmt: skip
+            service = Service(eng, d.context, settings, ledger)
+            http = server(service, d.host, d.port)
             bound = "no bound (unbounded CID)" if d.epsilon is None else f"epsilon {d.epsilon:g} per token"
             if d.budgets.delta is not None:
                 bound += f", budgets at delta {d.budgets.delta:g} (optimal composition)"
@@ -135,6 +159,11 @@ def run_deployment(model: LocalModel, deployment: Deployment, log_path: str, say
             if ledger.recovered:
                 spent += f" ({ledger.recovered} cut off by a crash, counted at their whole reservation)"
             say(f"ctxlite serve: {name} on http://{d.host}:{d.port}/v1, {bound}; {log_path}: {spent}")
+            seeds = "replay (--replay-secret-file)" if d.replay_secret else "are sampled afresh (the seed is ignored)"
+            say(
+                f"ctxlite serve: the private context's public length is {service.public_context_tokens} tokens "
+                f"of the {service.window}-token window (what decides whether a request fits); seeded requests {seeds}"
+            )
             if d.release_realised:
                 say(
                     "ctxlite serve: warning: --release-realised answers lambda_t*, realised bounds and teacher-forced "

@@ -2,29 +2,36 @@
 (with and without the private context), run the token loop on the one engine (behind a lock:
 requests are served one at a time, in arrival order), charge the ledger, and say what was spent.
 
-The prompts: a completion's ``prompt`` P gives ``BOS + context + separator + P`` (with) and
-``BOS + P`` (without: the empty context); a chat's messages M give the model's chat template of
-``[system: context] + M`` (with) and of ``M`` (without). The private context is a prefix of every
-with-context prompt, so the engine's KV cache holds its cells from one request to the next.
+The prompts: a completion's ``prompt`` P gives the tokens of ``BOS + context + separator``
+followed by P's own tokens (with) and ``BOS + P`` (without: the empty context); a chat's messages
+M give the model's chat template of ``[system: context] + M`` (with) and of ``M`` (without). The
+private context is a prefix of every with-context prompt, so the engine's KV cache holds its cells
+from one request to the next.
 
 Every parameter that would change the sampled distribution away from the mixed one (top-k,
 top-p, min-p, typical-p, penalties, logit bias, several choices, greedy decoding) is refused
 with an OpenAI-style 400 naming it: a filter puts 0 where p_T(·|∅) is positive, and greedy
 decoding is a deterministic function of the context; either voids the bound. Log-probabilities
-are never returned (``logprobs`` is null): they are a deterministic function of the context. A
-server started with ``release_realised`` (for testing a server, never a deployment) answers a
-completion with ``echo`` and ``logprobs`` by teacher forcing instead (:meth:`Service.teacher_force`),
-so that a client can check the bound on tokens of its choice, ``ctxlite score`` among them.
+are never returned (``logprobs`` is null): they are a deterministic function of the context.
+A client's ``seed`` chooses nothing (:meth:`Service.stream_seed`), a field the server does not read
+is refused, and whether a request fits the window is decided from public numbers only
+(:meth:`Service.check_fits`). A server started with ``release_realised`` (for testing a server,
+never a deployment) answers a completion with ``echo`` and ``logprobs`` by teacher forcing instead
+(:meth:`Service.teacher_force`), so that a client can check the bound on tokens of its choice,
+``ctxlite score`` among them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ctxlite.errors import ContextOverflow, CtxliteError
+from ctxlite.errors import ContextOverflow, CtxliteError, InvalidParameter
 from ctxlite.runtime.chat import render_chat
 from ctxlite.serve.decoding import Step, StopText, TextStream, forced_steps, steps
 from ctxlite.serve.ledger import Ledger
@@ -48,6 +55,38 @@ NEUTRAL = {
 }
 """The parameters that change the sampled distribution, and the values that leave it alone
 (absent or null is fine too)."""
+
+ACCEPTED = {
+    "completions": frozenset({"prompt", "echo", "logprobs", "max_tokens"}),
+    "chat": frozenset({"messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs"}),
+}
+"""The fields each endpoint reads, besides ``COMMON``."""
+
+COMMON = frozenset(NEUTRAL) | {
+    "model", "temperature", "seed", "stream", "stream_options", "stop", "logit_bias", "user", "metadata", "store",
+    "service_tier",
+}  # fmt: skip
+"""Fields of both endpoints: the sampling ones read and checked, and OpenAI's bookkeeping fields
+(``user``, ``metadata``, ``store``, ``service_tier``, ``stream_options``: the last event of a
+stream always carries the usage), which change nothing that is sampled. Any other field is refused
+by name: a sampler setting the server ignored (llama.cpp's ``mirostat``, ``top_n_sigma``,
+``xtc_probability``, ``dry_multiplier``, vLLM's ``guided_json``, OpenAI's ``response_format``, ...)
+would answer from another distribution than the one the client asked for."""
+
+MIN_TEMPERATURE = 0.01
+"""The lowest temperature served. The logits are divided by T: at T = 1e-300 every scaled float32
+logit is ±inf and no distribution is left to sample (a 500 before this minimum). Above it the
+scaled logits stay finite for any logit below 3e36 in magnitude, and max|pmi| scales as 1/T with
+the rounding of the log-ratio, so the bound's relative margin (``EPSILON_MARGIN``) is unchanged;
+below it the answer is already greedy decoding in all but rounding."""
+
+PUBLIC_PAD = 64
+"""The private context's public length is its window share rounded up to a multiple of this many
+tokens (:attr:`Service.public_context_tokens`)."""
+
+CHAT_SLACK = 8
+"""Tokens added to the chat system message's measured share before rounding: the chat template
+renders the context inside a conversation, where the tokens at its edges may merge otherwise."""
 
 BUDGET_SPENT = "privacy_budget"
 """The ``finish_reason`` of a response cut short because the budget ran out."""
@@ -83,6 +122,15 @@ class ServeSettings:
     ``logprobs``). Off by default: the tight λ_t* reveals where the log-ratio reaches ε wherever
     the bound binds, and a log-probability is a deterministic function of the private context; the
     sampling bound covers neither. The log keeps both."""
+    replay_secret: bytes | None = None
+    """The operator's secret for replayable answers: a request with a ``seed`` is sampled from a
+    generator seeded by HMAC-SHA256(secret, the request's endpoint, prompt tokens, temperature,
+    max_tokens and seed), so the same request gets the same answer and two requests that differ in
+    any of these are sampled independently. None (the default): every answer is sampled from the
+    operator system's entropy and a client's ``seed`` is ignored."""
+    public_context_tokens: int | None = None
+    """The private context's length as the operator declares it public (None: its window share
+    rounded up to a multiple of ``PUBLIC_PAD``); never below that share."""
 
 
 @dataclass
@@ -162,6 +210,33 @@ def _number(body: Mapping, name: str, default, *, integer: bool = False):
     return value
 
 
+def _shown(name: str) -> str:
+    """A client's field name as an error may show it: a lone surrogate escaped (JSON cannot carry it)."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _text(value: str, param: str) -> str:
+    """``value`` if it is Unicode text that UTF-8 can encode, else a 400 naming ``param``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(
+            400, f"{param} is not valid Unicode text: a lone surrogate at character {exc.start}", param=param
+        ) from None
+    return value
+
+
+def replay_seed(secret: bytes, endpoint: str, prompt: Sequence[int], temperature: float, max_tokens: int, seed: int):
+    """The generator seed of a replayed request: HMAC-SHA256 of its endpoint, prompt tokens (without
+    the context), temperature, ``max_tokens`` and ``seed`` under the operator's secret, as an integer."""
+    request = {
+        "endpoint": endpoint, "prompt": [int(t) for t in prompt], "temperature": float(temperature).hex(),
+        "max_tokens": int(max_tokens), "seed": int(seed),
+    }  # fmt: skip
+    digest = hmac.new(secret, json.dumps(request, sort_keys=True).encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest, "big")
+
+
 MAX_STOPS, MAX_STOP_CHARS = 4, 64
 """OpenAI's limit on stop sequences, and ours on each one's length."""
 
@@ -190,10 +265,77 @@ class Service:
         self.engine, self.context, self.settings, self.ledger = engine, context, settings, ledger
         self.lock = threading.Lock()
         self._chat = None
+        self._prefix = engine.tokenize(context + SEPARATOR, add_bos=True, special=True)
+        self.window = int(engine.describe()["n_ctx"])
+        bos = engine.bos_id
+        need = max(len(self._prefix) - (1 if bos is not None and self._prefix[:1] == [bos] else 0), self._chat_share())
+        declared = settings.public_context_tokens
+        if declared is not None and declared < need:
+            raise InvalidParameter(
+                f"--public-context-tokens {declared} is less than the {need} tokens the private context takes "
+                "in a prompt: declare at least that"
+            )
+        self.public_context_tokens = declared if declared is not None else -(-need // PUBLIC_PAD) * PUBLIC_PAD
+        """The private context's share of the window, public: what decides whether a request fits
+        (with the request's own numbers), the only length of the context an answer or an error
+        reveals. The guarantee holds between contexts of the same public length."""
+        if self.public_context_tokens >= self.window:
+            raise InvalidParameter(
+                f"the private context's public length ({self.public_context_tokens} tokens) leaves no room in the "
+                f"context window ({self.window} tokens): raise --n-ctx"
+            )
+
+    def _chat_share(self) -> int:
+        """The tokens the context's system message adds to a conversation (with ``CHAT_SLACK``), or 0
+        for a model without a chat template."""
+        probe = [{"role": "user", "content": "Hello."}]
+        try:
+            with_ = render_chat(self.engine, [{"role": "system", "content": self.context}, *probe])
+            without = render_chat(self.engine, probe)
+        except CtxliteError:
+            return 0
+        tok = self.engine.tokenize
+        return len(tok(with_, add_bos=True, special=True)) - len(tok(without, add_bos=True, special=True)) + CHAT_SLACK
+
+    def check_fits(self, prompt_tokens: int, max_tokens: int, param: str = "prompt") -> None:
+        """Refuse a request that does not fit the window, decided from public numbers only (its own
+        prompt's tokens, ``max_tokens``, the context's public length and the window): the neighbour's
+        server accepts and refuses alike, with the same words."""
+        public, window = self.public_context_tokens, self.window
+        total = prompt_tokens + public + max_tokens
+        if total > window:
+            asked = f" + max_tokens ({max_tokens})" if max_tokens else ""
+            raise ApiError(
+                400,
+                f"the prompt ({prompt_tokens} tokens){asked} + the private context's public length ({public} tokens) "
+                f"is {total} tokens but the context window is {window} tokens",
+                param=param if prompt_tokens + public + min(max_tokens, 1) > window else "max_tokens",
+                code="context_length_exceeded",
+            )
+
+    def stream_seed(self, req: Request) -> int | None:
+        """The seed of a request's generator: None (the system's entropy) unless the operator set a
+        replay secret and the request has a ``seed``; then HMAC-SHA256(secret, the request's endpoint,
+        prompt tokens, temperature, max_tokens and seed). ``stop``, ``stream`` and ``echo`` only cut
+        or present the sampled tokens, and do not enter."""
+        secret = self.settings.replay_secret
+        if secret is None or req.seed is None:
+            return None
+        return replay_seed(secret, req.endpoint, req.prompt_without, req.temperature, req.max_tokens, req.seed)
 
     # ----- checking a request ---------------------------------------------
     def check_sampling(self, body: Mapping, endpoint: str) -> tuple[int, float, int | None, bool]:
         """(max_tokens, temperature, seed, stream) of a request, or an ApiError."""
+        unknown = sorted(set(body) - COMMON - ACCEPTED[endpoint])
+        if unknown:
+            names = ", ".join(map(_shown, unknown))
+            raise ApiError(
+                400,
+                f"unsupported field(s) {names}: ctxlite serve refuses what it does not implement, since a sampler "
+                "setting it ignored would answer from another distribution than the one asked for "
+                "(docs/serve.md lists the fields it reads)",
+                param=_shown(unknown[0]),
+            )
         for name, neutral in NEUTRAL.items():
             v = body.get(name)
             if v is not None and v not in neutral:
@@ -227,6 +369,13 @@ class Service:
                 "private context, so no epsilon holds for it",
                 param="temperature",
             )
+        if temperature < MIN_TEMPERATURE:
+            raise ApiError(
+                400,
+                f"temperature must be >= {MIN_TEMPERATURE:g}, got {temperature:g}: below it the scaled logits "
+                "overflow (and the answer is greedy decoding in all but rounding)",
+                param="temperature",
+            )
         seed = _number(body, "seed", None, integer=True)
         if seed is not None and seed < 0:
             raise ApiError(400, f"seed must be >= 0, got {seed}", param="seed")
@@ -245,11 +394,11 @@ class Service:
         echo = body.get("echo", False)
         if not isinstance(echo, bool):
             raise ApiError(400, f"echo must be true or false, got {echo!r}", param="echo")
-        tok = self.engine.tokenize
-        without = tok(prompt, add_bos=True, special=True)
+        without = self.engine.tokenize(_text(prompt, "prompt"), add_bos=True, special=True)
         if echo and body.get("logprobs") is not None and self.settings.release_realised:
             return self._forced_request(body, prompt, without, max_tokens, temperature, stream)
-        with_ = tok(self.context + SEPARATOR + prompt, add_bos=True, special=True)
+        bos = self.engine.bos_id
+        with_ = self._prefix + without[1 if bos is not None and without[:1] == [bos] else 0 :]
         return Request(
             "completions", with_, without, max_tokens, temperature, seed, stream, prompt if echo else "", _stops(body)
         )
@@ -270,7 +419,7 @@ class Service:
         if len(without) < 2:
             need = "one token after BOS" if skip else "two tokens (the first is not scored)"
             raise ApiError(400, f"echo with logprobs needs a prompt of at least {need}", param="prompt")
-        prefix = self.engine.tokenize(self.context + SEPARATOR, add_bos=True, special=True)
+        prefix = self._prefix
         return Request(
             "completions", prefix + without[skip:1], without[:1], max_tokens, temperature, None, False, prompt,
             forced=tuple(without[1:]),
@@ -286,6 +435,11 @@ class Service:
             with_ = render_chat(self.engine, [{"role": "system", "content": self.context}, *messages])
         except CtxliteError as exc:
             raise ApiError(400, str(exc), param="messages") from None
+        except UnicodeEncodeError as exc:
+            raise ApiError(
+                400, f"messages are not valid Unicode text: a lone surrogate ({exc.object[exc.start]!r})",
+                param="messages",
+            ) from None  # fmt: skip
         tok = self.engine.tokenize
         return Request(
             "chat",
@@ -313,10 +467,15 @@ class Service:
                     kind="insufficient_quota",
                     code="privacy_budget_exhausted",
                 )
-            try:
-                self.engine.check_fits(max(len(req.prompt_with), len(req.prompt_without)) + req.max_tokens)
-            except CtxliteError as exc:
-                raise ApiError(400, str(exc), param="max_tokens", code="context_length_exceeded") from None
+            asked = "prompt" if req.endpoint == "completions" else "messages"
+            self.check_fits(len(req.prompt_without), req.max_tokens, asked)
+            if len(req.prompt_with) > len(req.prompt_without) + self.public_context_tokens:  # a chat template only
+                raise ApiError(
+                    400,
+                    f"this conversation renders the private context in more than its public length "
+                    f"({self.public_context_tokens} tokens); start the server with a larger --public-context-tokens",
+                    param="messages", code="context_length_exceeded",
+                )  # fmt: skip
             n = req.max_tokens if affordable is None else min(req.max_tokens, affordable)
             record = ledger.open(kid, req.endpoint, n)
             taken: list[Step] = []
@@ -325,7 +484,7 @@ class Service:
             try:
                 for step in steps(
                     self.engine, req.prompt_with, req.prompt_without, self.settings.lam, eps,
-                    req.temperature, n, req.seed,
+                    req.temperature, n, self.stream_seed(req),
                 ):  # fmt: skip
                     taken.append(step)
                     if step.eog:
@@ -356,6 +515,7 @@ class Service:
         log-probability is not a sampled release, and no budget covers it: only a server started
         with ``release_realised`` answers this). The Outcome (no text, nothing charged) and the
         log-probabilities."""
+        self.check_fits(len(req.prompt_without) + len(req.forced), 0)
         with self.lock:
             try:
                 forced = forced_steps(

@@ -40,13 +40,19 @@ test does, on the same build, so the rows are the same on any CPU and the two ag
 rounding of the mixture; stepping a token at a time, as sampling does, moved them by up to 0.08 nat."""
 
 
+def _secret(tmp) -> str:
+    """A replay secret: the seeded requests below are replayed (a client's seed alone chooses nothing)."""
+    (tmp / "replay.secret").write_text("test-replay-secret-0123456789\n", encoding="utf-8")
+    return str(tmp / "replay.secret")
+
+
 def _args(tmp):
     (tmp / "note.txt").write_text(NOTE, encoding="utf-8")
     (tmp / "keys.txt").write_text("\n".join(KEYS.values()) + "\n", encoding="utf-8")
     return [
         "--context", str(tmp / "note.txt"), "--epsilon", str(EPSILON), "--budget-per-key", str(PER_KEY),
         "--api-keys", str(tmp / "keys.txt"), "--max-tokens-cap", str(CAP), "--max-request-bytes", "2048",
-        "--log", str(tmp / "serve.jsonl"), "--release-realised",
+        "--log", str(tmp / "serve.jsonl"), "--release-realised", "--replay-secret-file", _secret(tmp),
     ]  # fmt: skip
 
 
@@ -86,7 +92,7 @@ def test_every_tokens_epsilon_recomputed_from_the_model_is_within_the_bound(serv
     ext = r["usage"]["ctxlite"]
     with Engine("gemma-3-270m") as engine:
         without = engine.tokenize(prompt, add_bos=True, special=True)
-        with_ = engine.tokenize(NOTE + SEPARATOR + prompt, add_bos=True, special=True)
+        with_ = engine.tokenize(NOTE + SEPARATOR, add_bos=True, special=True) + without[1:]  # context's, prompt's
         for t, (token, eps_t, lam_t) in enumerate(
             zip(ext["token_ids"], ext["epsilon_per_token"], ext["lambda_per_token"])
         ):
@@ -292,6 +298,7 @@ def test_chat_completions_use_the_models_chat_template(served, tmp_path):
     assert r.status_code == 400 and "no chat template" in r.json()["error"]["message"]
     (tmp_path / "note.txt").write_text(NOTE, encoding="utf-8")
     args = ["-m", "smollm2-135m-instruct", "--context", str(tmp_path / "note.txt"), "--epsilon", "2"]
+    args += ["--replay-secret-file", _secret(tmp_path)]
     chat = CtxliteServe(tmp_path, [*args, "--log", str(tmp_path / "chat.jsonl")]).start()
     try:
         body = {"messages": [{"role": "user", "content": "Who is the patient?"}], "max_tokens": 4, "seed": 2}

@@ -11,8 +11,9 @@ same game certifies more than the bounded server's guarantee (the game has the p
 the bound, were it broken). 16 trials a side certify at most 1.35 (all IN trials detected, no OUT
 trial), so the game can refute only guarantees below that: the ε served (0.05 and 0.1: guarantees
 0.4 and 0.8) are chosen where it can; a guarantee of 2.0 (ε = 0.25) would need 32 trials a side
-(at most 2.10). Measured (4 tokens, T = 0.5): λ = 1 certifies 1.35 (16/16 IN trials repeat the
-digits, 0/16 OUT); ε = 0.05 and 0.1 certify 0.
+(at most 2.10). Measured (4 tokens, T = 0.5, the answers replayed from a fixed secret): λ = 1
+certifies 0.97 (13/16 IN trials repeat the digits, 0/16 OUT; 1.35, 16/16, when seed i chose the
+sampler); ε = 0.05 and 0.1 certify 0.
 """
 
 from __future__ import annotations
@@ -48,13 +49,25 @@ def score(text: str) -> int:
     return n
 
 
+def replay_secret(tmp) -> str:
+    """The operator's replay secret, one for both servers: a trial's seeded request is replayed, so the
+    game is the same on every run, and distinct requests (seed i for trial i) are sampled independently."""
+    (tmp / "replay.secret").write_text("audit-replay-secret-0123456789", encoding="utf-8")
+    return str(tmp / "replay.secret")
+
+
+def start(tmp, side: str, records: list[str], args: list[str]) -> CtxliteServe:
+    data = tmp / f"records-{side}.jsonl"
+    data.write_text("".join(json.dumps({"text": r}) + "\n" for r in records), encoding="utf-8")
+    log, secret = tmp / f"serve-{side}.jsonl", replay_secret(tmp)
+    return CtxliteServe(tmp, ["--data", str(data), "--log", str(log), "--replay-secret-file", secret, *args])
+
+
 def play(tmp, bound: list[str]) -> tuple[int, int]:
     """(IN trials scoring >= THRESHOLD, OUT trials scoring >= THRESHOLD), TRIALS a side."""
     hits = {}
     for side, records in (("in", RECORDS), ("out", [r for r in RECORDS if r != CANARY])):
-        data = tmp / f"records-{side}.jsonl"
-        data.write_text("".join(json.dumps({"text": r}) + "\n" for r in records), encoding="utf-8")
-        server = CtxliteServe(tmp, ["--data", str(data), "--log", str(tmp / f"serve-{side}.jsonl"), *bound]).start()
+        server = start(tmp, side, records, bound).start()
         try:
             body = {"prompt": QUERY, "max_tokens": TOKENS, "temperature": TEMPERATURE}
             answers = [
@@ -86,5 +99,5 @@ def test_the_audit_certifies_no_more_than_the_enforced_guarantee(epsilon, unboun
     tp, fp = play(tmp_path, ["--epsilon", str(epsilon)])
     eps_lb = certified(tp, fp)
     assert eps_lb <= guarantee, (tp, fp, eps_lb, guarantee)
-    assert unbounded > eps_lb + 1.0, (unbounded, eps_lb)  # served without the bound, the same game certifies more
+    assert unbounded > eps_lb + 0.5, (unbounded, eps_lb)  # served without the bound, the same game certifies more
     assert unbounded > guarantee, (unbounded, guarantee)  # than the bound allows: it would refute a broken bound

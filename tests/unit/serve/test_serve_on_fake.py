@@ -22,7 +22,7 @@ from ctxlite.serve import ledger as ledger_module
 from ctxlite.serve.app import HEADER, build_app
 from ctxlite.serve.decoding import Step, StopText, steps
 from ctxlite.serve.ledger import ANONYMOUS, Budgets, Ledger, key_id
-from ctxlite.serve.service import SEPARATOR, ServeSettings, Service
+from ctxlite.serve.service import PUBLIC_PAD, SEPARATOR, ServeSettings, Service
 
 CONTEXT = "Dana Whitcombe takes lisinopril 10 mg daily. Dana Whitcombe was born on 04/09/1971."
 IDENTITY = {
@@ -103,7 +103,9 @@ def _service(
 ):  # fmt: skip
     backend = backend or FakeBackend(seed=2)
     ledger = Ledger(tmp_path / log, IDENTITY, budgets, eps)
-    settings_ = ServeSettings("fake", eps, 1.0, cap, max_bytes, frozenset(keys), release_realised=release)
+    settings_ = ServeSettings(
+        "fake", eps, 1.0, cap, max_bytes, frozenset(keys), release_realised=release, replay_secret=b"test secret"
+    )  # seeded requests replay (tests/unit/serve/test_service.py: a client's seed alone chooses nothing)
     return Service(backend, CONTEXT, settings_, ledger)
 
 
@@ -210,7 +212,8 @@ def test_teacher_forcing_is_answered_only_by_a_server_that_releases_realised_val
         r = _post(client, body)
     assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None
     assert r.json()["usage"]["completion_tokens"] >= 1 and "teacher_forced" not in r.json()["usage"]["ctxlite"]
-    small = FakeBackend(seed=2, n_ctx=len(FakeBackend().tokenize(CONTEXT, add_bos=True)) + 8)
+    public = -(-(len(FakeBackend().tokenize(CONTEXT + SEPARATOR, add_bos=True)) - 1) // PUBLIC_PAD) * PUBLIC_PAD
+    small = FakeBackend(seed=2, n_ctx=public + 8)  # the context's public length and 8 tokens
     with TestClient(build_app(_service(tmp_path, log="released.jsonl", backend=small))) as client:
         for more, param in (
             ({"stream": True}, "stream"),
