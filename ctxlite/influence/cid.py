@@ -190,13 +190,17 @@ def tight_lambda(lq0: np.ndarray, pmi: np.ndarray, lam: float, epsilon: float) -
 
 def rounding_margin(row_with: np.ndarray, row_without: np.ndarray, lam: float, temperature: float) -> float:
     """A bound on how far float64 rounding can move the computed max_v |log p̄ − log p_T(·|∅)| from
-    the exact one of the float32 logits: each side is log_softmax of z = (mixed) logits / T, whose
-    every entry is off by ≤ 2u·X (X = (|λ| + |1 − λ| + 1)·max|logit| / T bounds |z| and the mixing's
-    terms), z − max z by ≤ 4u·X, each exp by that relative (+u), the sum of V terms (numpy's pairwise
-    summation) by ≤ (log2 V + 1)u more, and its log adds u·log V: ≤ u·(8X + 2·log2 V + 4) per side.
-    Twice that, doubled for safety."""
-    finite = lambda r: float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0))  # noqa: E731
-    x = (abs(lam) + abs(1.0 - lam) + 1.0) * max(finite(row_with), finite(row_without)) / temperature
+    the exact one of the float32 logits: each side's log-probabilities (log_softmax of l/T, or the
+    tilt log p_T(·|∅) + λ·pmi − log Z_λ) are sums and differences of a few terms of magnitude at most
+    X = (|λ| + |1 − λ| + 1)·2·max|logit| / T, each rounded to ≤ u·X (u = 2^-53), and a log-sum-exp of
+    V terms whose exps are off by that relative (+u) and whose sum (numpy's pairwise summation) adds
+    ≤ (log2 V + 1)u more: ≤ u·(8X + 2·log2 V + 4) per side, twice that for the difference, doubled
+    again for safety."""
+    x = max(float(np.max(np.abs(row_with))), float(np.max(np.abs(row_without))))
+    if not math.isfinite(x):
+        finite = lambda r: float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0))  # noqa: E731
+        x = max(finite(row_with), finite(row_without))
+    x = (abs(lam) + abs(1.0 - lam) + 1.0) * 2.0 * x / temperature
     n = max(len(row_without), 2)
     return 4.0 * U * (8.0 * x + 2.0 * math.log2(n) + 4.0)
 
@@ -204,11 +208,25 @@ def rounding_margin(row_with: np.ndarray, row_without: np.ndarray, lam: float, t
 def realised_bound(logp: np.ndarray, lq0: np.ndarray) -> float:
     """max_v |logp(v) − lq0(v)| over the whole vocabulary: a token that one side gives probability 0
     and the other does not makes it infinite; one both give 0 is left out."""
+    gap = np.subtract(logp, lq0)
+    worst = float(np.abs(gap, out=gap).max())
+    if math.isfinite(worst):
+        return worst
     zero_p, zero_q = np.isneginf(logp), np.isneginf(lq0)
     if np.any(zero_p != zero_q):
         return math.inf
-    both = ~zero_p
-    return float(np.max(np.abs(logp[both] - lq0[both]), initial=0.0))
+    return float(np.max(gap[~zero_p], initial=0.0))
+
+
+def _tilted(lq0: np.ndarray, pmi: np.ndarray, lam: float) -> np.ndarray:
+    """log p̄_λ(·|D) as the tilt of p_T(·|∅): log p_T(v|∅) + λ·pmi(v), normalised (all finite)."""
+    z = np.multiply(pmi, lam)
+    z += lq0
+    peak = float(z.max())
+    z -= peak
+    log_sum = math.log(float(np.exp(z).sum()))
+    z -= log_sum
+    return z
 
 
 def tight_step(row_with, row_without, lam: float, epsilon: float | None, temperature: float, banned=None):
@@ -217,29 +235,41 @@ def tight_step(row_with, row_without, lam: float, epsilon: float | None, tempera
     that very distribution).
 
     λ_t* = :func:`tight_lambda` at ε less :func:`rounding_margin` and the relative
-    :data:`EPSILON_MARGIN`; the distribution is then computed as sampled (:func:`cid_logprobs`) and
-    its bound checked against ε less the rounding margin, so the exact log-ratio of the logits'
-    distributions is within ε. Should the check fail (rounding the search did not foresee), the SPEC
-    rule's λ, then λ = 0 (the empty context's distribution itself, a bound of 0) are checked in turn.
-    Without ε: λ itself, its realised bound reported."""
+    :data:`EPSILON_MARGIN`; the distribution sampled is then computed -- as the tilt of
+    p_T(·|∅) by e^{λ_t*·pmi} where every token has a finite log-probability on both sides (the same
+    distribution as :func:`cid_logprobs`, in a third of its passes), else by :func:`cid_logprobs`
+    -- and its bound checked against ε less the rounding margin, so the exact log-ratio of the
+    logits' distributions is within ε. Should the check fail (rounding the search did not
+    foresee), the SPEC rule's λ, then λ = 0 (the empty context's distribution itself, a bound of
+    0) are checked in turn. Without ε: λ itself, its realised bound reported."""
     a, b = np.asarray(row_with), np.asarray(row_without)
     lq0 = log_softmax(b, temperature, banned)
-    lqd = log_softmax(a, temperature, banned)
-    allowed = np.isfinite(lq0)
-    if np.any(np.isfinite(lqd) != allowed):
-        max_abs_pmi, pmi = math.inf, None
+    pmi = log_softmax(a, temperature, banned)
+    pmi -= lq0  # nan where both sides are −inf, ±inf where one is
+    top, bottom = float(pmi.max()), float(pmi.min())  # nan (or ±inf) unless every token is finite on both
+    dense = math.isfinite(top) and math.isfinite(bottom)
+    if dense:
+        allowed_lq0, allowed_pmi, max_abs_pmi = lq0, pmi, max(top, -bottom)
     else:
-        pmi = lqd[allowed] - lq0[allowed]
-        max_abs_pmi = float(np.max(np.abs(pmi), initial=0.0))
+        allowed = np.isfinite(lq0)
+        lqd_allowed = pmi[allowed] + lq0[allowed]
+        if not np.all(np.isfinite(lqd_allowed)) or np.any(np.isfinite(pmi[~allowed] + lq0[~allowed])):
+            allowed_lq0 = allowed_pmi = None  # a token only one side allows: no λ > 0 keeps the bound
+            max_abs_pmi = math.inf
+        else:
+            allowed_lq0, allowed_pmi = lq0[allowed], pmi[allowed]
+            max_abs_pmi = float(np.max(np.abs(allowed_pmi), initial=0.0))
+    distribution = (lambda x: _tilted(lq0, pmi, x)) if dense else (lambda x: cid_logprobs(a, b, x, temperature, banned))
     if epsilon is None:
-        logp = cid_logprobs(a, b, lam, temperature, banned)
+        logp = distribution(lam)
         return logp, lam, max_abs_pmi, realised_bound(logp, lq0)
     margin = rounding_margin(a, b, lam, temperature)
     target = epsilon * (1.0 - EPSILON_MARGIN) - margin
-    candidates = [] if pmi is None or target <= 0 else [tight_lambda(lq0[allowed], pmi, lam, target)]
+    found = allowed_pmi is not None and target > 0
+    candidates = [tight_lambda(allowed_lq0, allowed_pmi, lam, target)] if found else []
     candidates += [bounded_lambda(lam, max(target, 0.0), max_abs_pmi) if max_abs_pmi > 0 else lam, 0.0]
     for lam_t in candidates:
-        logp = cid_logprobs(a, b, lam_t, temperature, banned)
+        logp = distribution(lam_t) if lam_t > 0 else lq0.copy()  # λ = 0: the empty context's own
         realised = realised_bound(logp, lq0)
         if realised <= epsilon - margin or lam_t == 0.0:
             return logp, lam_t, max_abs_pmi, realised
