@@ -52,7 +52,7 @@ def _post(client, body, path="/v1/completions"):
 def _coin_flips(client, bodies):
     out = []
     for body in bodies:
-        r = _post(client, body)
+        r = _post(client, body, "/v1/chat/completions" if "messages" in body else "/v1/completions")
         assert r.status_code == 200, r.text
         out.append(tuple(r.json()["usage"]["ctxlite"]["token_ids"]))
     return out
@@ -132,6 +132,41 @@ def test_the_contexts_length_decides_nothing_a_client_sees(tmp_path):
                 error["code"] == "context_length_exceeded"
                 and f"public length ({PUBLIC_PAD} tokens)" in error["message"]
             )
+
+
+def plain_chat(engine, messages):
+    """A chat template for the fake: each message on a line of its own, the assistant's turn opened."""
+    for m in messages:
+        m["content"].encode("utf-8")  # as llama.cpp's template: UTF-8 bytes (a lone surrogate raises)
+    return "".join(f"[{m['role']}] {m['content']}\n" for m in messages) + "[assistant]"
+
+
+def test_chat_answers_are_the_servers_draw_and_fit_by_the_public_length(tmp_path, monkeypatch):
+    """The chat endpoint too: its seed chooses nothing (the coin, 64 repeats), the system message's
+    tokens count in the public length and two neighbours' servers accept and refuse a sweep of
+    conversation lengths alike, byte for byte; a lone surrogate in a message is a 400."""
+    from ctxlite.serve import service as service_module
+
+    monkeypatch.setattr(service_module, "render_chat", plain_chat)
+    coin = _service(tmp_path, backend=CoinBackend(seed=2), log="coin.jsonl")
+    chat = {"messages": [{"role": "user", "content": "Ravi Patel takes"}], "max_tokens": 1, "seed": 0}
+    with TestClient(build_app(coin)) as client:
+        flips = _coin_flips(client, [chat] * REPEATS)
+        bad = _post(client, {**chat, "messages": [{"role": "user", "content": "\ud800 hi"}]}, "/v1/chat/completions")
+    assert len(set(flips)) == 2 and bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+    services = [
+        _service(tmp_path, context=c, backend=FakeBackend(seed=2, n_ctx=256), log=f"chat{i}.jsonl")
+        for i, c in enumerate((CONTEXT, "Ravi Patel takes metformin 500 mg daily."))  # system lines: 37, 50 tokens
+    ]
+    assert services[0].public_context_tokens == services[1].public_context_tokens == PUBLIC_PAD
+    seen = [[], []]
+    for i, service in enumerate(services):
+        with TestClient(build_app(service)) as client:
+            for words in range(150, 240, 3):
+                body = {"messages": [{"role": "user", "content": "a" * words}], "max_tokens": 4}
+                r = _post(client, body, "/v1/chat/completions")
+                seen[i].append((r.status_code, r.content if r.status_code != 200 else b""))
+    assert seen[0] == seen[1] and {code for code, _ in seen[0]} == {200, 400}
 
 
 def test_a_declared_public_length_below_the_contexts_is_refused_at_start(tmp_path):
