@@ -251,3 +251,25 @@ def test_a_replay_secret_file_is_read_and_a_short_one_refused_in_one_line(tmp_pa
     r = CliRunner().invoke(main, [*args, "--replay-secret-file", str(tmp_path / "short")])
     assert r.exit_code == 2 and "a replay secret needs at least 16" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "serve.jsonl").exists()
+
+
+def test_the_server_says_the_public_length_and_the_seed_rule_at_start(tmp_path, monkeypatch):
+    """The public length is stated where the operator and the guarantee can name it: the start line."""
+    from ctxlite.serve import app
+    from ctxlite.serve.deployment import Deployment, run_deployment
+    from tests.unit.serve.test_deployment import FakeModel
+
+    class Stopped:
+        def __init__(self, service, host, port):
+            self.started, self.stopped_by = False, None
+
+        def run(self):
+            self.started = True
+
+    monkeypatch.setattr(app, "server", Stopped)
+    for secret, rule in ((None, "are sampled afresh"), (b"0123456789abcdef", "replay (--replay-secret-file)")):
+        said = []
+        deployment = Deployment(CONTEXT, 1.0, replay_secret=secret)
+        run_deployment(FakeModel(), deployment, str(tmp_path / "s.jsonl"), said.append)
+        line = next(s for s in said if "public length" in s)
+        assert f"public length is {PUBLIC_PAD} tokens of the 8192-token window" in line and rule in line, said
