@@ -21,7 +21,9 @@ Exit codes (documented in docs/errors.md):
       the run finished and every output was written
 9     the inference server (--backend openai) failed: unreachable or
       erroring after retries, timed out, or answered malformed JSON, an
-      error body, an impossible answer (checked before use) or one too large
+      error body, an impossible answer (checked before use) or one too large;
+      or the audited target (--target) failed the same ways, or its load or
+      ask command failed (TargetError)
 10    a gate is inconclusive: the run finished and nothing exceeds
       the budget, but nothing proves it holds either (README's
       verdict table); every output was written
@@ -80,6 +82,13 @@ class ServerError(CtxliteError, RuntimeError):
     fails its checks (``ctxlite.runtime.openai_server.check_logprobs``) or exceeds the size cap."""
 
     exit_code = 9
+
+
+class TargetError(ServerError):
+    """The audited system (``ctxlite audit --target``, :mod:`ctxlite.targets`) failed: its load or ask
+    command exited non-zero or timed out, its HTTP endpoint erred after retries, or its answer is not
+    the shape its target file says (not JSON, the answer's JSON path missing or not text). The
+    message names the target and carries the target's own message. Exit 9, like a server's."""
 
 
 class LogInUse(CtxliteError):

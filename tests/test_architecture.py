@@ -12,6 +12,7 @@ package; side by side means neither imports the other)::
     runs | serve
     gates
     influence | audit
+    targets (the black-box systems an audit queries: their HTTP reuses the runtime's transport)
     privacy | runtime
     records, logformat, chain, lock, outputs, identity, visible, choices, errors, _version
 """
@@ -44,6 +45,7 @@ LAYERS = [
     ("runs, serve", ("ctxlite.runs", "ctxlite.serve")),
     ("gates", ("ctxlite.gates",)),
     ("methods", ("ctxlite.influence", "ctxlite.audit")),
+    ("targets", ("ctxlite.targets",)),
     ("models and mathematics", ("ctxlite.privacy", "ctxlite.runtime")),
     (
         "leaves",
@@ -185,6 +187,7 @@ def test_the_order_test_sees_an_import_against_it():
         ("ctxlite.influence.scorer", "ctxlite.audit.game"),  # sideways: one method into the other
         ("ctxlite.privacy.estimators", "ctxlite.runtime.backend"),  # the mathematics needs no model
         ("ctxlite.identity", "ctxlite.runtime.engine"),  # the identity.engine_part cycle this layout removed
+        ("ctxlite.targets.http", "ctxlite.audit.game"),  # a target knows nothing of the game that queries it
     ]:
         broken = {**graph, module: graph[module] | {dep}}
         assert _against_the_order(broken) == [(module, dep)]

@@ -257,10 +257,13 @@ class _CutOff(Exception):
 class Http:
     """JSON over HTTP with timeouts, retries (backoff + jitter) and a circuit breaker."""
 
-    def __init__(self, config: ServerConfig, sleep=time.sleep):
+    def __init__(self, config: ServerConfig, sleep=time.sleep, headers: dict[str, str] | None = None):
+        """``headers``: sent with every request instead of the API key from the environment (an
+        audited application's own, :mod:`ctxlite.targets`)."""
         self.config = config
-        key = api_key()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if headers is None:
+            key = api_key()
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
         self._client = httpx.Client(
             headers=headers, timeout=config.timeout, transport=_transport(limits), trust_env=False

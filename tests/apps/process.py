@@ -1,0 +1,57 @@
+"""The test application (rag_app.py) as a process of the tests, on a free loopback port."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.servers import ServerProcess
+
+APP = Path(__file__).with_name("rag_app.py")
+
+
+class RagAppProcess(ServerProcess):
+    """``tests/apps/rag_app.py`` with ``args`` (``--fake``, ``--redact REGEX``, ...); ``root`` is its
+    base URL (the app has no ``/v1``)."""
+
+    name = "rag-app"
+    ready_path = "/health"
+
+    def __init__(self, tmp: Path, args: list[str], port: int | None = None):
+        super().__init__(tmp, port)
+        self.args = list(args)
+
+    @property
+    def url(self) -> str:  # ServerProcess polls url minus /v1 + ready_path
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(APP), "--port", str(self.port), *self.args]
+
+
+def target_file(tmp: Path, root: str, **extra) -> Path:
+    """The app's target file (docs/targets.md's), for the app at ``root``."""
+    lines = [
+        'kind = "http"',
+        f'base_url = "{root}"',
+        *(f"{k} = {v}" for k, v in extra.items()),
+        "",
+        "[reset]",
+        'url = "/reset"',
+        "",
+        "[load]",
+        'url = "/records"',
+        'body = { records = "{records}" }',
+        "",
+        "[ask]",
+        'url = "/ask"',
+        'body = { question = "{query}", seed = "{seed}" }',
+        'answer = "$.answer"',
+    ]
+    path = tmp / "clinic.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
