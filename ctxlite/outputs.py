@@ -5,18 +5,27 @@ renames it over the destination (``os.replace``: atomic on POSIX) and fsyncs the
 reader, a crash or a full disk therefore sees either the old file whole or the new one whole,
 never a truncated mix; on any failure the temporary file is removed and the old file is left
 as it was. A destination that is a symbolic link is written through: the file it points to is
-replaced, the link stays.
+replaced (the temporary file is made in *its* folder), the link stays. A destination that is a
+character device (``/dev/null``, ``/dev/full``, a terminal) is written in place, never replaced:
+renaming a file over ``/dev/null`` would put a regular file where the device was. Any other
+destination that exists and is not a regular file (a FIFO, a socket, a block device), directly
+or through a link, is refused (:func:`check_output_kind`, exit 2): ctxlite writes a whole file,
+and a rename would replace the pipe or socket with one.
 
 :func:`refuse_same_files` runs before a command does any work: an output path that names the
 same file as an input or as another output (the same path, a symbolic link to it, or a hard
 link: the same device and inode) is a usage error (exit 2), so ``report RUN.jsonl --html
 RUN.jsonl`` or ``score --data D --junit D`` cannot replace the evidence they read. Standard
-output counts as an output when it is redirected to a regular file.
+output counts as an output when it is redirected to a regular file. It also refuses an output that
+exists and is not a regular file (:func:`check_output_kind`): a FIFO, socket, directory or block
+device for every output, a character device too for a result log (``--out``), which is appended
+to, locked and read back.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -37,6 +46,9 @@ def write_atomic(path: str | os.PathLike, data: bytes, what: str = "file", mode:
     try:
         if target.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
+        if check_output_kind(path, what, devices=True) == "character device":
+            _write_in_place(target, data)
+            return
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), mode)
@@ -54,6 +66,56 @@ def write_atomic(path: str | os.PathLike, data: bytes, what: str = "file", mode:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _write_in_place(device: Path, data: bytes) -> None:
+    """Write ``data`` to a character device as it is (no temporary file, no rename: the device stays)."""
+    fd = os.open(device, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+KINDS = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISFIFO, "FIFO (named pipe)"),
+    (stat.S_ISSOCK, "socket"),
+)
+"""The kinds of file that are not regular files, by the test of their mode."""
+
+
+def file_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` names, following symbolic links: ``"regular file"``, one of :data:`KINDS`' names,
+    or None where nothing is there yet (or it cannot be told: the write itself will say why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode):
+        return "regular file"
+    return next((name for test, name in KINDS if test(mode)), "special file")
+
+
+def check_output_kind(path: str | os.PathLike, flag: str, devices: bool = False) -> str | None:
+    """Refuse (``InvalidParameter``, exit 2) an output ``path`` that exists and is not a regular file
+    (through a symbolic link too): ctxlite would replace a FIFO or a socket with a regular file.
+    With ``devices``, a character device (``/dev/null``) is accepted and written in place; a result
+    log (appended to, locked and read back) takes none. ``flag`` names the output in the message
+    (an option, or what the file is). Returns the file's kind (None: it does not exist yet)."""
+    kind = file_kind(path)
+    if kind in (None, "regular file") or (devices and kind == "character device"):
+        return kind
+    link = " (through a symbolic link)" if os.path.islink(path) else ""
+    what = "a regular file or a character device such as /dev/null" if devices else "a regular file"
+    raise InvalidParameter(
+        f"{flag} {os.fspath(path)} is a {kind}{link}, not a regular file: ctxlite writes a whole file and "
+        f"would replace it; give the path of {what}"
+    )
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -86,8 +148,6 @@ def _stdout_identity() -> tuple[int, int] | None:
         st = os.fstat(sys.stdout.fileno())
     except (AttributeError, OSError, ValueError):  # replaced by a test runner, closed, or not a file
         return None
-    import stat
-
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
@@ -95,14 +155,19 @@ def refuse_same_files(
     inputs: Iterable[tuple[str, str | os.PathLike | None]],
     outputs: Iterable[tuple[str, str | os.PathLike | None]],
     stdout: bool = True,
+    logs: Iterable[str] = ("--out",),
 ) -> None:
     """Refuse (``InvalidParameter``, exit 2) when an output names the same file as an input or as
-    another output. ``inputs`` and ``outputs`` are (option, value) pairs; a None value is skipped,
-    and so is an input that is no existing file (a registry model name, a literal template, ``-``):
-    nothing there can be overwritten.
+    another output, or exists and is not a regular file (:func:`check_output_kind`: a character
+    device is accepted, but for the outputs named in ``logs``, result logs). ``inputs`` and
+    ``outputs`` are (option, value) pairs; a None value is skipped, and so is an input that is no
+    existing file (a registry model name, a literal template, ``-``): nothing there can be overwritten.
     ``stdout``: standard output, when redirected to a regular file, is one more output."""
     ins = [(flag, os.fspath(p)) for flag, p in inputs if p is not None and os.path.isfile(p)]
     outs = [(flag, os.fspath(p)) for flag, p in outputs if p is not None]
+    logs = tuple(logs)
+    # a character device is written in place, never replaced: several outputs may share /dev/null
+    outs = [(flag, p) for flag, p in outs if check_output_kind(p, flag, devices=flag not in logs) != "character device"]
     seen: list[tuple[str, str, tuple[str, tuple[int, int] | None]]] = [(f, p, _identity(p)) for f, p in ins]
     for flag, p in outs:
         real, inode = _identity(p)

@@ -38,6 +38,7 @@ from ctxlite.errors import DataError, InvalidParameter, OutputError, output_erro
 from ctxlite.identity import differences, normalise
 from ctxlite.lock import LogLock
 from ctxlite.logformat import NOT_RESUMABLE, UNCHAINED, version_of
+from ctxlite.outputs import check_output_kind
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,7 @@ class RecordLog:
             if isinstance(exc, OutputError):
                 raise
             raise output_error(self.path, exc, "result log") from None
+        check_output_kind(self.path, "the result log")  # a FIFO or /dev/null: refused before it is locked
         self._own_lock = None if lock is not None else LogLock(self.path).acquire()
         try:
             try:

@@ -12,6 +12,7 @@ import ctypes.util
 import json
 import os
 import resource
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,129 @@ def test_refuse_same_files_compares_paths_and_inodes(tmp_path):
             refuse_same_files([("--data", a)], outputs)
     with pytest.raises(InvalidParameter, match="--junit .* is the same file as --out"):  # neither exists yet
         refuse_same_files([], [("--out", tmp_path / "new"), ("--junit", tmp_path / "new")])
+
+
+# ----- targets that are not regular files (issue 46, 4) ---------------------------------------------
+def _fifo(where: Path) -> Path:
+    os.mkfifo(where)
+    return where
+
+
+def _char_device(where: Path, minor: int) -> Path:
+    """A character device node of our own in tmp_path (1:3 is null, 1:7 full): what a bug replaces is
+    then ours, never the machine's /dev/null. Needs root (CAP_MKNOD)."""
+    try:
+        os.mknod(where, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("cannot make a device node here (not root)")
+    return where
+
+
+def _is_fifo(p: Path) -> bool:
+    return stat.S_ISFIFO(os.lstat(p).st_mode)
+
+
+def _is_chr(p: Path) -> bool:
+    return stat.S_ISCHR(os.stat(p).st_mode)
+
+
+@pytest.mark.parametrize("flag", ["--html", "--junit"])
+@pytest.mark.parametrize("through_link", [False, True])
+def test_report_refuses_a_fifo_output(run_log, tmp_path, flag, through_link):
+    """The issue's reproducer: ``--html``/``--junit`` onto a FIFO replaced it with a regular file, exit 0."""
+    fifo = _fifo(tmp_path / "pipe")
+    target = fifo
+    if through_link:
+        target = tmp_path / "link.out"
+        target.symlink_to(fifo)
+    err = check_refused(invoke(["report", str(run_log), flag, str(target)]), f"{flag} {target} is a FIFO (named pipe)")
+    assert "through a symbolic link" in err if through_link else "through" not in err
+    assert _is_fifo(fifo) and (not through_link or target.is_symlink())
+    names = ["data.jsonl", "run.jsonl", "pipe"] + ["link.out"] * through_link
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def test_score_refuses_a_fifo_junit_before_any_work(fake, data, tmp_path):
+    fifo = _fifo(tmp_path / "pipe")
+    completions = fake.completions
+    check_refused(invoke(_score(fake, data, "--junit", str(fifo))), f"--junit {fifo} is a FIFO")
+    assert _is_fifo(fifo) and fake.completions == completions  # refused before anything was sent
+
+
+def test_a_socket_output_is_refused(run_log, tmp_path):
+    import socket
+
+    path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        check_refused(invoke(["report", str(run_log), "--junit", str(path)]), f"--junit {path} is a socket")
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+@pytest.mark.parametrize("command", ["score", "audit"])
+def test_a_log_on_a_fifo_or_a_device_is_refused(fake, data, tmp_path, command):
+    """``--out`` onto a FIFO blocked forever opening it (no reader) and left ``pipe.lock``; a log is
+    appended to and read back, so a character device is refused too. In a subprocess: a hang is a
+    failure, not a stuck suite."""
+    fifo, null = _fifo(tmp_path / "pipe"), _char_device(tmp_path / "null", 3)
+    for target in (fifo, null):
+        if command == "score":
+            args = _score(fake, data, "--out", str(target))
+        else:
+            args = ["audit", "--data", str(data), "--out", str(target), "--trials", "4"]
+        try:
+            r = subprocess.run([sys.executable, "-m", "ctxlite", *args], capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"--out {target}: blocked")
+        check_refused(r, f"--out {target} is a ")
+        assert b"not a regular file" in r.stderr
+    assert _is_fifo(fifo) and _is_chr(null)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl", "null", "pipe"]  # no lock file
+
+
+def test_a_record_log_refuses_a_fifo_in_the_library(tmp_path):
+    from ctxlite.records import RecordLog
+
+    fifo = _fifo(tmp_path / "pipe")
+    with pytest.raises(InvalidParameter, match="the result log .*pipe is a FIFO"):
+        RecordLog(fifo, {"settings": {}})
+    assert _is_fifo(fifo) and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.parametrize("flag", ["--html", "--junit"])
+def test_a_character_device_is_written_in_place(run_log, tmp_path, flag):
+    """A device node of our own: null takes the report and stays a device; full is ENOSPC, exit 7 in
+    one line, and stays a device (a rename put a regular file in its place, exit 0)."""
+    null, full = _char_device(tmp_path / "null", 3), _char_device(tmp_path / "full", 7)
+    r = invoke(["report", str(run_log), flag, str(null)])
+    assert r.returncode == 0, r.stderr
+    r = invoke(["report", str(run_log), flag, str(full)])
+    err = r.stderr.decode()
+    assert r.returncode == 7 and err.count("ctxlite: error:") == 1 and "Traceback" not in err, err
+    assert f"{full}: no space left on the device" in err
+    assert _is_chr(null) and _is_chr(full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.jsonl", "full", "null", "run.jsonl"]
+
+
+def test_dev_null_and_dev_full_stay_devices(run_log):
+    """The issue's case on the machine's own devices (as root, CI replaced them)."""
+    null, full = Path("/dev/null"), Path("/dev/full")
+    assert _is_chr(null) and _is_chr(full)
+    r = invoke(["report", str(run_log), "--html", str(null), "--junit", str(null)])  # both onto one device
+    assert r.returncode == 0, r.stderr
+    r = invoke(["report", str(run_log), "--html", str(full)])
+    assert r.returncode == 7 and b"/dev/full: no space left on the device" in r.stderr, r.stderr
+    assert _is_chr(null) and _is_chr(full)
+
+
+def test_write_atomic_through_a_link_replaces_the_target_in_its_own_folder(tmp_path):
+    """The documented choice for a symbolic link to a regular file: the file it points to is replaced
+    whole (the temporary file made beside it, so the rename stays on one file system), the link stays."""
+    elsewhere = tmp_path / "real"
+    elsewhere.mkdir()
+    target = elsewhere / "r.html"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    write_atomic(link, b"new", "HTML report")
+    assert link.is_symlink() and target.read_bytes() == b"new" and os.listdir(elsewhere) == ["r.html"]
