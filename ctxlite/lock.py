@@ -18,10 +18,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 
-from ctxlite.errors import LogInUse, output_error
+from ctxlite.errors import LogInUse, OutputError, output_error
 
 
 class LogLock:
@@ -58,8 +59,12 @@ class LogLock:
             os.close(fd)  # the holder we waited behind removed this file as it released: lock the new one
         self._fd = fd
         if self._sidecar:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError as exc:  # a full disk: no lock left behind, one line (exit 7)
+                self.release()
+                raise output_error(self.path, exc, "lock file") from None
         return self
 
     def release(self) -> None:
@@ -77,9 +82,14 @@ class LogLock:
     def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o600)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device in the lock's place
+                os.close(fd)
+                raise OutputError(f"cannot write the lock file {self.path}: it is not a regular file")
             self._sidecar = True
             return fd
+        except OutputError:
+            raise
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and self.log_path.is_file():
                 try:  # a read-only folder: lock the (existing) log itself

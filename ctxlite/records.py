@@ -3,8 +3,9 @@
 Input: every problem names the file and line (``DataError``): not UTF-8, empty
 file, malformed JSON, a line that is not an object, a missing or empty field.
 
-Output: ``RecordLog`` writes one JSON object per line and flushes + fsyncs each
-one, so Ctrl-C or a crash loses at most the record in flight. The first line is
+Output: ``RecordLog`` writes one JSON object per line, unbuffered, and fsyncs each
+one, so Ctrl-C or a crash loses at most the record in flight; a line that does not fit (a full
+disk) is cut again and raises ``OutputError`` (exit 7), leaving the finished records a partial log. The first line is
 a header ``{"type": kind, "identity": ...}``; re-opening the same file with the
 same identity resumes (finished records are reused only for the input hash
 they were computed for), with another identity it is refused rather than
@@ -290,6 +291,13 @@ def read_run_log(path: str | os.PathLike, kind: str | None = None, advice: str =
     )
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class RecordLog:
     """Append-only JSONL result log that a re-run resumes, bound to one run identity.
 
@@ -328,7 +336,7 @@ class RecordLog:
         self.first_end: dict | None = None  # the first summary this log was finished with
         self.appended = 0  # records this session wrote
         self.head: str | None = None  # the chain hash of the log's last line
-        self._file = None
+        self._fd: int | None = None  # the log opened for appending (unbuffered)
         self._keep_bytes: int | None = None  # a torn last line to cut before the first append
         try:
             if self.path.is_dir():
@@ -370,17 +378,28 @@ class RecordLog:
         _refuse_other_format(p, run, schema_version)
 
     def _write_header(self) -> None:
+        header = {"type": self.kind, "schema_version": self.schema_version, "identity": self.identity}
+        header = seal(None, header)
+        line = (json.dumps(header, allow_nan=False) + "\n").encode("utf-8")
+        existed = os.path.lexists(self.path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                header = {"type": self.kind, "schema_version": self.schema_version, "identity": self.identity}
-                header = seal(None, header)
-                f.write(json.dumps(header, allow_nan=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
         except OSError as exc:
             raise output_error(self.path, exc, "result log") from None
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError as exc:  # a full disk: leave no torn header, which a re-run would refuse as no log
+            try:
+                os.ftruncate(fd, 0)
+                if not existed:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            raise output_error(self.path, exc, "result log") from None
+        finally:
+            os.close(fd)
         self.head = header[CHAIN_FIELD]
 
     def _load(self) -> None:
@@ -397,19 +416,24 @@ class RecordLog:
             except OutputError:
                 pass  # read-only: reading works, a later append says why it cannot write
 
-    def _open_for_append(self):
-        if self._file is None:
+    def _open_for_append(self) -> int:
+        """The log's descriptor for appending (opened at the first call; a torn last line cut first).
+        Written unbuffered, so a failed write leaves nothing behind to be flushed again at close."""
+        if self._fd is None:
             try:
-                f = open(self.path, "r+b")
-                if self._keep_bytes is not None:
-                    f.truncate(self._keep_bytes)
-                    os.fsync(f.fileno())
-                    self._keep_bytes = None
-                f.seek(0, os.SEEK_END)
+                fd = os.open(self.path, os.O_RDWR)
             except OSError as exc:
                 raise output_error(self.path, exc, "result log") from None
-            self._file = f
-        return self._file
+            try:
+                if self._keep_bytes is not None:
+                    os.ftruncate(fd, self._keep_bytes)
+                    os.fsync(fd)
+                    self._keep_bytes = None
+            except OSError as exc:
+                os.close(fd)
+                raise output_error(self.path, exc, "result log") from None
+            self._fd = fd
+        return self._fd
 
     def done(self, key: str) -> bool:
         return key in self.records
@@ -432,12 +456,18 @@ class RecordLog:
     def _write_line(self, obj: dict) -> None:
         sealed = seal(self.head, json.loads(json.dumps(obj, allow_nan=False)))  # hashed as it reads back
         line = (json.dumps(sealed, allow_nan=False) + "\n").encode("utf-8")
-        f = self._open_for_append()
+        fd = self._open_for_append()
+        at = None
         try:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-        except OSError as exc:
+            at = os.lseek(fd, 0, os.SEEK_END)
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError as exc:  # a full disk: cut what part of the line was written (a reader drops it anyway)
+            if at is not None:
+                try:
+                    os.ftruncate(fd, at)
+                except OSError:
+                    pass
             raise output_error(self.path, exc, "result log") from None
         self.head = sealed[CHAIN_FIELD]
 
@@ -461,9 +491,12 @@ class RecordLog:
 
     def close(self) -> None:
         """Close the file and release the write lock the log took itself (a passed-in one stays held)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)  # nothing is buffered: every line was written and fsynced as it came
+            except OSError:
+                pass
         if self._own_lock is not None:
             self._own_lock.release()
             self._own_lock = None

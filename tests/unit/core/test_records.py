@@ -8,7 +8,8 @@ import pytest
 
 from ctxlite.chain import link
 from ctxlite.errors import CtxliteError, DataError, OutputError
-from ctxlite.records import Line, RecordLog, read_jsonl, read_text
+from ctxlite.records import Line, RecordLog, read_jsonl, read_run_log, read_text
+from tests.diskfull import enospc_after
 
 
 def write_lines(path, lines, newline_at_end=True):
@@ -538,3 +539,43 @@ def test_a_log_is_resumed_only_in_the_format_it_was_written_in(tmp_path):
         RecordLog.check_existing(p, PARAMS, "score-run", schema_version=2)
     with RecordLog(p, PARAMS, kind="score-run") as log:  # the format it was written in: resumed
         assert log.done("a")
+
+
+# ---------------------------------------------------------------------------
+# a full disk (issue 46, 4): exit 7 in one line, finished records kept, no stale lock
+
+
+def _lines(p):
+    return p.read_bytes().split(b"\n")
+
+
+def test_a_header_that_does_not_fit_leaves_no_log_and_no_lock(tmp_path, monkeypatch):
+    p = tmp_path / "run.jsonl"
+    enospc_after(monkeypatch, p, 40)  # part of the header
+    with pytest.raises(OutputError, match="cannot write the result log .*: no space left on the device"):
+        RecordLog(p, PARAMS)
+    assert list(tmp_path.iterdir()) == []  # a torn header would make the re-run refuse 'not a log'
+
+
+@pytest.mark.parametrize("at", ["record", "end line"])
+def test_a_disk_filling_mid_run_keeps_the_finished_records(tmp_path, monkeypatch, at):
+    """The line that does not fit is cut (a reader drops it anyway), the error is an OutputError, and
+    closing the log after it raises nothing: closing re-flushed the buffered line and its OSError
+    replaced the clean exit 7."""
+    p = tmp_path / "run.jsonl"
+    log = RecordLog(p, PARAMS)
+    log.append("ex-1", {"v": 1})
+    full = p.read_bytes()
+    enospc_after(monkeypatch, p, 25)
+    with pytest.raises(OutputError, match="no space left on the device") as info:
+        log.append("ex-2", {"v": 2}) if at == "record" else log.finish({"examples": ["ex-1"]})
+    assert info.value.exit_code == 7
+    log.close()  # nothing left to flush, nothing raised
+    assert p.read_bytes() == full and not (tmp_path / "run.jsonl.lock").exists()
+    monkeypatch.undo()
+    run = read_run_log(p)
+    assert list(run.records) == ["ex-1"] and not run.complete and run.head == link_of_last(p)
+
+
+def link_of_last(p) -> str:
+    return json.loads(_lines(p)[-2])["chain"]
