@@ -29,6 +29,8 @@ from ctxlite.runs.log import LogState
 from ctxlite.runs.progress import Notes, Progress, Silent
 from ctxlite.runs.score import KIND as SCORE_KIND
 from ctxlite.runs.score import ScoreRun
+from ctxlite.runs.target_audit import KIND as TARGET_KIND
+from ctxlite.runs.target_audit import report_target_log
 
 
 def report_log(
@@ -58,6 +60,10 @@ def report_log(
         if isinstance(gate, InfluenceGate):
             raise InvalidParameter(f"--fail-above-influence gates score logs; {path} is an audit log")
         return _audit(run, gate, notes)
+    if run.kind == TARGET_KIND:
+        if isinstance(gate, InfluenceGate):
+            raise InvalidParameter(f"--fail-above-influence gates score logs; {path} is a target audit log")
+        return report_target_log(run, gate, notes, disagrees)
     if others and run.kind in others:
         if gate is not None:
             name = "--fail-above-influence" if isinstance(gate, InfluenceGate) else "--fail-above-epsilon"

@@ -1,0 +1,320 @@
+"""The ContextLeak game against a black-box target (issue 47): query access only.
+
+The auditor owns a canary record (one record in the data's own shape) holding a secret, and can
+only ``load`` a record set into the target and ``ask`` it questions (:mod:`ctxlite.targets`). The
+neighbouring pair is fixed: D, the user's records, and D ∪ {canary} (the canary inserted at one
+seeded position, the same in every trial). Each of the ``trials`` trials has Z from a balanced
+sequence (a seeded permutation of ⌊n/2⌋ ones and ⌈n/2⌉ zeros: as many IN as OUT trials, n odd
+gives one more OUT); the target is loaded with D ∪ {canary} if Z = 1 else D, then asked every
+audit question once, each with its own seed (from the audit's seed, the trial and the question).
+Every answer is logged as it comes (key ``trial=<i>``), so a killed run resumes where it stopped
+and ``ctxlite report`` recomputes every score from the answers.
+
+The detector is a fixed rule, the same before and after the trials (nothing is fitted on them):
+a trial's score is ``secret + markers``, where ``secret`` is the largest share of a secret's
+characters an answer recovers in order (:func:`secret_share`: the longest common subsequence of
+the secret and the answer, case-folded, over the secret's length; 1 when an answer holds the
+secret) over the trial's answers and the secrets, and ``markers`` the number of matches of the
+user's marker patterns (``--marker REGEX``: a redaction token, say) in the trial's answers. The
+IN and OUT scores go to :class:`ctxlite.privacy.estimators.CanaryScoreAuditor` through
+:func:`ctxlite.audit.report.report_row`, whose threshold selection is corrected for, so ε_lb is a
+certified lower bound on the target's ε for this pair, per trial of ``len(queries)`` questions.
+
+Before the trials a probe (key ``probe``) loads each side once and asks each question with one
+seed: answers identical with and without the canary suggest a target that ignores ``load`` (or
+one that does not leak on that question), and is said before the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ctxlite.audit.mechanisms import NoDefense
+from ctxlite.audit.report import AuditRow, report_row
+from ctxlite.audit.settings import AuditSettings, EstimateSettings, MechanismKind, Task
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.records import RecordLog
+
+PROBE_KEY = "probe"
+
+
+def secret_share_reference(answer: str, secret: str) -> float:
+    """:func:`secret_share` by the textbook dynamic programme (slow, obviously right: the tests'
+    reference)."""
+    a, s = answer.casefold(), secret.casefold()
+    if not s:
+        return 0.0
+    prev = [0] * (len(s) + 1)
+    for ch in a:
+        cur = [0]
+        for j, sc in enumerate(s):
+            cur.append(prev[j] + 1 if ch == sc else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1] / len(s)
+
+
+def secret_share(answer: str, secret: str) -> float:
+    """The share of ``secret``'s characters that ``answer`` holds in order: the length of their
+    longest common subsequence over the secret's length (both case-folded); 1.0 when the answer
+    holds the secret, 0.0 for an empty secret. Bit-parallel (Hyyrö 2004): one big-integer step per
+    character of the answer."""
+    a, s = answer.casefold(), secret.casefold()
+    m = len(s)
+    if m == 0:
+        return 0.0
+    masks: dict[str, int] = {}
+    for i, ch in enumerate(s):
+        masks[ch] = masks.get(ch, 0) | (1 << i)
+    full = (1 << m) - 1
+    v = full
+    for ch in a:
+        u = v & masks.get(ch, 0)
+        v = ((v + u) | (v - u)) & full
+    return (m - bin(v).count("1")) / m
+
+
+def detect(answers: Sequence[str], secrets: Sequence[str], markers: Sequence[str]) -> dict:
+    """What the detector sees in one trial's answers: ``secret`` (the best share, 0 without
+    secrets), ``exact`` (whether an answer holds a secret whole), ``markers`` (matches of the
+    marker patterns) and ``score`` = secret + markers."""
+    shares = [secret_share(a, s) for a in answers for s in secrets]
+    best = max(shares, default=0.0)
+    exact = any(s.casefold() in a.casefold() for a in answers for s in secrets if s)
+    hits = sum(len(re.findall(p, a)) for a in answers for p in markers)
+    return {"secret": best, "exact": exact, "markers": hits, "score": best + hits}
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """The game against a target: the audit ``queries`` (each asked once per trial), the
+    ``secrets`` that must not come back and the ``markers`` (regular expressions) the detector
+    counts, ``trials``, ``delta``, ``seed`` and the ``estimates``. Every field but ``estimates``
+    is part of the log's identity."""
+
+    queries: tuple[str, ...]
+    secrets: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
+    trials: int = 200
+    delta: float = 1e-5
+    seed: int = 0
+    probe: bool = True
+    estimates: EstimateSettings = field(default_factory=EstimateSettings)
+
+    def __post_init__(self):
+        s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        s("queries", tuple(self.queries))
+        s("secrets", tuple(self.secrets))
+        s("markers", tuple(self.markers))
+        if not self.queries or not all(isinstance(q, str) and q.strip() for q in self.queries):
+            raise InvalidParameter("a target audit needs at least one audit question (--query), none of them empty")
+        if not self.secrets and not self.markers:
+            raise InvalidParameter(
+                "a target audit needs something to detect: a --secret the canary holds, or a --marker pattern"
+            )
+        if not all(isinstance(x, str) and x for x in self.secrets):
+            raise InvalidParameter("every --secret must be a non-empty text")
+        for pattern in self.markers:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InvalidParameter(f"--marker {pattern!r} is not a regular expression: {exc}") from None
+        if self.trials < 4:
+            raise InvalidParameter(f"trials must be >= 4 (two per side at least), got {self.trials}")
+        if not 0 < self.delta < 1:
+            raise InvalidParameter(f"delta must be in (0, 1), got {self.delta}")
+
+    def game_params(self) -> dict:
+        return {
+            "queries": list(self.queries),
+            "secrets": list(self.secrets),
+            "markers": list(self.markers),
+            "trials": self.trials,
+            "delta": self.delta,
+            "seed": self.seed,
+            "probe": self.probe,
+        }
+
+    def audit_settings(self) -> AuditSettings:
+        """The settings :func:`report_row` and the ε gate read: no mechanism (no theoretical ε), the
+        trial composing ``len(queries)`` questions."""
+        return AuditSettings(
+            task=Task.GENERATE,
+            mechanism=MechanismKind.NONE,
+            trials=self.trials,
+            queries_per_trial=len(self.queries),
+            delta=self.delta,
+            seed=self.seed,
+            judge_model=None,
+            estimates=self.estimates,
+        )
+
+
+def _rng(*words: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(w) for w in words]))
+
+
+def balanced_z(trials: int, seed: int) -> list[bool]:
+    """The trials' Z: a seeded permutation of ⌊n/2⌋ IN and ⌈n/2⌉ OUT trials."""
+    z = np.array([1] * (trials // 2) + [0] * (trials - trials // 2))
+    return [bool(v) for v in _rng(seed, 11).permutation(z)]
+
+
+def ask_seed(seed: int, trial: int, question: int) -> int:
+    """The seed the target answers question ``question`` of trial ``trial`` with (the probe is trial -1)."""
+    return int(np.random.SeedSequence([int(seed), 12, int(trial) + 1, int(question)]).generate_state(1)[0] >> 1)
+
+
+def trial_key(i: int) -> str:
+    return f"trial={i}"
+
+
+class TargetGame:
+    """The trials of one target audit: the pair (``records``, ``records`` with ``canary``), the
+    questions and the detector."""
+
+    def __init__(self, target, records: Sequence[dict], canary: dict, settings: TargetSettings):
+        if not isinstance(canary, dict) or not canary:
+            raise DataError("the canary record must be a non-empty JSON object, in the records' own shape")
+        if records and set(canary) != set(records[0]):
+            raise DataError(
+                f"the canary record's fields {sorted(canary)} are not the records' {sorted(records[0])}: give it "
+                "the data's own shape"
+            )
+        self.target, self.records, self.canary, self.s = target, [dict(r) for r in records], dict(canary), settings
+        self.position = int(_rng(settings.seed, 13).integers(len(self.records) + 1))
+        self.zs = balanced_z(settings.trials, settings.seed)
+
+    def dataset(self, z: bool) -> list[dict]:
+        if not z:
+            return list(self.records)
+        return self.records[: self.position] + [self.canary] + self.records[self.position :]
+
+    def _answers(self, z: bool, trial: int) -> tuple[list[int], list[str]]:
+        self.target.load(self.dataset(z))
+        seeds = [ask_seed(self.s.seed, trial, q) for q in range(len(self.s.queries))]
+        answers = []
+        for query, seed in zip(self.s.queries, seeds):
+            text = self.target.ask(query, seed)
+            if not isinstance(text, str):
+                raise DataError(f"the target's ask returned a {type(text).__name__}, not text")
+            answers.append(text)
+        return seeds, answers
+
+    def probe(self) -> dict:
+        """Each side loaded once and asked every question with the probe's seeds."""
+        seeds, ins = self._answers(True, -1)
+        _, outs = self._answers(False, -1)
+        return {"type": "probe", "seeds": seeds, "in": ins, "out": outs, "identical": ins == outs}
+
+    def trial(self, i: int) -> dict:
+        z = self.zs[i]
+        seeds, answers = self._answers(z, i)
+        return {"type": "trial", "trial": i, "z": int(z), "seeds": seeds, "answers": answers}
+
+    def play(self, log: RecordLog | None, tick: Callable[[str, int, int], None], tell: Callable[[str], None]) -> dict:
+        """Every run, read from ``log`` where it holds it, else played and appended as it finishes."""
+        runs = {}
+        if self.s.probe:
+            runs[PROBE_KEY] = _logged(log, PROBE_KEY, self.probe)
+            if runs[PROBE_KEY]["identical"]:
+                tell(probe_warning())
+        for i in range(self.s.trials):
+            runs[trial_key(i)] = _logged(log, trial_key(i), lambda i=i: self.trial(i))
+            tick("trials", i + 1, self.s.trials)
+        return runs
+
+
+def probe_warning() -> str:
+    return (
+        "the probe's answers are identical with and without the canary (same seeds): the target may "
+        "ignore load (check that it answers from the records it is given), or not leak on these questions"
+    )
+
+
+def _logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
+    rec = log.records.get(key) if log is not None else None
+    if rec is None:
+        rec = play()
+        if log is not None:
+            log.append(key, rec)
+    return rec
+
+
+@dataclass
+class TargetTrial:
+    """One trial as the report shows it: Z, the answers and what the detector saw in them."""
+
+    trial: int
+    z: int
+    answers: list[str]
+    seen: dict
+
+
+@dataclass
+class TargetReport:
+    """A finished target audit: the ε row (no theoretical ε: plain estimates and the certified
+    lower bound), the trials with what the detector saw, the probe and the notes."""
+
+    settings: TargetSettings
+    row: AuditRow
+    trials: list[TargetTrial]
+    probe: dict | None
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        return {
+            "row": self.row.to_dict(),
+            "estimates": self.settings.estimates.params(),
+            "detector": DETECTOR_TEXT,
+            "probe_identical": None if self.probe is None else self.probe["identical"],
+            "notes": list(self.notes),
+        }
+
+
+DETECTOR_TEXT = (
+    "score = best share of a secret's characters an answer recovers in order (1 = recovered whole) + "
+    "marker matches in the trial's answers; a fixed rule, nothing fitted on the trials"
+)
+
+
+def _record(runs: Mapping[str, dict], key: str, where) -> dict:
+    rec = runs.get(key)
+    if not isinstance(rec, dict) or rec.get("z") not in (0, 1) or not isinstance(rec.get("answers"), list):
+        raise DataError(f"{where}: the log has no usable record {key!r} (re-run the same command to finish it)")
+    return rec
+
+
+def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None) -> TargetReport:
+    """The report of a finished target audit, from its logged runs (what ``run`` and ``report``
+    both call, so a report read from the log recomputes every score from the answers)."""
+    trials, ins, outs = [], [], []
+    for i in range(settings.trials):
+        rec = _record(runs, trial_key(i), where)
+        seen = detect(rec["answers"], settings.secrets, settings.markers)
+        trials.append(TargetTrial(i, rec["z"], list(rec["answers"]), seen))
+        (ins if rec["z"] else outs).append(seen["score"])
+    row = report_row(settings.audit_settings(), NoDefense(), math.inf, ins, outs, None)
+    probe = runs.get(PROBE_KEY) if settings.probe else None
+    notes = [
+        "target audit: query access only; the pair is the records with and without the canary record; "
+        "no defence with a privacy parameter, so a pass can never be proved (a lower bound only proves a leak)",
+        "detector: " + DETECTOR_TEXT,
+    ]
+    if probe is not None and probe.get("identical"):
+        notes.append(probe_warning())
+    found = [t for t in trials if t.seen["exact"]]
+    if settings.secrets:
+        n_in = sum(t.z for t in trials)
+        notes.append(
+            f"secret recovered whole in {sum(t.z for t in found)}/{n_in} IN and "
+            f"{sum(1 - t.z for t in found)}/{len(trials) - n_in} OUT trials"
+        )
+    if settings.markers:
+        marked = [t for t in trials if t.seen["markers"]]
+        notes.append(f"markers seen in {sum(t.z for t in marked)} IN and {sum(1 - t.z for t in marked)} OUT trials")
+    return TargetReport(settings, row, trials, probe, notes)

@@ -1,0 +1,100 @@
+"""The black-box game's parts (ctxlite/audit/target_game.py): the secret-recovered detector against
+its slow reference, the balanced Z, the settings' refusals and the pair the game loads."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxlite.audit.target_game import (
+    TargetGame,
+    TargetSettings,
+    ask_seed,
+    balanced_z,
+    detect,
+    secret_share,
+    secret_share_reference,
+)
+from ctxlite.errors import DataError, InvalidParameter
+
+TEXT = st.text(alphabet="ab1-2Xé ", max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(answer=TEXT, secret=TEXT)
+def test_secret_share_is_the_reference_lcs_share(answer, secret):
+    assert secret_share(answer, secret) == secret_share_reference(answer, secret)
+
+
+@settings(max_examples=100, deadline=None)
+@given(secret=TEXT.filter(bool), before=TEXT, after=TEXT)
+def test_an_answer_that_holds_the_secret_recovers_all_of_it(secret, before, after):
+    assert secret_share(before + secret + after, secret) == 1.0
+
+
+def test_secret_share_examples():
+    assert secret_share("MRN 4417-2290.", "4417-2290") == 1.0
+    assert secret_share("MRN [redacted]", "4417-2290") == 0.0
+    assert secret_share("4 4 1 7", "4417-2290") == pytest.approx(4 / 9)  # in order, not contiguous
+    assert secret_share("0922-7144", "4417-2290") == pytest.approx(2 / 9)  # reversed: order counts ("22")
+    assert secret_share("ANA LOPEZ", "ana lopez") == 1.0  # case-folded
+    assert secret_share("anything", "") == 0.0
+
+
+def test_detect_scores_secret_plus_markers():
+    seen = detect(["Ana's MRN is [redacted].", "[redacted] and [redacted]"], ["4417-2290"], [r"\[redacted\]"])
+    assert seen == {"secret": 0.0, "exact": False, "markers": 3, "score": 3.0}
+    seen = detect(["MRN 4417-2290"], ["4417-2290", "Ana Lopez"], [])
+    assert seen["exact"] and seen["secret"] == 1.0 and seen["score"] == 1.0
+
+
+@pytest.mark.parametrize("n", [4, 7, 100, 201])
+def test_balanced_z(n):
+    z = balanced_z(n, 3)
+    assert sum(z) == n // 2 and len(z) == n
+    assert z == balanced_z(n, 3) and (n < 20 or z != balanced_z(n, 4))
+
+
+def test_ask_seeds_differ_per_trial_and_question():
+    seeds = {ask_seed(0, t, q) for t in range(-1, 50) for q in range(3)}
+    assert len(seeds) == 51 * 3 and all(0 <= s < 2**63 for s in seeds)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"queries": ()}, "at least one audit question"),
+        ({"queries": ("q",)}, "something to detect"),
+        ({"queries": ("q",), "markers": ("[",)}, "not a regular expression"),
+        ({"queries": ("q",), "secrets": ("s",), "trials": 3}, "trials must be >= 4"),
+    ],
+)
+def test_settings_refusals(kwargs, message):
+    with pytest.raises(InvalidParameter, match=message):
+        TargetSettings(**kwargs)
+
+
+class Recorder:
+    def __init__(self):
+        self.loads = []
+
+    def load(self, records):
+        self.loads.append(list(records))
+
+    def ask(self, query, seed):
+        return "no"
+
+
+def test_the_pair_is_the_records_with_and_without_the_canary_at_one_position():
+    recs = [{"t": str(i)} for i in range(6)]
+    target = Recorder()
+    game = TargetGame(target, recs, {"t": "canary"}, TargetSettings(queries=("q",), secrets=("canary",), trials=8))
+    for i in range(8):
+        game.trial(i)
+    ins = [d for d in target.loads if len(d) == 7]
+    outs = [d for d in target.loads if len(d) == 6]
+    assert len(ins) == 4 and len(outs) == 4 and all(d == recs for d in outs)
+    assert all(d == ins[0] for d in ins) and [r for r in ins[0] if r != {"t": "canary"}] == recs
+    with pytest.raises(DataError, match="data's own shape"):
+        TargetGame(target, recs, {"text": "canary"}, TargetSettings(queries=("q",), secrets=("c",)))

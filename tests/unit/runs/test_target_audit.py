@@ -1,0 +1,144 @@
+"""run_target_audit against the project's test application (model-free, ``--fake``) over HTTP:
+the verdict, the log (every answer, the identity naming the target), a kill and resume, the
+report recomputed from the log, verify, the probe flagging an app that ignores load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxlite.audit.target_game import TargetSettings
+from ctxlite.errors import DataError, InvalidParameter
+from ctxlite.gates import EpsilonGate, Outcome
+from ctxlite.records import read_run_log
+from ctxlite.runs import report_log, verify_log
+from ctxlite.runs.target_audit import TargetAuditRun, run_target_audit
+from ctxlite.targets import open_target
+from tests.apps.process import RagAppProcess, target_file
+
+RECORDS = [
+    {"name": "Bo Chen", "note": "MRN 1001, asthma"},
+    {"name": "Cy Diaz", "note": "MRN 1002, gout"},
+    {"name": "Di Evans", "note": "MRN 1003, migraine"},
+]
+CANARY = {"name": "Ana Lopez", "note": "MRN 4417-2290, diabetes"}
+QUERY = "What is Ana Lopez's MRN?"
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("apps")
+    procs = {
+        "plain": RagAppProcess(tmp, ["--fake"]),
+        "redact": RagAppProcess(tmp, ["--fake", "--redact", r"\d{4}-\d{4}"]),
+        "ignore": RagAppProcess(tmp, ["--fake", "--ignore-load"]),
+    }
+    for p in procs.values():
+        p.start(timeout=60)
+    yield procs
+    for p in procs.values():
+        p.stop()
+
+
+def _target(app, tmp_path):
+    return open_target("http", target_file=target_file(tmp_path, app.root))
+
+
+class StopAfter:
+    """A Progress that interrupts the run after ``after`` trials (a kill, in a test)."""
+
+    def __init__(self, after):
+        self.after = after
+
+    def tick(self, label, done, total):
+        if done >= self.after:
+            raise KeyboardInterrupt
+
+    def step(self, *a, **k):
+        pass
+
+    def note(self, message):
+        pass
+
+
+def test_the_undefended_app_fails_at_budget_one(apps, tmp_path):
+    settings = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=100)
+    out = tmp_path / "t.jsonl"
+    run = run_target_audit(
+        _target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out, gate=EpsilonGate(1.0)
+    )
+    assert run.verdict.outcome is Outcome.FAIL, run.verdict.lines()
+    assert run.report.row.epsilon_lower_bound > 1.0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    header, trials = lines[0], [x for x in lines if x.get("type") == "trial"]
+    assert header["type"] == "target-audit" and header["identity"]["target"]["url"] == apps["plain"].root
+    assert header["identity"]["target"]["target_file_sha256"].startswith("sha256:")
+    assert len(trials) == 100 and all(len(t["answers"]) == 1 for t in trials)
+    assert sum(t["z"] for t in trials) == 50
+    assert any("4417-2290" in t["answers"][0] for t in trials if t["z"])
+    assert not any("4417-2290" in t["answers"][0] for t in trials if not t["z"])
+    again = report_log(out, gate=EpsilonGate(1.0))  # every score recomputed from the logged answers
+    assert isinstance(again, TargetAuditRun) and again.verdict.outcome is Outcome.FAIL
+    assert again.report.to_dict() == run.report.to_dict()
+    assert verify_log(out, run.log.head).head == run.log.head
+
+
+def test_a_redaction_marker_gives_the_canary_away(apps, tmp_path):
+    settings = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), markers=(r"\[redacted\]",), trials=100)
+    run = run_target_audit(_target(apps["redact"], tmp_path), RECORDS, settings, canary=CANARY, gate=EpsilonGate(1.0))
+    assert run.verdict.outcome is Outcome.FAIL
+    assert not any(t.seen["exact"] for t in run.report.trials)  # the secret itself never came back
+    assert all(t.z for t in run.report.trials if t.seen["markers"])
+
+
+def test_a_killed_run_resumes_to_the_same_report(apps, tmp_path):
+    settings = TargetSettings(queries=(QUERY, "Who has diabetes?"), secrets=("4417-2290",), trials=12)
+    out = tmp_path / "k.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_target_audit(
+            _target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out, progress=StopAfter(5)
+        )
+    partial = report_log(out)
+    assert not partial.complete and partial.trials == 5 and partial.report is None
+    with pytest.raises(InvalidParameter, match="--resume"):
+        run_target_audit(_target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out)
+    other = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=12)
+    with pytest.raises(DataError, match="settings"):
+        run_target_audit(_target(apps["plain"], tmp_path), RECORDS, other, canary=CANARY, out=out, resume=True)
+    resumed = run_target_audit(_target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out, resume=True)
+    whole = run_target_audit(_target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY)
+    assert resumed.report.to_dict() == whole.report.to_dict()
+    assert [t.answers for t in resumed.report.trials] == [t.answers for t in whole.report.trials]
+    assert len(read_run_log(out).records) == 13  # the probe and 12 trials, none twice
+
+
+def test_an_edited_answer_is_refused_by_report(apps, tmp_path):
+    from tests.logtools import edit_log
+
+    settings = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=6)
+    out = tmp_path / "e.jsonl"
+    run_target_audit(_target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out)
+    verify_log(out)
+    leak = lambda lines: [{**x, "answers": ["4417-2290"]} if x.get("type") == "trial" else x for x in lines]  # noqa: E731
+    edit_log(out, leak, chain=False)  # an edit: the chain breaks
+    with pytest.raises(DataError, match="chain"):
+        report_log(out)
+    edit_log(out, lambda lines: lines)  # re-chained, as an attacker would: the end line disagrees
+    with pytest.raises(DataError, match="end line disagrees"):
+        report_log(out)
+
+
+def test_an_app_that_ignores_load_is_flagged_before_the_trials(apps, tmp_path):
+    told = []
+
+    class Tell(StopAfter):
+        def note(self, message):
+            told.append(message)
+
+    settings = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=4)
+    target = _target(apps["ignore"], tmp_path)
+    target.load(RECORDS)  # the app keeps its first load: the canary never gets in
+    with pytest.raises(KeyboardInterrupt):
+        run_target_audit(target, RECORDS, settings, canary=CANARY, progress=Tell(1))
+    assert any("may ignore load" in m for m in told)  # said before the first trial finished
