@@ -19,8 +19,10 @@ never 0). The README's verdict table is this module's.
     mechanism's guarantee*;
   - inconclusive: anything else (a pair's bracket that straddles X among them), with what was
     certified and a power calculation
-    (:mod:`ctxlite.privacy.power`): how many trials an audit would need at least for ε_lb to
-    exceed X, or that no number of trials can prove a pass.
+    (:mod:`ctxlite.privacy.power`): how many trials an audit would need for ε_lb to exceed X --
+    for a Gaussian pair (the Gaussian mechanism, its μ known) the range its own shape needs for even
+    odds; for another known ε at least the (ε, δ) corner's, beside a Gaussian pair's of that ε --
+    or that no number of trials can prove a pass.
 
 * score, ``--fail-above-influence Y`` (:func:`influence_case`), τ_i = Σ_t |log p(y_t | D) −
   log p(y_t | D ∖ n-gram)| (Context influence, Sec. 3) as this build computes it, with its
@@ -55,8 +57,9 @@ from ctxlite.audit.settings import AuditSettings
 from ctxlite.errors import InvalidParameter
 from ctxlite.influence.noise import RETILED
 from ctxlite.influence.results import ClusterInfluence, ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
+from ctxlite.privacy.calibration import analytic_gaussian_sigma
 from ctxlite.privacy.estimators import point_epsilon
-from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, trials_to_certify
+from ctxlite.privacy.power import MAX_TRIALS_PER_SIDE, dp_corner, gaussian_trials_to_certify, trials_to_certify
 from ctxlite.visible import visible
 
 
@@ -494,18 +497,47 @@ def check_epsilon_unit(unit: EpsilonUnit | str, queries: int | None) -> None:
         )
 
 
-def _power(budget: float, row: AuditRow, settings: AuditSettings, reference: tuple[str, float] | None) -> str:
-    """What more trials could show: at the (ε, δ) corner of a known ε (``reference``: its name, value),
-    else at the audit's observed rates at its bound's threshold."""
+def _gaussian_need(budget: float, mu: float, alpha: float, delta: float) -> str:
+    """The trials a Gaussian pair of ``mu`` needs for even odds of a lower bound above ``budget``:
+    "A–B trials" (:func:`~ctxlite.privacy.power.gaussian_trials_to_certify`), or "more than …"."""
+    least, enough = gaussian_trials_to_certify(budget, mu, alpha=alpha, delta=delta)
+    if least is None:
+        return f"more than {2 * MAX_TRIALS_PER_SIDE:,} trials"
+    return (
+        f"{least:,}–{enough:,} trials"
+        if enough is not None
+        else f"{least:,} to more than {2 * MAX_TRIALS_PER_SIDE:,} trials"
+    )
+
+
+def _power(
+    budget: float,
+    row: AuditRow,
+    settings: AuditSettings,
+    reference: tuple[str, float] | None,
+    mu: float | None = None,
+) -> str:
+    """What more trials could show: for a Gaussian pair (``mu``: its exact trade-off curve G_μ), the
+    trials its own shape needs; at a known ε otherwise (``reference``: its name, value), at least
+    the (ε, δ) corner's, with what a Gaussian pair of that ε would need beside it; else at the
+    audit's observed rates at its bound's threshold."""
     alpha, delta = settings.estimates.alpha, settings.delta
     cap = f"more than {2 * MAX_TRIALS_PER_SIDE:,} trials"
     if reference is not None and math.isfinite(reference[1]) and reference[1] > budget:
         name, eps = reference
+        if mu is not None:
+            return (
+                f"the pair being the Gaussian mechanism (mu = {mu:.4g}), audits with its optimal test "
+                f"(corner-grid bound) need {_gaussian_need(budget, mu, alpha, delta)} for even odds of a "
+                f"lower bound above {budget:g} (fewer than the first number fall short, the second suffice)"
+            )
         n = trials_to_certify(budget, *dp_corner(eps, delta), alpha=alpha, delta=delta)
+        like = _gaussian_need(budget, 1.0 / analytic_gaussian_sigma(eps, delta), alpha, delta)
         return (
             f"if the pair's ε were {name} {_num(eps)}, an audit would need at least about "
-            f"{cap if n is None else f'{n:,} trials'} (an optimal test, corner-grid bound) for its lower "
-            f"bound to exceed {budget:g}"
+            f"{cap if n is None else f'{n:,} trials'} (the most distinguishable pair of that ε, an optimal "
+            f"test, corner-grid bound) for its lower bound to exceed {budget:g}; a Gaussian pair of that ε "
+            f"needs {like} for even odds"
         )
     counts = row.lower_bound_counts
     if not counts.n_in or not counts.n_out:
@@ -548,7 +580,7 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
         note = f"; it contradicts the pair's exact ε {_num(exact)}" if exact is not None and lb > exact else ""
         return case(Outcome.FAIL, Basis.LOWER_BOUND, f"{certified} > {budget}{note}")
     if exact is not None and exact > threshold:
-        more = _power(threshold, row, settings, ("its exact value", exact))
+        more = _power(threshold, row, settings, ("its exact value", exact), row.gaussian_mu)
         return case(
             Outcome.FAIL,
             Basis.EXACT,

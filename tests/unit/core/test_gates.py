@@ -399,3 +399,16 @@ def test_a_verdict_reads_back_from_its_dict(cases, gate, complete):
     verdict = Verdict("ctxlite score", gate, [Case(*c) for c in cases], complete)
     back = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
     assert back == verdict and back.outcome == verdict.outcome
+
+
+def test_the_trials_needed_for_a_gaussian_pair_are_its_own_not_the_corners():
+    """Issue 46: a Gaussian pair (μ = 2, exact ε 10.0 at δ = 1e-5), budget 1: the corner of an (ε, δ)
+    pair said "at least about 40 trials", where audits of 40 certify more than 1 one time in a
+    hundred; the message gives the pair's own need."""
+    from ctxlite.privacy.power import gaussian_trials_to_certify
+
+    lo, hi = gaussian_trials_to_certify(1.0, 2.0, alpha=0.05, delta=1e-5)
+    pair = {"epsilon_exact": 10.0, "epsilon_upper_bound": 10.0, "privacy_profile_kind": "exact"}
+    case = _case(epsilon_lower_bound=0.5, gaussian_mu=2.0, **pair)
+    assert case.outcome is Outcome.FAIL and "40 trials" not in case.message, case.message
+    assert f"{lo:,}–{hi:,} trials" in case.message and "Gaussian" in case.message

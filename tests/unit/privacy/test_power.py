@@ -111,3 +111,32 @@ def test_an_audit_at_the_computed_size_certifies_the_budget_about_half_the_time(
 
     assert 0.3 < share(n) < 0.8
     assert share(max(2, n // 4)) < 0.05
+
+
+def _simulated_share(mu, n, budget, alpha, delta, runs, seed):
+    """The share of ``runs`` simulated audits of ``n`` trials a side that certify more than ``budget``:
+    the pair's optimal test (scores N(μ, 1) with the canary, N(0, 1) without), the corner-grid bound."""
+    from ctxlite.privacy.estimators import CanaryScoreAuditor
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(runs):
+        auditor = CanaryScoreAuditor(rng.normal(mu, 1.0, n), rng.normal(0.0, 1.0, n))
+        hits += auditor.epsilon_clopper_pearson(alpha=alpha, delta=delta, selection=CornerGrid()).epsilon > budget
+    return hits / runs
+
+
+def test_a_gaussian_pair_needs_the_trials_of_its_own_shape():
+    """Issue 46: Gaussian μ = 2 (exact ε(1e-5) ≈ 10), budget 1. The (ε, δ) corner said 40 trials, where
+    simulated audits certify more than 1 one time in a hundred. The pair's own shape gives [lo, hi]:
+    at hi trials the simulated audits certify it at least half the time, below lo at most half the
+    time (each within 3 binomial standard errors of the simulation: 400 runs, ±0.075)."""
+    from ctxlite.privacy.power import gaussian_trials_to_certify
+
+    budget, alpha, delta, mu = 1.0, 0.05, 1e-5, 2.0
+    lo, hi = gaussian_trials_to_certify(budget, mu, alpha=alpha, delta=delta)
+    assert 40 < lo <= hi
+    tol = 3 * math.sqrt(0.25 / 400)
+    assert _simulated_share(mu, hi // 2, budget, alpha, delta, 400, 1) >= 0.5 - tol
+    assert _simulated_share(mu, lo // 2 - 1, budget, alpha, delta, 400, 2) <= 0.5 + tol
+    assert _simulated_share(mu, 20, budget, alpha, delta, 400, 3) <= 0.05  # the corner's 40 trials
