@@ -98,7 +98,8 @@ class LogInUse(CtxliteError):
 
 
 def output_error(path, exc: OSError, what: str = "file") -> OutputError:
-    """One line for an ``OSError`` met while writing ``path``: what, where, why."""
+    """One line for an ``OSError`` met while writing ``path``: what, where (None: ``what`` says it),
+    why."""
     import errno
 
     why = {
@@ -110,8 +111,9 @@ def output_error(path, exc: OSError, what: str = "file") -> OutputError:
         errno.ENOSPC: "no space left on the device",
         errno.EFBIG: "the file would exceed the file-size limit (ulimit -f)",
         errno.ENOENT: "a folder on the path does not exist",
+        errno.EPIPE: "the reader closed the pipe",
     }.get(exc.errno, exc.strerror or type(exc).__name__)
-    return OutputError(f"cannot write the {what} {path}: {why}")
+    return OutputError(f"cannot write the {what}{'' if path is None else f' {path}'}: {why}")
 
 
 EXIT_GATE = 8

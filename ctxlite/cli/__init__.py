@@ -7,13 +7,14 @@ docs/errors.md. Ctrl-C exits with 130 after the commands have kept what finished
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from ctxlite._version import __version__
 from ctxlite.cli import audit, models, progress, report, score, serve, verify, version
-from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError
+from ctxlite.errors import EXIT_INTERRUPTED, CtxliteError, OutputError, output_error
 from ctxlite.visible import visible
 
 INTERRUPTED = "ctxlite: interrupted; finished records are kept, re-run the same command to resume"
@@ -22,13 +23,19 @@ INTERRUPTED = "ctxlite: interrupted; finished records are kept, re-run the same 
 class _Group(click.Group):
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            rv = super().invoke(ctx)
+            sys.stdout.flush()  # now, where a failure is still ours to report (not at interpreter exit)
+            return rv
         except CtxliteError as exc:
             click.echo(f"ctxlite: error: {visible(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo(INTERRUPTED, err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            failed = _stdout_failed(exc)
+            click.echo(f"ctxlite: error: {failed}", err=True)
+            ctx.exit(failed.exit_code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Click's main, except that Ctrl-C outside a command (while parsing) also exits 130, not 1."""
@@ -42,7 +49,44 @@ class _Group(click.Group):
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
+        except OSError as exc:  # --help or --version onto a full device
+            failed = _stdout_failed(exc)
+            click.echo(f"ctxlite: error: {failed}", err=True)
+            sys.exit(failed.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stdout_failed(exc: OSError) -> OutputError:
+    """The one line (exit 7) for standard output that cannot be written (a full device, a closed
+    pipe); ``exc`` again where it came from elsewhere (a bug). What the failed write left buffered
+    is then sent to /dev/null, so that Python's own flush at exit does not fail a second time."""
+    if not _stdout_broken(exc):
+        raise exc
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (AttributeError, OSError, ValueError):  # a test runner's stream: nothing flushes it at exit
+        pass
+    return output_error(None, exc, "standard output")
+
+
+def _stdout_broken(exc: OSError) -> bool:
+    """Whether ``exc`` came from writing standard output: raised by click's echo to it, or standard
+    output still cannot be flushed."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = None if tb is None else tb.tb_frame
+    if frame is not None and frame.f_code.co_name == "echo" and frame.f_globals.get("__name__") == "click.utils":
+        if not frame.f_locals.get("err"):
+            return True
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def _refuse_short_quiet(ctx, param, value):

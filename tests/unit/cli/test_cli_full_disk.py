@@ -106,3 +106,66 @@ def test_a_file_size_limit_mid_run_in_a_real_process(tmp_path, data):
     assert "the file would exceed the file-size limit" in err
     assert out.read_bytes() == first.read_bytes()[: len(lines[0]) + len(lines[1]) + 2]
     assert not Path(f"{out}.lock").exists()
+
+
+# ----- standard output onto a full device or a closed pipe ----------------------------------------
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> Path:
+    """A finished score log (written on the fake server, so a subprocess can read it: no model)."""
+    where = tmp_path_factory.mktemp("logged")
+    data = where / "data.jsonl"
+    data.write_text(json.dumps(EXAMPLES[0]) + "\n", encoding="utf-8")
+    with FakeServer() as server:
+        out = where / "run.jsonl"
+        r = subprocess.run([sys.executable, "-m", "ctxlite", *_served(server, data), "--out", str(out)],
+                           capture_output=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _served(server, data) -> list[str]:
+    return ["score", "--data", str(data), "--template", "{context} Q: {query} A:", "--ngram", "4", "-T", "1",
+            "--backend", "openai", "--base-url", server.url, "--model-name", MODEL]  # fmt: skip
+
+
+def _to(stdout, args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ctxlite", *args], stdout=stdout, stderr=subprocess.PIPE, timeout=300)
+
+
+def _stdout_failed(r, why: str) -> None:
+    err = r.stderr.decode()
+    assert r.returncode == 7, (r.returncode, err)
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert err.count("ctxlite: error:") == 1 and f"cannot write the standard output: {why}" in err, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["report", "{log}", "--json"], ["report", "{log}"], ["verify", "{log}"], ["version", "--json"], ["version"],
+     ["--help"]],
+    ids=["report-json", "report", "verify", "version-json", "version", "help"],
+)  # fmt: skip
+def test_standard_output_on_a_full_device_is_exit_7_in_one_line(logged, args):
+    """The issue's reproducer, ``ctxlite report RUN --json > /dev/full``: a traceback (and Python's own
+    'Exception ignored' at exit for output small enough to stay buffered until then)."""
+    with open("/dev/full", "w") as full:
+        r = _to(full, [a.format(log=logged) for a in args])
+    _stdout_failed(r, "no space left on the device")
+
+
+def test_score_json_on_a_full_device_is_exit_7_and_keeps_the_log(tmp_path, data):
+    with FakeServer() as server, open("/dev/full", "w") as full:
+        out = tmp_path / "s.jsonl"
+        r = _to(full, [*_served(server, data), "--json", "--out", str(out)])
+    _stdout_failed(r, "no space left on the device")
+    assert out.read_bytes().count(b'"end"') == 1  # the run finished and logged before printing
+
+
+def test_standard_output_into_a_closed_pipe_is_exit_7_in_one_line(logged):
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = _to(write, ["report", str(logged), "--json"])
+    finally:
+        os.close(write)
+    _stdout_failed(r, "the reader closed the pipe")
