@@ -20,7 +20,9 @@ True
 from __future__ import annotations
 
 import hashlib
+import re
 
+from ctxlite.errors import InvalidParameter
 from ctxlite.identity import canonical_json
 
 FIELD = "chain"
@@ -28,6 +30,21 @@ FIELD = "chain"
 
 GENESIS = "ctxlite-log-chain/1"
 """What the header's hash is chained to (names the chain's version)."""
+
+HEAD = re.compile(r"sha256:[0-9a-f]{64}")
+"""The form of every chain hash, and so of a head: ``sha256:`` and 64 lowercase hex digits."""
+
+
+def check_head(head: str, name: str = "--head") -> str:
+    """``head`` if it has the form of a chain hash (:data:`HEAD`), else ``InvalidParameter`` (exit 2)
+    about the argument ``name``: a head that could never match is a mistyped argument, not a log
+    that was rewritten."""
+    if not isinstance(head, str) or not HEAD.fullmatch(head):
+        raise InvalidParameter(
+            f"{name} {head!r} is not a chain head: give it as ctxlite printed it, 'sha256:' and 64 lowercase "
+            "hex digits (the verdict line's log head, the JSON's log_head or the JUnit property log.head)"
+        )
+    return head
 
 
 def link(previous: str | None, body: dict) -> str:

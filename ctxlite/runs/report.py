@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from ctxlite.audit.game import recompute_rows
 from ctxlite.audit.report import AuditReport
-from ctxlite.chain import FIELD
+from ctxlite.chain import FIELD, check_head
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, InfluenceGate, audit_verdict, score_verdict
 from ctxlite.identity import differences, mismatch, normalise
@@ -75,7 +75,10 @@ def report_log(
 def verify_log(path: str | os.PathLike, head: str | None = None) -> RunLog:
     """The log at ``path`` with its hash chain checked as it is read (``ctxlite verify``); with
     ``head``, it must end exactly there. Refused (``DataError``, exit 4): a log without a chain, a
-    kept head that is an earlier line's (resumed or appended to since) or none of its lines'."""
+    kept head that is an earlier line's (resumed or appended to since) or none of its lines'; a
+    ``head`` not of a chain hash's form is refused first (``InvalidParameter``, exit 2)."""
+    if head is not None:
+        check_head(head)
     run = read_run_log(path)
     if not run.chained:
         raise DataError(f"{path} has no hash chain (written before ctxlite chained its logs): nothing to verify")
