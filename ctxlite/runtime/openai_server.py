@@ -462,9 +462,9 @@ class ServedModel:
             ):
                 return (
                     f"{where} gives token {j + self.dialect.echo_offset} of the probe {PROBE_TEXT!r} the "
-                    f"log-probability {before} alone and {after} with one more token sent after it (a token's "
-                    f"log-probability depends only on the tokens before it; tolerance {ALIGNMENT_TOLERANCE:g}): "
-                    f"{UNALIGNED}"
+                    f"log-probability {before} alone and {after} with {len(tail)} more token(s) sent after it "
+                    f"(a token's log-probability depends only on the tokens before it; tolerance "
+                    f"{ALIGNMENT_TOLERANCE:g}): {UNALIGNED}"
                 )
         if tail[0] == generated and not abs(longer[need] - values[need]) <= ALIGNMENT_TOLERANCE:
             return (
