@@ -510,6 +510,18 @@ def _gaussian_need(budget: float, mu: float, alpha: float, delta: float) -> str:
     )
 
 
+SOLVE_PRECISION = 1e-12
+"""The relative precision of a computed ε that the gate compares with a budget (:func:`_above`)."""
+
+
+def _above(epsilon: float, budget: float) -> bool:
+    """Whether a computed ε (the pair's, or the mechanism's guarantee) exceeds ``budget`` beyond the
+    precision it is computed to: ε(δ) of the Gaussian mechanism is solved by Brent's method to
+    ~1e-14 from a σ that is itself a rounded float, so RNM calibrated to ε = 3 has its ε computed as
+    3.0000000000000133; a value within :data:`SOLVE_PRECISION` (relative) of the budget meets it."""
+    return epsilon > budget + SOLVE_PRECISION * max(1.0, abs(budget))
+
+
 def _power(
     budget: float,
     row: AuditRow,
@@ -526,10 +538,13 @@ def _power(
     if reference is not None and math.isfinite(reference[1]) and reference[1] > budget:
         name, eps = reference
         if mu is not None:
+            need = _gaussian_need(budget, mu, alpha, delta)
+            ends = (
+                "" if need.startswith("more than") else " (fewer than the first number fall short, the second suffice)"
+            )
             return (
                 f"the pair being the Gaussian mechanism (mu = {mu:.4g}), audits with its optimal test "
-                f"(corner-grid bound) need {_gaussian_need(budget, mu, alpha, delta)} for even odds of a "
-                f"lower bound above {budget:g} (fewer than the first number fall short, the second suffice)"
+                f"(corner-grid bound) need {need} for even odds of a lower bound above {budget:g}{ends}"
             )
         n = trials_to_certify(budget, *dp_corner(eps, delta), alpha=alpha, delta=delta)
         like = _gaussian_need(budget, 1.0 / analytic_gaussian_sigma(eps, delta), alpha, delta)
@@ -579,7 +594,7 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
     if lb is not None and lb > threshold:
         note = f"; it contradicts the pair's exact ε {_num(exact)}" if exact is not None and lb > exact else ""
         return case(Outcome.FAIL, Basis.LOWER_BOUND, f"{certified} > {budget}{note}")
-    if exact is not None and exact > threshold:
+    if exact is not None and _above(exact, threshold):
         more = _power(threshold, row, settings, ("its exact value", exact), row.gaussian_mu)
         return case(
             Outcome.FAIL,
@@ -588,7 +603,7 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
             f"(no statistics involved); the trials {certified}; {more}",
         )
     bracket = f"[{_num(at_least)}, {_num(upper)}]" if at_least is not None else None
-    if exact is None and at_least is not None and at_least > threshold:
+    if exact is None and at_least is not None and _above(at_least, threshold):
         more = _power(threshold, row, settings, ("at least", at_least))
         return case(
             Outcome.FAIL,
@@ -600,7 +615,7 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
         return case(
             Outcome.PASS, Basis.EXACT, f"the audited pair's exact ε(δ={delta:g}) {_num(exact)} ≤ {budget}; {certified}"
         )
-    if upper is not None and upper <= threshold:
+    if upper is not None and not _above(upper, threshold):
         return case(
             Outcome.PASS,
             Basis.UPPER_BOUND,
@@ -608,7 +623,7 @@ def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None
             f"≤ {budget} ({row.privacy_profile_method}); {certified}",
         )
     contradicted = guarantee is not None and lb is not None and lb > guarantee
-    if guarantee is not None and guarantee <= threshold and not contradicted:
+    if guarantee is not None and not _above(guarantee, threshold) and not contradicted:
         return case(
             Outcome.PASS,
             Basis.GUARANTEE,

@@ -78,3 +78,19 @@ def test_mixed_votes_over_three_labels_are_bracketed_not_called_exact():
     straddled = epsilon_case(row, RNM, (lo + hi) / 2)
     assert straddled.outcome is Outcome.INCONCLUSIVE and "which straddles" in straddled.message, straddled.message
     assert epsilon_case(row, RNM, hi).outcome is Outcome.PASS
+
+
+@pytest.mark.parametrize("eps, delta", [(3.0, 1e-5), (16.0, 1e-5), (8.0, 1e-6), (5.0, 1e-4), (32.0, 1e-3)])
+def test_a_mechanism_calibrated_to_its_budget_meets_it_to_float_precision(eps, delta):
+    """RNM calibrated to ε (σ nudged until δ(ε) ≤ δ holds in floating point), a certain flip, and a
+    budget of that ε: the closed form solves to ε + ~1e-14 (Brent's method, and μ = √2/σ rounded), so
+    "exact 3.000 > budget 3" failed it, and the guarantee read "3.000 > budget 3" too. Values within
+    the solve's precision (1e-12 relative) of the budget meet it."""
+    s = AuditSettings(mechanism="rnm", epsilons=(eps,), delta=delta, shots=1, ensembles=1)
+    mech = ReportNoisyMax(1, 1, eps, delta)
+    known = PairReference(pair_profile([VotePair(1.0, np.eye(3)[0], np.eye(3)[1])], mech.sigma, 1), "a pair", True)
+    row = report_row(s, mech, eps, INS, OUTS, None, known=known)
+    assert row.epsilon_exact == pytest.approx(eps, rel=1e-12)
+    case = epsilon_case(row, s, eps)
+    assert case.outcome is Outcome.PASS and case.basis is Basis.EXACT, case.message
+    assert epsilon_case(row, s, eps * (1 - 1e-9)).outcome is Outcome.FAIL  # beyond the precision: fails
