@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
+from tests.apps.process import RagAppProcess, target_file
 from tests.docs_pages import REPO, blocks, commands
 from tests.logschema import sweep
 from tests.servers import CtxliteServe
@@ -40,6 +41,8 @@ PLACEHOLDERS = {
     "dialogues.jsonl": DATA / "dialogue_sample.jsonl",
     "tickets.jsonl": DATA / "examples" / "support_tickets.jsonl",
     "tickets.toml": DATA / "examples" / "support_tickets.toml",
+    "clinic.jsonl": REPO / "tests" / "apps" / "clinic.jsonl",
+    "canary.json": REPO / "tests" / "apps" / "canary.json",
 }
 
 
@@ -98,6 +101,8 @@ def runnable(line: str, tmp: Path) -> list[str]:
             args += ["--limit", "1"]  # the first sample example carries its response: nothing to generate
         elif "-r" not in args and "--response" not in args:
             args += ["--max-new-tokens", "12"]
+    elif args[0] == "audit" and "--target" in args:  # a black-box audit: only its trials are cut
+        _set(args, "--trials", "6")
     elif args[0] == "audit":
         generate, dp = "generate" in args, "rnm" in args or "esa" in args
         _set(args, "--trials", "4" if generate else "6")
@@ -179,6 +184,14 @@ def run_logs(tmp_path_factory) -> dict[str, Path]:
     return logs
 
 
+@pytest.fixture(scope="module")
+def rag_app(tmp_path_factory):
+    """The test application of docs/targets.md, model-free (``--fake``), for the ``--target`` examples."""
+    app = RagAppProcess(tmp_path_factory.mktemp("rag-app"), ["--fake"]).start(timeout=60)
+    yield app
+    app.stop()
+
+
 @pytest.mark.parametrize("line", EXAMPLES)
 def test_documented_command_runs(line, tmp_path, request):
     write_inputs(tmp_path)
@@ -192,6 +205,9 @@ def test_documented_command_runs(line, tmp_path, request):
     if args[0] == "serve":  # a server: runs until stopped
         run_server(args, tmp_path)
         return
+    if "--target-file" in args:  # the test application (model-free: the audit is what is tested)
+        root = request.getfixturevalue("rag_app").root
+        args[args.index("--target-file") + 1] = str(target_file(tmp_path, root))
     if "--base-url" in args:  # --backend openai: the real loopback server of the test session
         args[args.index("--base-url") + 1] = request.getfixturevalue("llama_server").url
     r = CliRunner().invoke(main, args, catch_exceptions=False)

@@ -268,7 +268,7 @@ class TargetReport:
 
     def to_dict(self) -> dict:
         return {
-            "row": self.row.to_dict(),
+            "rows": [self.row.to_dict()],  # one row, in the shape of every audit's report
             "estimates": self.settings.estimates.params(),
             "detector": DETECTOR_TEXT,
             "probe_identical": None if self.probe is None else self.probe["identical"],

@@ -21,8 +21,11 @@ from ctxlite.gates import EpsilonGate, InfluenceGate
 from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.html import write_html
 from ctxlite.reporting.json_output import report_json
+from ctxlite.reporting.page import write_private
+from ctxlite.reporting.target_page import target_html, target_json, target_table
 from ctxlite.reporting.terminal import audit_headline, audit_table, score_headline, score_table
 from ctxlite.runs import ScoreRun, report_log
+from ctxlite.runs.target_audit import TargetAuditRun
 from ctxlite.serve.report import ServeLogReport, serve_report
 
 
@@ -80,7 +83,10 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     run = report_log(log_path, gate=gate, progress=progress_line(), others={"serve": serve_report})  # all checked
     if isinstance(run, ServeLogReport):
         return _serve(run, as_json, html_path, junit)
-    _show(run, as_json, html_path, no_text, junit)
+    if isinstance(run, TargetAuditRun):
+        _target(run, as_json, html_path, no_text, junit)
+    else:
+        _show(run, as_json, html_path, no_text, junit)
     if run.verdict is None:  # a partial audit: no report formed yet
         return
     run.check_gate_finished()  # a gate on a partial run refuses rather than passes
@@ -97,6 +103,19 @@ def _serve(run: ServeLogReport, as_json: bool, html_path: str | None, junit: str
         emit_json(run.to_dict())
     else:
         click.echo(run.table())
+
+
+def _target(run: TargetAuditRun, as_json: bool, html_path: str | None, no_text: bool, junit: str | None) -> None:
+    """A target audit log (``ctxlite audit --target``): the HTML page, then the JSON or the verdict and table."""
+    if junit:
+        run.require_report()  # a partial audit has no verdict to write yet
+    if html_path is not None:
+        write_private(html_path, target_html(run, no_text))
+        say(f"HTML report: {html_path}")
+    if as_json:
+        emit_json(target_json(run))
+    elif run.verdict is not None:
+        click.echo("\n".join([*run.verdict.lines(), target_table(run)]))
 
 
 def _gate(influence: float | None, epsilon: float | None, unit: str) -> InfluenceGate | EpsilonGate | None:

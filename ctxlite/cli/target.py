@@ -1,0 +1,196 @@
+"""``ctxlite audit --target KIND``: the black-box audit of a system ctxlite can only query
+(docs/targets.md). The options are added to ``ctxlite audit``; :func:`run_target_command` runs
+them when ``--target`` is given, and refuses every option of the model audit that would have no
+effect."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ctxlite.audit.settings import EstimateSettings
+from ctxlite.audit.target_game import TargetSettings
+from ctxlite.cli.options import TEXT, conclude, emit_json, given_explicitly, wants_json
+from ctxlite.cli.progress import progress_line
+from ctxlite.errors import DataError
+from ctxlite.gates import EpsilonGate
+from ctxlite.outputs import refuse_same_files
+from ctxlite.records import read_jsonl, read_text
+from ctxlite.reporting.target_page import target_json, target_table
+from ctxlite.runs.target_audit import run_target_audit
+from ctxlite.targets import open_target
+from ctxlite.targets.spec import KINDS
+
+TARGET_OPTIONS = ("target", "target_file", "canary_record", "secrets", "queries", "markers")
+ALLOWED = {
+    *TARGET_OPTIONS,
+    "data_path",
+    "trials",
+    "seed",
+    "delta",
+    "confidence",
+    "bound",
+    "out_path",
+    "resume",
+    "fail_above_epsilon",
+    "epsilon_unit",
+    "junit",
+    "as_json",
+}
+CHAT = {"base_url", "model_name", "request_timeout", "retries", "concurrency", "temperature", "max_new_tokens"}
+FLAGS = {
+    "data_path": "--data",
+    "format_spec": "--format",
+    "epsilons": "--epsilon",
+    "query": "--query-kind",
+    "secrets": "--secret",
+    "queries": "--query",
+    "markers": "--marker",
+    "out_path": "--out",
+    "as_json": "--json",
+}
+
+
+def target_options(f):
+    """--target, --target-file, --canary-record, --secret, --query, --marker."""
+    decorators = [
+        click.option(
+            "--target",
+            type=click.Choice(KINDS),
+            default=None,
+            help="Audit a system by its answers only: chat (an OpenAI-compatible /v1/chat/completions at "
+            "--base-url, the records in the system message), http (your application, --target-file) or "
+            "command (--target-file); docs/targets.md.",
+        ),
+        click.option(
+            "--target-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            metavar="FILE",
+            help="--target http|command: the TOML file saying how to load records and ask (docs/targets.md).",
+        ),
+        click.option(
+            "--canary-record",
+            type=click.Path(dir_okay=False),
+            default=None,
+            metavar="FILE",
+            help="--target: the canary, one JSON record in the data's own shape, holding the --secret.",
+        ),
+        click.option(
+            "--secret",
+            "secrets",
+            type=TEXT,
+            multiple=True,
+            metavar="TEXT",
+            help="--target: text of the canary that must not come back (repeatable).",
+        ),
+        click.option(
+            "--query",
+            "queries",
+            type=TEXT,
+            multiple=True,
+            metavar="TEXT",
+            help="--target: an audit question, asked once per trial (repeatable).",
+        ),
+        click.option(
+            "--marker",
+            "markers",
+            type=TEXT,
+            multiple=True,
+            metavar="REGEX",
+            help="--target: a pattern the detector counts in the answers, e.g. a redaction token (repeatable).",
+        ),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def _flag(name: str) -> str:
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def _check(options: dict) -> None:
+    """Refuse target options without --target, and with it every option that has no effect."""
+    kind = options["target"]
+    if kind is None:
+        given = [n for n in TARGET_OPTIONS[1:] if given_explicitly(n)]
+        if given:
+            raise click.UsageError(f"{_flag(given[0])} is an option of --target audits: give --target too")
+        return
+    if options["plan"]:
+        raise click.UsageError("--plan for a --target audit is not implemented yet")
+    allowed = ALLOWED | (CHAT if kind == "chat" else set())
+    for name in options:
+        if name not in allowed and given_explicitly(name):
+            why = "it is an option of the model audit" if name not in CHAT else "the target file says it"
+            raise click.UsageError(f"{_flag(name)} has no effect with --target {kind}: {why}")
+    if kind != "chat" and options["target_file"] is None:
+        raise click.UsageError(f"--target {kind} needs --target-file")
+    if options["canary_record"] is None:
+        raise click.UsageError("--target needs --canary-record (one JSON record in the data's own shape)")
+    if options["resume"] and not options["out_path"]:
+        raise click.BadParameter("--resume needs --out", param_hint="--resume")
+
+
+def _canary(path: str) -> dict:
+    text = read_text(path, "canary record")
+    try:
+        canary = json.loads(text)
+    except ValueError as exc:
+        raise DataError(f"{path}: the canary record is not JSON ({exc})") from None
+    if not isinstance(canary, dict):
+        raise DataError(f"{path}: the canary record must be one JSON object")
+    return canary
+
+
+def run_target_command(options: dict) -> None:
+    """``ctxlite audit --target ...``: the run, the verdict and table (stderr with JSON on stdout), the gate."""
+    _check(options)
+    o = options
+    refuse_same_files(
+        [("--data", o["data_path"]), ("--target-file", o["target_file"]), ("--canary-record", o["canary_record"])],
+        [("--out", o["out_path"]), ("--junit", o["junit"])],
+    )
+    estimates = EstimateSettings(confidence=o["confidence"], bound=o["bound"])
+    settings = TargetSettings(
+        queries=o["queries"],
+        secrets=o["secrets"],
+        markers=o["markers"],
+        trials=o["trials"],
+        delta=o["delta"],
+        seed=o["seed"],
+        estimates=estimates,
+    )
+    records = [line.data for line in read_jsonl(o["data_path"])]
+    canary = _canary(o["canary_record"])
+    gate = None if o["fail_above_epsilon"] is None else EpsilonGate(o["fail_above_epsilon"], o["epsilon_unit"])
+    chat = {}
+    if o["target"] == "chat":
+        chat = {"temperature": o["temperature"], "max_tokens": o["max_new_tokens"]}
+        chat.update(
+            {
+                k: o[n]
+                for k, n in (("timeout", "request_timeout"), ("retries", "retries"), ("concurrency", "concurrency"))
+                if o[n] is not None
+            }
+        )
+    target = open_target(
+        o["target"], target_file=o["target_file"], base_url=o["base_url"], model_name=o["model_name"], **chat
+    )
+    line = progress_line()
+    try:
+        run = run_target_audit(
+            target, records, settings, canary=canary, out=o["out_path"], resume=o["resume"], progress=line, gate=gate
+        )
+    finally:
+        line.close()
+        target.close()
+    table = "\n".join([*run.verdict.lines(), target_table(run)])
+    if wants_json(o["as_json"]):
+        click.echo(table, err=True)
+        emit_json(target_json(run))
+    else:
+        click.echo(table)
+    conclude(run.verdict, o["junit"])

@@ -1,0 +1,120 @@
+"""``ctxlite audit --target`` end to end on the test application (model-free, ``--fake``) and a
+command target: the verdict and exit code, the log, JUnit, ``report`` (table, JSON, HTML with and
+without text), ``verify``, and the refusals (exit 2) and a target that fails (exit 9, one line)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from ctxlite.cli import main
+from tests.apps.process import RagAppProcess, target_file
+
+RECORDS = [
+    {"name": "Bo Chen", "note": "MRN 1001, asthma"},
+    {"name": "Cy Diaz", "note": "MRN 1002, gout"},
+    {"name": "Di Evans", "note": "MRN 1003, migraine"},
+]
+CANARY = {"name": "Ana Lopez", "note": "MRN 4417-2290, diabetes"}
+QUERY = "What is Ana Lopez's MRN?"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    proc = RagAppProcess(tmp_path_factory.mktemp("app"), ["--fake"]).start(timeout=60)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def inputs(tmp_path, app):
+    data, canary = tmp_path / "clinic.jsonl", tmp_path / "canary.json"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS), encoding="utf-8")
+    canary.write_text(json.dumps(CANARY), encoding="utf-8")
+    return {"data": data, "canary": canary, "toml": target_file(tmp_path, app.root)}
+
+
+def _audit(inputs, *extra):
+    return run(
+        "audit", "--target", "http", "--target-file", inputs["toml"], "--data", inputs["data"],
+        "--canary-record", inputs["canary"], "--secret", "4417-2290", "--query", QUERY, *extra,
+    )  # fmt: skip
+
+
+def test_the_undefended_app_trips_the_gate_and_every_artefact_names_it(inputs, tmp_path, app):
+    out, junit = tmp_path / "runs" / "clinic.jsonl", tmp_path / "audit.xml"
+    r = _audit(inputs, "--trials", 100, "--fail-above-epsilon", 1, "--out", out, "--junit", junit, "--json")
+    assert r.exit_code == 8, r.output
+    body = json.loads(r.stdout)
+    assert body["verdict"]["verdict"] == "fail" and body["target"]["url"] == app.root
+    assert body["rows"][0]["epsilon_lower_bound"] > 1
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["target.kind"] == "http" and props["target.url"] == app.root
+    assert props["target.target_file_sha256"].startswith("sha256:")
+    r = run("report", out, "--fail-above-epsilon", 1, "--html", tmp_path / "r.html")
+    assert r.exit_code == 8 and f"http target {app.root}" in r.output
+    assert "4417-2290" in (tmp_path / "r.html").read_text()
+    r = run("report", out, "--html", tmp_path / "shared.html", "--no-text", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["kind"] == "target-audit"
+    shared = (tmp_path / "shared.html").read_text()
+    assert "4417-2290" not in shared and "Ana Lopez" not in shared and app.root in shared
+    assert run("verify", out).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--mechanism", "rnm"), "--mechanism has no effect with --target http"),
+        (("--base-url", "http://x/v1"), "--base-url has no effect with --target http: the target file says it"),
+        (("--plan",), "--plan for a --target audit is not implemented yet"),
+        (("--resume",), "--resume needs --out"),
+    ],
+)
+def test_refusals(inputs, extra, message):
+    r = _audit(inputs, *extra)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_target_options_need_target(inputs):
+    r = run("audit", "--data", inputs["data"], "--secret", "x")
+    assert r.exit_code == 2 and "--secret is an option of --target audits: give --target too" in r.output
+    r = run("audit", "--target", "http", "--data", inputs["data"], "--canary-record", inputs["canary"])
+    assert r.exit_code == 2 and "needs --target-file" in r.output
+
+
+def test_a_target_that_is_down_is_one_line_exit_9(inputs, tmp_path):
+    down = target_file(tmp_path, "http://127.0.0.1:9", retries=0)
+    r = run(
+        "audit", "--target", "http", "--target-file", down, "--data", inputs["data"],
+        "--canary-record", inputs["canary"], "--secret", "4417-2290", "--query", QUERY, "--trials", 4,
+    )  # fmt: skip
+    assert r.exit_code == 9, r.output
+    assert "cannot connect" in r.output and "Traceback" not in r.output
+
+
+def test_a_command_target(inputs, tmp_path):
+    store = tmp_path / "store.jsonl"
+    (tmp_path / "load.py").write_text(f"import shutil, sys\nshutil.copy(sys.argv[1], {str(store)!r})\n")
+    (tmp_path / "ask.py").write_text(
+        f"import sys\nq = sys.stdin.read()\nprint(open({str(store)!r}).read() if 'Ana' in q else 'no')\n"
+    )
+    toml = tmp_path / "cmd.toml"
+    toml.write_text(
+        f'kind = "command"\nload = [{json.dumps(sys.executable)}, "load.py", "{{records_file}}"]\n'
+        f'ask = [{json.dumps(sys.executable)}, "ask.py", "{{seed}}"]\n'
+    )
+    r = run(
+        "audit", "--target", "command", "--target-file", toml, "--data", inputs["data"],
+        "--canary-record", inputs["canary"], "--secret", "4417-2290", "--query", QUERY, "--trials", 8, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.stdout)
+    assert body["target"]["kind"] == "command" and body["rows"][0]["n_in"] == 4
