@@ -13,7 +13,8 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
-from ctxlite.audit.game import recompute_rows
+from ctxlite.audit.game import _eps_key as epsilon_key
+from ctxlite.audit.game import recompute_rows, reference_key, trial_key
 from ctxlite.audit.report import AuditReport
 from ctxlite.chain import FIELD, check_head
 from ctxlite.errors import DataError, InvalidParameter
@@ -51,6 +52,7 @@ def report_log(
     notes = Notes(progress or Silent())
     run = read_run_log(path)  # the chain and the records' keys are checked as it is read
     _check_identity(run)
+    refuse_foreign_records(run)
     _say_chain(run, notes)
     if run.kind == SCORE_KIND:
         if isinstance(gate, EpsilonGate):
@@ -82,6 +84,7 @@ def verify_log(path: str | os.PathLike, head: str | None = None) -> RunLog:
     run = read_run_log(path)
     if not run.chained:
         raise DataError(f"{path} has no hash chain (written before ctxlite chained its logs): nothing to verify")
+    refuse_foreign_records(run)
     if head is not None and head != run.head:
         heads = [json.loads(line).get(FIELD) for line in read_text(path, "result log").split("\n")[: run.lines]]
         if head in heads:
@@ -95,6 +98,58 @@ def verify_log(path: str | os.PathLike, head: str | None = None) -> RunLog:
             "kept (rewritten, truncated, or another log)"
         )
     return run
+
+
+def refuse_foreign_records(run: RunLog) -> None:
+    """Refuse (``DataError``, exit 4, naming the line) a record that no run of the log's kind writes,
+    however well chained: a score run writes ``example`` records only; an audit run a ``trial``
+    record per trial ``i < trials`` and a ``reference`` record per reference run ``j <
+    reference_runs`` of each audited ε, under the game's keys. The report reads none other, so such
+    a record would otherwise be ignored without a word (or, in a partial audit, counted). Logs of
+    other kinds are not judged here."""
+    if run.kind == SCORE_KIND:
+        for key, rec in run.records.items():
+            if rec.get("type") != "example":
+                _foreign(
+                    run,
+                    key,
+                    "a score run",
+                    f"a score run writes example records, this one is of type {rec.get('type')!r}",
+                )
+    elif run.kind == AUDIT_KIND:
+        allowed = _audit_keys(run.identity.get("settings"))
+        if allowed is None:  # settings in another shape: the report refuses the log as it reads them
+            return
+        for key, rec in run.records.items():
+            kind = allowed.get(key)
+            if kind is None:
+                _foreign(
+                    run,
+                    key,
+                    "an audit run",
+                    "no trial or reference run of the audited ε, trials and reference runs has that key",
+                )
+            if run.schema_version is not None and rec.get("type") != kind:
+                _foreign(run, key, "an audit run", f"its key is a {kind} record's, its type is {rec.get('type')!r}")
+
+
+def _foreign(run: RunLog, key: str, who: str, why: str) -> None:
+    raise DataError(f"{run.where(key)}: record {key!r} is not one {who} writes ({why}): the log was edited")
+
+
+def _audit_keys(settings) -> dict[str, str] | None:
+    """The key of every record an audit of ``settings`` (its log identity's) writes, and its type."""
+    try:
+        epsilons = [float(e) for e in settings["epsilons"]]
+        trials, refs = int(settings["trials"]), int(settings["reference_runs"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    keys = {}
+    for eps in epsilons:
+        ek = epsilon_key(eps)
+        keys.update({trial_key(ek, i): "trial" for i in range(trials)})
+        keys.update({reference_key(ek, z, j): "reference" for j in range(refs) for z in (True, False)})
+    return keys
 
 
 def log_state(run: RunLog, path: str | os.PathLike) -> LogState:
@@ -174,6 +229,11 @@ def _score(run: RunLog, gate: InfluenceGate | None, note) -> ScoreRun:
     results = [_example(run, k) for k in keys]
     if run.complete:  # recomputed from the records, never read from the end line
         stored = run.end.get("summary")
+        if "summary" not in run.end or (stored is None and len(keys) != 1):
+            raise DataError(
+                f"{run.where()}: the end line has no summary ({_said(run.end)}) for {len(keys)} example(s): "
+                "a run writes one for a data set, null only for a single example (the log was edited)"
+            )
         summary = None if stored is None else summarize(results)
         disagrees(run, "summary", stored, None if summary is None else _as_logged(summary.to_dict()))
     else:
@@ -191,6 +251,10 @@ def _score(run: RunLog, gate: InfluenceGate | None, note) -> ScoreRun:
         log=log_state(run, run.path),
         notes=note.kept,
     )
+
+
+def _said(end: dict) -> str:
+    return "'summary': null" if "summary" in end else "no 'summary' key"
 
 
 def _as_logged(obj):
