@@ -203,7 +203,7 @@ class Example:
                 raise DataError(f'example {self.id or "?"}: the context is not the join of its "passages"')
         if self.spans is not None:
             try:
-                spans = check_spans(self.spans, len(self.context))
+                spans = check_spans(self.spans, self.context)
             except DataError as exc:
                 raise DataError(f"example {self.id or '?'}: {exc}") from None
             object.__setattr__(self, "spans", tuple(spans))

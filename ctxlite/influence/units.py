@@ -44,8 +44,9 @@ PASSAGE_JOIN = "\n\n"
 BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
 """Where a context without ``"passages"`` is split into passages: a blank line (whitespace only)."""
 
-FIELD_LINE = re.compile(r"^[ \t]*([^:\n]{1,64}?)[ \t]*:[ \t]*\S[^\n]*$", re.MULTILINE)
-"""A field: a line ``Name: value`` with a name of 1–64 characters (no colon) and a non-empty value."""
+FIELD_LINE = re.compile(r"^[ \t]*([^:\n]{1,64}?)[ \t]*:(?!//)[ \t]*\S[^\n]*$", re.MULTILINE)
+"""A field: a line ``Name: value`` with a name of 1–64 characters (no colon) and a non-empty value;
+a colon followed by ``//`` is a URL's (``See http://…``, ``https://…``), not the end of a name."""
 
 
 SENTENCEX_VERSION = "1.0.32"
@@ -319,10 +320,11 @@ def _fields(context: str) -> list[Unit]:
     return units
 
 
-def check_spans(spans, n_chars: int) -> list[tuple[int, int, str]]:
+def check_spans(spans, context: str) -> list[tuple[int, int, str]]:
     """A record's ``"spans"`` as ``(start, end, label)``, validated: each ``[start, end, "label"]``
-    (the label optional) with 0 ≤ start < end ≤ ``n_chars``, none overlapping another
-    (``DataError`` naming the first bad one)."""
+    (the label optional, not empty nor blank) with 0 ≤ start < end ≤ the length of ``context``,
+    holding more than whitespace, none overlapping another (``DataError`` naming the first bad one)."""
+    n_chars = len(context)
     if not isinstance(spans, (list, tuple)) or not spans:
         raise DataError('unit span needs a record field "spans": [[start, end, "label"], ...] (none given)')
     out = []
@@ -335,6 +337,12 @@ def check_spans(spans, n_chars: int) -> list[tuple[int, int, str]]:
         a, b = s[0], s[1]
         if not 0 <= a < b <= n_chars:
             raise DataError(f"span {i} [{a}, {b}) is not a non-empty range inside the context (0..{n_chars})")
+        if not context[a:b].strip():
+            raise DataError(
+                f"span {i} [{a}, {b}) holds only whitespace {context[a:b]!r}: nothing of the context to remove"
+            )
+        if len(s) == 3 and not s[2].strip():
+            raise DataError(f"span {i} has an empty label {s[2]!r}: name it, or leave the label out (span {i + 1})")
         out.append((a, b, s[2] if len(s) == 3 else f"span {i + 1}"))
     ordered = sorted(out)
     for (a0, b0, l0), (a1, b1, l1) in zip(ordered, ordered[1:]):
@@ -363,7 +371,7 @@ def split_units(
         return _sentences(context, language)
     if kind == "field":
         return _unique_labels(_fields(context))
-    return _unique_labels([Unit("span", label, a, b, context[a:b]) for a, b, label in check_spans(spans, len(context))])
+    return _unique_labels([Unit("span", label, a, b, context[a:b]) for a, b, label in check_spans(spans, context)])
 
 
 def _unique_labels(units: list[Unit]) -> list[Unit]:

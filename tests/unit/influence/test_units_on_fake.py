@@ -4,6 +4,7 @@ ablated prompt from scratch -- on generated unit layouts, without a model."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -245,6 +246,43 @@ def test_bad_spans_are_refused(spans, message):
         split_units("span", "Alice Smith lives in Ohio.", spans=spans)
 
 
+def test_a_url_is_not_a_field_name():
+    """The issue's reproducer: 'See http://…' became a field named 'See http' (the scheme's colon read
+    as a name's); a field whose value is a URL keeps its own name."""
+    context = (
+        "Name: Alice Smith\nSee http://example.com/records/4411 for more\nhttps://example.org/x\nWeb: http://a.b/c\n"
+    )
+    units = split_units("field", context)
+    assert [(u.label, u.text) for u in units] == [("Name", "Name: Alice Smith"), ("Web", "Web: http://a.b/c")]
+    with pytest.raises(DataError, match="Name: value"):
+        split_units("field", "See http://example.com for details")
+
+
+@pytest.mark.parametrize(
+    "span, message",
+    [
+        ([5, 6, "GAP"], r"span 0 \[5, 6\) holds only whitespace"),
+        ([5, 6], r"span 0 \[5, 6\) holds only whitespace"),
+        ([0, 5, ""], "span 0 has an empty label"),
+        ([0, 5, "  "], "span 0 has an empty label"),
+    ],
+    ids=["whitespace", "whitespace-unlabelled", "empty-label", "blank-label"],
+)
+def test_a_span_without_text_or_label_is_refused_naming_the_line(tmp_path, span, message):
+    """A whitespace-only span (nothing to remove but a separator) and an empty label (a unit no
+    table, gate or pair note can name) were accepted; refused as data, naming file and line."""
+    from ctxlite.influence.dataset import load_examples
+
+    good = {"id": "a", "context": "Alice Smith lives in Ohio.", "query": "Who?", "spans": [[0, 11, "PERSON"]]}
+    bad = {**good, "id": "b", "spans": [[12, 17, "VERB"], span]}
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=f"{re.escape(str(p))}:2: .*{message.replace('span 0', 'span 1')}"):
+        load_examples(p)
+    with pytest.raises(DataError, match=message):
+        split_units("span", good["context"], spans=[span])
+
+
 def test_a_context_that_is_not_the_join_of_its_passages_is_refused():
     with pytest.raises(DataError, match="not the join"):
         Example(context="a\n\nb", passages=("a", "c"))
@@ -256,6 +294,7 @@ def test_token_mapping_covers_each_unit_with_the_fewest_whole_tokens(data):
     context = data.draw(st.lists(word_runs, min_size=1, max_size=4).map(", ".join))
     a = data.draw(st.integers(0, len(context) - 1))
     b = data.draw(st.integers(a + 1, len(context)))
+    assume(context[a:b].strip())  # a whitespace-only span is refused
     chars = backend.char_cover(backend.tokenize(context))
     (tu,) = to_tokens(split_units("span", context, spans=[[a, b, "x"]]), chars)
     assert tu.removed_start <= a and b <= tu.removed_end  # every character of the unit is removed
@@ -279,6 +318,7 @@ def test_a_unit_is_removed_with_every_byte_of_its_characters_whatever_the_token_
     pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
     a = data.draw(st.integers(0, len(text) - 1))
     b = data.draw(st.integers(a + 1, len(text)))
+    assume(text[a:b].strip())  # a whitespace-only span is refused
     (tu,) = to_tokens(
         split_units("span", text, spans=[[a, b, "x"]]), char_cover_of(pieces.__getitem__, range(len(pieces)))
     )
@@ -323,6 +363,8 @@ def test_span_influence_on_generated_layouts_equals_the_reference_and_reuse_equa
     context = data.draw(st.lists(word_runs, min_size=2, max_size=5).map(". ".join))
     cuts = sorted(data.draw(st.sets(st.integers(0, len(context)), min_size=2, max_size=8)))
     spans = [[a, b, f"s{i}"] for i, (a, b) in enumerate(zip(cuts, cuts[1:])) if data.draw(st.booleans()) or i == 0]
+    spans = [s for s in spans if context[s[0] : s[1]].strip()]  # a whitespace-only span is refused
+    assume(spans)
     example = Example(context=context, query="What?", response=context[: len(context) // 2 + 1], spans=spans, id="s")
     backend = FakeBackend(seed=data.draw(st.integers(0, 2**16)))
     scorer, reuse = score(backend, example, unit="span")
