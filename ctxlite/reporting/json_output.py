@@ -15,7 +15,9 @@ def verdict_json(verdict: Verdict | None) -> dict:
 
 def score_json(run: ScoreRun) -> dict:
     """``ctxlite score``'s JSON: the run (versions, backend, template, settings, identity) and the
-    result of its one example, or the data set's summary and which examples were scored or reused."""
+    result of its one example, or the data set's summary, each example's results as ``ctxlite
+    report --json`` lists them (:func:`score_report_json`: its id, τ and top spans per λ, without
+    the per-token arrays) and which examples were scored or reused."""
     head = None if run.log is None else run.log.head
     if run.single:
         return {
@@ -28,7 +30,7 @@ def score_json(run: ScoreRun) -> dict:
         **verdict_json(run.verdict),  # first: what a reader of the JSON needs before the numbers
         "run": run.meta,
         "summary": None if run.summary is None else run.summary.to_dict(),
-        "examples": len(run.results),
+        "examples": _examples(run),  # the results themselves: without --out nothing else keeps them
         "scored": run.scored,
         "reused": run.reused,
         "out": None if run.log is None else run.log.path,
@@ -46,7 +48,7 @@ def score_report_json(run: ScoreRun) -> dict:
         "complete": run.complete,
         "identity": run.identity,
         "summary": None if run.summary is None else run.summary.to_dict(),
-        "examples": [{"id": k, **_compact(r)} for k, r in zip(run.keys, run.results)],
+        "examples": _examples(run),
         "chain": _chain(run),
     }
 
@@ -77,6 +79,11 @@ def audit_report_json(run: AuditRun) -> dict:
 def report_json(run: ScoreRun | AuditRun) -> dict:
     """``ctxlite report``'s JSON of a run read from its log."""
     return score_report_json(run) if isinstance(run, ScoreRun) else audit_report_json(run)
+
+
+def _examples(run: ScoreRun) -> list[dict]:
+    """Each example's results, by id, as a report shows them (:func:`_compact`)."""
+    return [{"id": k, **_compact(r)} for k, r in zip(run.keys, run.results)]
 
 
 def _chain(run) -> dict:

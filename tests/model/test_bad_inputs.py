@@ -421,7 +421,7 @@ def test_a_data_file_with_a_utf8_bom_is_accepted(tmp_path):
     )
     r = ctxlite(["score", "--data", str(p), "--doc"])
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["examples"] == 1
+    assert len(json.loads(r.stdout)["examples"]) == 1
 
 
 @pytest.mark.model
