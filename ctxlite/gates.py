@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ctxlite.audit.report import AuditReport, AuditRow
-from ctxlite.audit.settings import AuditSettings
+from ctxlite.audit.settings import AuditSettings, MechanismKind
 from ctxlite.errors import InvalidParameter
 from ctxlite.influence.noise import RETILED
 from ctxlite.influence.results import ClusterInfluence, ExampleResult, LambdaResult, NgramInfluence, UnitInfluence
@@ -473,10 +473,15 @@ def influence_cases(records: Iterable[tuple[str, ExampleResult]], threshold: flo
 # audit: the ε gate
 
 
-def _eps_name(eps) -> str:
+def _eps_name(eps, mechanism: MechanismKind | str) -> str:
+    """A row's case name (JUnit's testcase, a verdict's line) that a person reading CI understands:
+    the theoretical ε of a DP mechanism's row (``epsilon=inf (no noise)`` at ∞), or, for a row that
+    has none, the mechanism and why (no defence, or a heuristic one)."""
     if eps is None:  # no defense, or a heuristic one: no theoretical ε to name the row by
-        return "epsilon=none"
-    return f"epsilon={eps:g}"
+        kind = MechanismKind(getattr(mechanism, "value", mechanism))
+        why = "undefended" if kind is MechanismKind.NONE else "heuristic"
+        return f"mechanism={kind.value} ({why}, no epsilon)"
+    return "epsilon=inf (no noise)" if math.isinf(eps) else f"epsilon={eps:g}"
 
 
 def epsilon_unit_text(queries: int | None) -> str:
@@ -569,7 +574,7 @@ def _power(
 
 def epsilon_case(row: AuditRow, settings: AuditSettings, threshold: float | None) -> Case:
     """One ε row's case (its report's ``settings``), as the module says."""
-    name = _eps_name(row.epsilon)
+    name = _eps_name(row.epsilon, settings.mechanism)
     confidence = settings.estimates.confidence
     lb = row.epsilon_lower_bound
     certified = (

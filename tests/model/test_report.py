@@ -121,7 +121,7 @@ def test_audit_gate_and_report(audit_log, tmp_path):
     assert lb is not None and lb > 0, out  # the undefended default model leaks its canary
     assert r.exit_code == 8 and "ctxlite: gate tripped: ctxlite audit: fail: 1 of 1 case(s)" in r.stderr
     SCHEMA.validate(str(junit))
-    assert ET.parse(junit).getroot().find("testsuite/testcase").get("name") == "epsilon=none"
+    assert ET.parse(junit).getroot().find("testsuite/testcase").get("name") == "mechanism=none (undefended, no epsilon)"
     table = _run(["report", log])
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[:2] == ["eps", "eps/trial"]
     assert f"{lb:7.3f}" in table.stdout

@@ -301,7 +301,7 @@ def test_epsilon_gate_reads_strict_json_rows():
     audit = report([AuditRow.from_dict(r) for r in logged], AuditSettings(queries_per_trial=1))
     assert audit.rows[1].epsilon == math.inf
     cases = epsilon_cases(audit, threshold=1.0)
-    assert [c.name for c in cases] == ["epsilon=1", "epsilon=inf", "epsilon=none"]
+    assert [c.name for c in cases] == ["epsilon=1", "epsilon=inf (no noise)", "mechanism=none (undefended, no epsilon)"]
     assert [c.outcome.value for c in cases] == ["pass", "fail", "inconclusive"]  # a bound not formed proves nothing
     assert cases[0].basis is Basis.GUARANTEE
     assert "certified ε ≥ 2.500 at confidence 0.95" in cases[1].message and "point inf" in cases[1].message
