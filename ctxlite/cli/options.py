@@ -200,8 +200,9 @@ def fail_above_epsilon_option(f):
         default=None,
         metavar="EPS",
         help="Gate (audit), after writing all output: exit 8 if an ε row's certified lower bound or the "
-        "audited pair's exact ε exceeds EPS, 0 only if the pair's exact ε, an upper bound on it or the "
-        "mechanism's DP guarantee is <= EPS, else 10 (inconclusive).",
+        "audited pair's ε surely exceeds EPS (its exact value, or the lower end of its grid bracket), 0 only "
+        "if the pair's exact ε, an upper bound on it or the mechanism's DP guarantee is <= EPS, else 10 "
+        "(inconclusive).",
     )(f)
 
 
