@@ -388,6 +388,18 @@ def trial_key(ek: str, i: int) -> str:
     return f"eps={ek}/trial={i}"
 
 
+def run_keys(epsilons, trials: int, reference_runs: int) -> dict[str, str]:
+    """The log key of every record an audit at ``epsilons`` writes, with its type: a ``trial`` per
+    trial ``i < trials`` and a ``reference`` per reference run ``j < reference_runs`` (with and
+    without the canary) of each ε; the reference runs only where the detector needs them."""
+    keys: dict[str, str] = {}
+    for eps in epsilons:
+        ek = _eps_key(eps)
+        keys.update({trial_key(ek, i): "trial" for i in range(trials)})
+        keys.update({reference_key(ek, z, j): "reference" for j in range(reference_runs) for z in (True, False)})
+    return keys
+
+
 def _run_record(runs: Mapping[str, dict], key: str, where) -> dict:
     rec = runs.get(key)
     if not isinstance(rec, dict) or not isinstance(rec.get("signal"), list):

@@ -13,8 +13,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
-from ctxlite.audit.game import _eps_key as epsilon_key
-from ctxlite.audit.game import recompute_rows, reference_key, trial_key
+from ctxlite.audit.game import recompute_rows, run_keys
 from ctxlite.audit.report import AuditReport
 from ctxlite.chain import FIELD, check_head
 from ctxlite.errors import DataError, InvalidParameter
@@ -144,12 +143,7 @@ def _audit_keys(settings) -> dict[str, str] | None:
         trials, refs = int(settings["trials"]), int(settings["reference_runs"])
     except (KeyError, TypeError, ValueError):
         return None
-    keys = {}
-    for eps in epsilons:
-        ek = epsilon_key(eps)
-        keys.update({trial_key(ek, i): "trial" for i in range(trials)})
-        keys.update({reference_key(ek, z, j): "reference" for j in range(refs) for z in (True, False)})
-    return keys
+    return run_keys(epsilons, trials, refs)
 
 
 def log_state(run: RunLog, path: str | os.PathLike) -> LogState:
