@@ -134,10 +134,13 @@ never below the Monte Carlo integral by more than its own noise."""
 def test_noisy_vote_profile_matches_monte_carlo(p, q, sigma, eps):
     """A noisy vote drawn from any p vs q (a Gaussian mixture pair): δ(ε) is at least a Monte Carlo
     integral in all 3 dimensions (within 5 standard errors: the profile is an upper bound) and above
-    it by no more than the grid's pessimism."""
-    got = pair_profile([VotePair(1.0, p, q)], sigma).delta(eps)
+    it by no more than the grid's pessimism; the rounded-down PLD's δ(ε), the bracket's lower end, is
+    at most the integral and below it by no more than the same."""
+    profile = pair_profile([VotePair(1.0, p, q)], sigma)
+    got, low = profile.delta(eps), profile.grid_delta(eps, lower=True)
     mc, se = noisy_vote_delta_monte_carlo(p, q, sigma, eps, samples=40_000, seed=1)
     assert mc - 5 * se <= got <= mc + 5 * se + GRID_PESSIMISM, (got, mc, se)
+    assert mc - 5 * se - GRID_PESSIMISM <= low <= mc + 5 * se, (low, mc, se)
 
 
 # probabilities of at least 1e-3 or exactly 0: a loss of hundreds of nats stretches dp_accounting's
