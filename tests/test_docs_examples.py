@@ -41,8 +41,6 @@ PLACEHOLDERS = {
     "dialogues.jsonl": DATA / "dialogue_sample.jsonl",
     "tickets.jsonl": DATA / "examples" / "support_tickets.jsonl",
     "tickets.toml": DATA / "examples" / "support_tickets.toml",
-    "clinic.jsonl": REPO / "tests" / "apps" / "clinic.jsonl",
-    "canary.json": REPO / "tests" / "apps" / "canary.json",
 }
 
 

@@ -33,7 +33,7 @@ from ctxlite.cli.options import (
     wants_json,
 )
 from ctxlite.cli.progress import progress_line
-from ctxlite.cli.target import TARGET_OPTIONS, run_target_command, target_options
+from ctxlite.cli.target import target_options
 from ctxlite.gates import EpsilonGate
 from ctxlite.outputs import refuse_same_files
 from ctxlite.reporting.json_output import audit_json
@@ -296,14 +296,7 @@ def audit(**options):
       ctxlite audit --data tickets.jsonl --format tickets.toml --trials 100 --model smollm2-135m-instruct --chat
       ctxlite audit --data private.jsonl --mechanism rnm --epsilon 1,8 --fail-above-epsilon 1 --junit audit.xml
       ctxlite audit --data private.jsonl --mechanism none --trials 200 --plan
-      ctxlite audit --target http --target-file app.toml --data clinic.jsonl --canary-record canary.json --secret 4417-2290 --query "MRN of Ana Lopez?" --trials 100 --fail-above-epsilon 1
-
-    With --target, the audited system is queried as a black box (docs/targets.md): each
-    trial loads the records, with the --canary-record or without, and asks each --query.
-    """  # noqa: E501 (the --target example is one runnable line)
-    if any(options[name] for name in TARGET_OPTIONS):  # a target option alone is refused there
-        run_target_command(options)
-        return
+    """
     o = SimpleNamespace(**options)
     fmt = _format(o)
     settings = _settings(o)

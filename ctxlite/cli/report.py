@@ -83,10 +83,7 @@ def report(log_path, as_json, html_path, no_text, fail_above_influence, fail_abo
     run = report_log(log_path, gate=gate, progress=progress_line(), others={"serve": serve_report})  # all checked
     if isinstance(run, ServeLogReport):
         return _serve(run, as_json, html_path, junit)
-    if isinstance(run, TargetAuditRun):
-        _target(run, as_json, html_path, no_text, junit)
-    else:
-        _show(run, as_json, html_path, no_text, junit)
+    _show(run, as_json, html_path, no_text, junit)
     if run.verdict is None:  # a partial audit: no report formed yet
         return
     run.check_gate_finished()  # a gate on a partial run refuses rather than passes
@@ -131,6 +128,8 @@ def _gate(influence: float | None, epsilon: float | None, unit: str) -> Influenc
 def _show(run, as_json: bool, html_path: str | None, no_text: bool, junit: str | None) -> None:
     """The headline (stderr); the HTML report (its path on stderr); the JSON, or the verdict and its
     basis then the table, on stdout. A JUnit file needs an audit's report: refused before any of it."""
+    if isinstance(run, TargetAuditRun):
+        return _target(run, as_json, html_path, no_text, junit)
     if junit and not isinstance(run, ScoreRun):
         run.require_report()  # a partial audit has no verdict to write yet
     if run.complete:

@@ -5,6 +5,7 @@ effect."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -53,15 +54,25 @@ FLAGS = {
 
 
 def target_options(f):
-    """--target, --target-file, --canary-record, --secret, --query, --marker."""
+    """--target, --target-file, --canary-record, --secret, --query, --marker, added to the command
+    ``f`` (``ctxlite audit``), which runs as before unless one of them is given: then
+    :func:`run_target_command` runs instead (and refuses a target option without ``--target``)."""
+
+    @functools.wraps(f)
+    def dispatch(**options):
+        if any(options[name] for name in TARGET_OPTIONS):
+            return run_target_command(options)
+        return f(**options)
+
     decorators = [
         click.option(
             "--target",
             type=click.Choice(KINDS),
             default=None,
-            help="Audit a system by its answers only: chat (an OpenAI-compatible /v1/chat/completions at "
-            "--base-url, the records in the system message), http (your application, --target-file) or "
-            "command (--target-file); docs/targets.md.",
+            help="Audit a system by its answers only (docs/targets.md): chat (an OpenAI-compatible "
+            "/v1/chat/completions at --base-url, the records in the system message), http (your application, "
+            "--target-file) or command (--target-file). Each trial loads --data with or without the "
+            "--canary-record and asks each --query.",
         ),
         click.option(
             "--target-file",
@@ -103,8 +114,8 @@ def target_options(f):
         ),
     ]
     for d in reversed(decorators):
-        f = d(f)
-    return f
+        dispatch = d(dispatch)
+    return dispatch
 
 
 def _flag(name: str) -> str:
