@@ -8,7 +8,9 @@ Public API (everything else is an implementation detail; docs/python-api.md)::
     run.verdict.outcome, run.summary
 
 A run (:func:`run_score`, :func:`run_audit`, or :func:`report_log` from a log alone) is one call with
-one result object, which :mod:`ctxlite.reporting` renders (table, JSON, JUnit, HTML). The scorer and
+one result object, which :mod:`ctxlite.reporting` renders (table, JSON, JUnit, HTML);
+:func:`run_target_audit` audits a system by its answers only (any object with ``load(records)``
+and ``ask(query, seed)``, or the chat, http or command target :func:`open_target` opens). The scorer and
 the audit game are there for one example or one audit without a log (``InfluenceScorer``,
 ``ctxlite.audit.run_audit``); the estimators need no model (``ctxlite.privacy``).
 """
@@ -47,6 +49,10 @@ _WHERE = {
     "ScoreRun": "ctxlite.runs.score",
     "AuditRun": "ctxlite.runs.audit",
     "Progress": "ctxlite.runs.progress",
+    "TargetSettings": "ctxlite.audit.target_game",
+    "run_target_audit": "ctxlite.runs.target_audit",
+    "TargetAuditRun": "ctxlite.runs.target_audit",
+    "open_target": "ctxlite.targets.spec",
 }
 """Where each public name lives: imported on first use, so ``import ctxlite`` stays cheap and free of
 llama.cpp for the estimators-only users (compliance tools that just post-process logs)."""

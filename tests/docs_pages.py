@@ -22,6 +22,11 @@ PAGES: dict[str, str] = {
 # example that can run in a test belongs in a `ctxlite` line, which tests/test_docs_examples.py runs.
 NOT_RUN: tuple[tuple[str, str], ...] = (
     (
+        r"python tests/apps/rag_app\.py --port 8080$",
+        "starts the test application, which serves until stopped: tests/test_docs_examples.py starts it "
+        "(model-free) for the --target examples, tests/server/test_target_rag.py on the default model",
+    ),
+    (
         r"make (demo|test)$",
         "the two commands: `make test` is this suite, and `make demo` runs ctxlite commands that the "
         "pages and --help examples also show (tests/model/test_models.py dry-runs `make model`, its set-up)",

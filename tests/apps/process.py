@@ -34,24 +34,13 @@ class RagAppProcess(ServerProcess):
 
 
 def target_file(tmp: Path, root: str, **extra) -> Path:
-    """The app's target file (docs/targets.md's), for the app at ``root``."""
-    lines = [
-        'kind = "http"',
-        f'base_url = "{root}"',
-        *(f"{k} = {v}" for k, v in extra.items()),
-        "",
-        "[reset]",
-        'url = "/reset"',
-        "",
-        "[load]",
-        'url = "/records"',
-        'body = { records = "{records}" }',
-        "",
-        "[ask]",
-        'url = "/ask"',
-        'body = { question = "{query}", seed = "{seed}" }',
-        'answer = "$.answer"',
-    ]
+    """The app's target file (tests/apps/clinic.toml, the one docs/targets.md shows) pointed at the app
+    at ``root``, with ``extra`` top-level keys (``retries=0``) set."""
+    lines = APP.with_name("clinic.toml").read_text(encoding="utf-8").splitlines()
+    keys = {"base_url": f'"{root}"', **{k: str(v) for k, v in extra.items()}}
+    out = [ln for ln in lines if ln.split("=")[0].strip() not in keys]
+    at = out.index('kind = "http"') + 1
+    out[at:at] = [f"{k} = {v}" for k, v in keys.items()]
     path = tmp / "clinic.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return path

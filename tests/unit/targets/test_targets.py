@@ -229,3 +229,15 @@ def test_chat_target_sends_records_as_system_and_the_query_as_user(monkeypatch):
         target.load(RECORDS)
         with pytest.raises(TargetError, match=r"without choices\[0\].message.content"):
             target.ask("q", 1)
+
+
+def test_the_documented_target_file_is_the_test_apps_and_loads():
+    """docs/targets.md's target file is tests/apps/clinic.toml, byte for byte, and ctxlite reads it."""
+    from tests.apps.process import APP
+    from tests.docs_pages import blocks
+
+    shipped = APP.with_name("clinic.toml")
+    documented = [body for page, body in blocks("toml") if page == "docs/targets.md"]
+    assert documented == [shipped.read_text(encoding="utf-8")]
+    target = open_target("http", target_file=shipped)
+    assert target.identity()["url"] == "http://127.0.0.1:8080" and target.ask_request.answer == "$.answer"
