@@ -168,7 +168,10 @@ def report_target_log(run: RunLog, gate: EpsilonGate | None, note, disagrees) ->
     state = LogState(os.fspath(run.path), run.head, run.chained, run.lines)
     if not run.complete or done < settings.trials:
         note(f"{run.path}: partial run ({done}/{settings.trials} trials; it did not finish): re-run the same command")
-        return TargetAuditRun(None, None, run.identity, complete=False, log=state, trials=done)
+        partial = TargetAuditRun(None, None, run.identity, complete=False, log=state, trials=done)
+        if gate is not None:  # a gate on an unfinished run refuses (exit 4) rather than pass it
+            partial.require_report()
+        return partial
     report = target_report(settings, run.records, run.path)
     stored = run.end.get("report") if isinstance(run.end, dict) else None
     disagrees(run, "report", stored, report.to_dict())

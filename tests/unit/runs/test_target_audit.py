@@ -101,6 +101,8 @@ def test_a_killed_run_resumes_to_the_same_report(apps, tmp_path):
         )
     partial = report_log(out)
     assert not partial.complete and partial.trials == 5 and partial.report is None
+    with pytest.raises(DataError, match="partial target audit"):  # a gate never passes an unfinished run
+        report_log(out, gate=EpsilonGate(1.0))
     with pytest.raises(InvalidParameter, match="--resume"):
         run_target_audit(_target(apps["plain"], tmp_path), RECORDS, settings, canary=CANARY, out=out)
     other = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=12)
