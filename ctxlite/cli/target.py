@@ -12,14 +12,14 @@ import click
 
 from ctxlite.audit.settings import EstimateSettings
 from ctxlite.audit.target_game import TargetSettings
-from ctxlite.cli.options import TEXT, conclude, emit_json, given_explicitly, wants_json
+from ctxlite.cli.options import TEXT, conclude, emit_json, emit_plan, given_explicitly, wants_json
 from ctxlite.cli.progress import progress_line
 from ctxlite.errors import DataError
 from ctxlite.gates import EpsilonGate
 from ctxlite.outputs import refuse_same_files
 from ctxlite.records import read_jsonl, read_text
 from ctxlite.reporting.target_page import target_json, target_table
-from ctxlite.runs.target_audit import run_target_audit
+from ctxlite.runs.target_audit import plan_target_audit, run_target_audit
 from ctxlite.targets import open_target
 from ctxlite.targets.spec import KINDS
 
@@ -38,6 +38,7 @@ ALLOWED = {
     "epsilon_unit",
     "junit",
     "as_json",
+    "plan",
 }
 CHAT = {"base_url", "model_name", "request_timeout", "retries", "concurrency", "temperature", "max_new_tokens"}
 FLAGS = {
@@ -130,8 +131,8 @@ def _check(options: dict) -> None:
         if given:
             raise click.UsageError(f"{_flag(given[0])} is an option of --target audits: give --target too")
         return
-    if options["plan"]:
-        raise click.UsageError("--plan for a --target audit is not implemented yet")
+    if options["plan"] and (options["out_path"] or options["resume"]):
+        raise click.UsageError("--plan writes no log: it has no --out or --resume")
     allowed = ALLOWED | (CHAT if kind == "chat" else set())
     for name in options:
         if name not in allowed and given_explicitly(name):
@@ -190,6 +191,12 @@ def run_target_command(options: dict) -> None:
     target = open_target(
         o["target"], target_file=o["target_file"], base_url=o["base_url"], model_name=o["model_name"], **chat
     )
+    if o["plan"]:
+        try:
+            emit_plan(plan_target_audit(target, records, settings, canary=canary), o["as_json"])
+        finally:
+            target.close()
+        return
     line = progress_line()
     try:
         run = run_target_audit(

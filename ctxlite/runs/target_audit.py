@@ -15,13 +15,23 @@ log alone (:func:`report_target_log`), every score recomputed from the logged an
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxlite.audit.settings import EstimateSettings
-from ctxlite.audit.target_game import PROBE_KEY, TargetGame, TargetReport, TargetSettings, target_report, trial_key
+from ctxlite.audit.target_game import (
+    PROBE_KEY,
+    TargetGame,
+    TargetReport,
+    TargetSettings,
+    ask_seed,
+    probe_warning,
+    target_report,
+    trial_key,
+)
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, Verdict, check_epsilon_unit, epsilon_case, epsilon_unit_text, run_properties
 from ctxlite.identity import content_hash, software
@@ -128,6 +138,64 @@ def run_target_audit(
     if state is not None:
         verdict.properties["log.head"] = state.head
     return TargetAuditRun(report, verdict, identity, log=state, trials=settings.trials, notes=notes.kept)
+
+
+PROBE_CALLS = 4
+"""The calls :func:`plan_target_audit` makes: a load and an ask with the canary, then without it."""
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """What a target audit would cost, from :data:`PROBE_CALLS` timed calls: the calls the run makes
+    (``loads``, ``asks``; the probe's included), the seconds one load and one ask took, the run's
+    estimate (their sum over its calls: the target's own speed, measured once, so an estimate, not
+    a bound), and whether the probe's answers were identical with and without the canary."""
+
+    loads: int
+    asks: int
+    load_seconds: float
+    ask_seconds: float
+    estimated_seconds: float
+    probe_identical: bool
+
+    def to_dict(self) -> dict:
+        return {
+            "target_calls": self.loads + self.asks,
+            "loads": self.loads,
+            "asks": self.asks,
+            "probe_calls": PROBE_CALLS,
+            "load_seconds": self.load_seconds,
+            "ask_seconds": self.ask_seconds,
+            "estimated_seconds": self.estimated_seconds,
+            "probe_identical": self.probe_identical,
+        }
+
+    def summary(self) -> str:
+        line = (
+            f"{self.loads} loads and {self.asks} asks; measured on {PROBE_CALLS} probe calls: a load "
+            f"{self.load_seconds:.3g} s, an ask {self.ask_seconds:.3g} s; estimated {self.estimated_seconds:.0f} s"
+        )
+        return line + (f"; warning: {probe_warning()}" if self.probe_identical else "")
+
+
+def plan_target_audit(target, records: Sequence[dict], settings: TargetSettings, *, canary: dict) -> TargetPlan:
+    """What :func:`run_target_audit` would cost against ``target``, from :data:`PROBE_CALLS` timed
+    calls (a load and the first question with the canary, then without it), writing no log."""
+    check_target(target)
+    game = TargetGame(target, _check_records(records), canary, settings)
+    loads, asks, answers = [], [], []
+    seed = ask_seed(settings.seed, -1, 0)
+    for z in (True, False):
+        began = time.perf_counter()
+        target.load(game.dataset(z))
+        loads.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        answers.append(target.ask(settings.queries[0], seed))
+        asks.append(time.perf_counter() - began)
+    load_s, ask_s = sum(loads) / len(loads), sum(asks) / len(asks)
+    n_loads = settings.trials + (2 if settings.probe else 0)
+    n_asks = n_loads * len(settings.queries)
+    return TargetPlan(n_loads, n_asks, load_s, ask_s, n_loads * load_s + n_asks * ask_s, answers[0] == answers[1])
 
 
 def _check_records(records: Sequence[dict]) -> list[dict]:

@@ -74,7 +74,7 @@ def test_the_undefended_app_trips_the_gate_and_every_artefact_names_it(inputs, t
     [
         (("--mechanism", "rnm"), "--mechanism has no effect with --target http"),
         (("--base-url", "http://x/v1"), "--base-url has no effect with --target http: the target file says it"),
-        (("--plan",), "--plan for a --target audit is not implemented yet"),
+        (("--plan", "--out", "x.jsonl"), "--plan writes no log: it has no --out or --resume"),
         (("--resume",), "--resume needs --out"),
     ],
 )
@@ -118,3 +118,12 @@ def test_a_command_target(inputs, tmp_path):
     assert r.exit_code == 0, r.output
     body = json.loads(r.stdout)
     assert body["target"]["kind"] == "command" and body["rows"][0]["n_in"] == 4
+
+
+def test_plan_from_four_probe_calls(inputs, tmp_path):
+    r = _audit(inputs, "--trials", 10, "--query", "Who has gout?", "--plan", "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["plan"]
+    assert plan["probe_calls"] == 4 and plan["loads"] == 12 and plan["asks"] == 24  # the probe's included
+    assert plan["estimated_seconds"] == pytest.approx(12 * plan["load_seconds"] + 24 * plan["ask_seconds"])
+    assert not plan["probe_identical"] and not list(tmp_path.glob("**/*.jsonl.lock"))

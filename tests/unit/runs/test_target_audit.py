@@ -13,7 +13,7 @@ from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, Outcome
 from ctxlite.records import read_run_log
 from ctxlite.runs import report_log, verify_log
-from ctxlite.runs.target_audit import TargetAuditRun, run_target_audit
+from ctxlite.runs.target_audit import TargetAuditRun, plan_target_audit, run_target_audit
 from ctxlite.targets import open_target
 from tests.apps.process import RagAppProcess, target_file
 
@@ -144,3 +144,24 @@ def test_an_app_that_ignores_load_is_flagged_before_the_trials(apps, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_target_audit(target, RECORDS, settings, canary=CANARY, progress=Tell(1))
     assert any("may ignore load" in m for m in told)  # said before the first trial finished
+
+
+def test_plan_makes_four_calls_and_writes_nothing(tmp_path):
+    class Counting:
+        def __init__(self):
+            self.calls = []
+
+        def load(self, records):
+            self.calls.append(("load", len(records)))
+
+        def ask(self, query, seed):
+            self.calls.append(("ask", query))
+            return "same"
+
+    target = Counting()
+    settings = TargetSettings(queries=(QUERY, "Who has gout?"), secrets=("4417-2290",), trials=20)
+    plan = plan_target_audit(target, RECORDS, settings, canary=CANARY)
+    assert target.calls == [("load", 4), ("ask", QUERY), ("load", 3), ("ask", QUERY)]
+    assert (plan.loads, plan.asks) == (22, 44) and plan.probe_identical  # it answers "same" either way
+    assert "may ignore load" in plan.summary() and plan.to_dict()["target_calls"] == 66
+    assert list(tmp_path.iterdir()) == []
