@@ -23,6 +23,7 @@ from ctxlite.audit.formats import AuditFormat
 from ctxlite.audit.game import run_audit as play
 from ctxlite.audit.report import AuditReport
 from ctxlite.audit.settings import Attack, AuditSettings, Task, audit_identity
+from ctxlite.audit.target_game import TargetSettings
 from ctxlite.audit.template_search import search_template
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, Verdict, audit_verdict, check_epsilon_unit
@@ -30,6 +31,7 @@ from ctxlite.lock import LogLock
 from ctxlite.records import RecordLog
 from ctxlite.runs.log import LogState, finish
 from ctxlite.runs.progress import Notes, Progress, Silent
+from ctxlite.runs.target_audit import TargetAuditRun, run_target_audit
 from ctxlite.runtime.engine import LocalModel
 from ctxlite.runtime.planning import Plan, plan_run
 
@@ -130,7 +132,8 @@ def run_audit(
     search: bool = False,
     progress: Progress | None = None,
     gate: EpsilonGate | None = None,
-) -> AuditRun:
+    canary: dict | None = None,
+) -> AuditRun | TargetAuditRun:
     """Audit private in-context learning on ``backend`` (an open backend, or a
     :class:`~ctxlite.runtime.engine.LocalModel` opened only after the log is checked) with the
     private ``records`` in the prompt ``fmt`` (an :class:`AuditFormat`, a built-in name or a file;
@@ -149,7 +152,21 @@ def run_audit(
     >>> with Engine() as eng:
     ...     run = run_audit(eng, load_records("private.jsonl", "classify"), AuditSettings(trials=40), out="a.jsonl")
     >>> run.report.rows[0].epsilon_lower_bound
+
+    With :class:`~ctxlite.audit.target_game.TargetSettings`, ``backend`` is a black-box target
+    (any object with ``load(records)`` and ``ask(query, seed) -> str``) and ``canary`` the canary
+    record: :func:`~ctxlite.runs.target_audit.run_target_audit` runs it (docs/targets.md).
     """
+    if isinstance(settings, TargetSettings):
+        if canary is None:
+            raise InvalidParameter("a target audit needs canary=, one record in the data's own shape")
+        if fmt is not None or embedder is not None or judge is not None or search:
+            raise InvalidParameter("fmt, embedder, judge and search are options of the model audit, not a target's")
+        return run_target_audit(
+            backend, records, settings, canary=canary, out=out, resume=resume, progress=progress, gate=gate
+        )
+    if canary is not None:
+        raise InvalidParameter("canary= is the canary record of a target audit (settings=TargetSettings(...))")
     job = _Job(backend, records, settings, fmt, out, resume, embedder, judge, progress, gate)
     with ExitStack() as stack:
         if out is not None:

@@ -165,3 +165,24 @@ def test_plan_makes_four_calls_and_writes_nothing(tmp_path):
     assert (plan.loads, plan.asks) == (22, 44) and plan.probe_identical  # it answers "same" either way
     assert "may ignore load" in plan.summary() and plan.to_dict()["target_calls"] == 66
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_audit_takes_any_object_with_load_and_ask():
+    """The issue's Python API: ctxlite.run_audit(target, records, TargetSettings(...), canary=...)."""
+    from ctxlite import run_audit
+
+    class Echo:
+        def load(self, records):
+            self.records = list(records)
+
+        def ask(self, query, seed):
+            return next((r["note"] for r in self.records if r["name"] == "Ana Lopez"), "no")
+
+    settings = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), trials=40)
+    run = run_audit(Echo(), RECORDS, settings, canary=CANARY, gate=EpsilonGate(1.0))
+    assert isinstance(run, TargetAuditRun) and run.verdict.outcome is Outcome.FAIL
+    assert run.identity["target"] == {"kind": "python", "object": f"{__name__}.{Echo.__qualname__}"}
+    with pytest.raises(InvalidParameter, match="canary"):
+        run_audit(Echo(), RECORDS, settings)
+    with pytest.raises(InvalidParameter, match="has no load or ask method"):
+        run_audit(object(), RECORDS, settings, canary=CANARY)
