@@ -103,6 +103,7 @@ class TargetSettings:
     delta: float = 1e-5
     seed: int = 0
     probe: bool = True
+    resample_size: int | None = None
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
 
     def __post_init__(self):
@@ -127,6 +128,8 @@ class TargetSettings:
             raise InvalidParameter(f"trials must be >= 4 (two per side at least), got {self.trials}")
         if not 0 < self.delta < 1:
             raise InvalidParameter(f"delta must be in (0, 1), got {self.delta}")
+        if self.resample_size is not None and self.resample_size < 1:
+            raise InvalidParameter(f"resample_size must be >= 1 (records per trial), got {self.resample_size}")
 
     def game_params(self) -> dict:
         return {
@@ -137,6 +140,7 @@ class TargetSettings:
             "delta": self.delta,
             "seed": self.seed,
             "probe": self.probe,
+            **({} if self.resample_size is None else {"resample_size": self.resample_size}),
         }
 
     def audit_settings(self) -> AuditSettings:
@@ -186,16 +190,29 @@ class TargetGame:
                 "the data's own shape"
             )
         self.target, self.records, self.canary, self.s = target, [dict(r) for r in records], dict(canary), settings
+        if settings.resample_size is not None and settings.resample_size > len(self.records):
+            raise DataError(
+                f"resample_size {settings.resample_size} records per trial, but the data has only "
+                f"{len(self.records)} records"
+            )
         self.position = int(_rng(settings.seed, 13).integers(len(self.records) + 1))
         self.zs = balanced_z(settings.trials, settings.seed)
 
-    def dataset(self, z: bool) -> list[dict]:
+    def dataset(self, z: bool, trial: int | None = None) -> list[dict]:
+        """D, or D ∪ {canary}: the records at the audit's one canary position, or with
+        ``resample_size`` the trial's own draw of that many records, the canary at a drawn position."""
+        records, position = self.records, self.position
+        k = self.s.resample_size
+        if k is not None and trial is not None:
+            rng = _rng(self.s.seed, 14, trial + 1)
+            records = [self.records[i] for i in rng.choice(len(self.records), k, replace=False)]
+            position = int(rng.integers(k + 1))
         if not z:
-            return list(self.records)
-        return self.records[: self.position] + [self.canary] + self.records[self.position :]
+            return list(records)
+        return records[:position] + [self.canary] + records[position:]
 
     def _answers(self, z: bool, trial: int) -> tuple[list[int], list[str]]:
-        self.target.load(self.dataset(z))
+        self.target.load(self.dataset(z, trial))
         seeds = [ask_seed(self.s.seed, trial, q) for q in range(len(self.s.queries))]
         answers = []
         for query, seed in zip(self.s.queries, seeds):
@@ -305,6 +322,11 @@ def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None
         "no defence with a privacy parameter, so a pass can never be proved (a lower bound only proves a leak)",
         "detector: " + DETECTOR_TEXT,
     ]
+    if settings.resample_size is not None:
+        notes.append(
+            f"resampled data: every trial loads its own draw of {settings.resample_size} records (with the canary "
+            "or without): the measure is averaged over data sets, not one fixed pair"
+        )
     if probe is not None and probe.get("identical"):
         notes.append(probe_warning())
     found = [t for t in trials if t.seen["exact"]]

@@ -39,6 +39,8 @@ ALLOWED = {
     "junit",
     "as_json",
     "plan",
+    "resample_data",
+    "shots",
 }
 CHAT = {"base_url", "model_name", "request_timeout", "retries", "concurrency", "temperature", "max_new_tokens"}
 FLAGS = {
@@ -142,6 +144,10 @@ def _check(options: dict) -> None:
         raise click.UsageError(f"--target {kind} needs --target-file")
     if options["canary_record"] is None:
         raise click.UsageError("--target needs --canary-record (one JSON record in the data's own shape)")
+    if options["resample_data"] != (options["shots"] is not None):
+        raise click.UsageError(
+            "--target with --resample-data loads --shots N records drawn anew every trial: give both, or neither"
+        )
     if options["resume"] and not options["out_path"]:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
 
@@ -173,6 +179,7 @@ def run_target_command(options: dict) -> None:
         trials=o["trials"],
         delta=o["delta"],
         seed=o["seed"],
+        resample_size=o["shots"] if o["resample_data"] else None,
         estimates=estimates,
     )
     records = [line.data for line in read_jsonl(o["data_path"])]

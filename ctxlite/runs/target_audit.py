@@ -187,7 +187,7 @@ def plan_target_audit(target, records: Sequence[dict], settings: TargetSettings,
     seed = ask_seed(settings.seed, -1, 0)
     for z in (True, False):
         began = time.perf_counter()
-        target.load(game.dataset(z))
+        target.load(game.dataset(z, -1))  # the probe's draw, as the run's probe loads it
         loads.append(time.perf_counter() - began)
         began = time.perf_counter()
         answers.append(target.ask(settings.queries[0], seed))
@@ -222,6 +222,7 @@ def settings_of(run: RunLog) -> TargetSettings:
             delta=float(params["delta"]),
             seed=int(params["seed"]),
             probe=bool(params["probe"]),
+            resample_size=None if params.get("resample_size") is None else int(params["resample_size"]),
             estimates=estimates,
         )
     except (KeyError, TypeError, ValueError, InvalidParameter) as exc:

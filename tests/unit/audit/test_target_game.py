@@ -98,3 +98,23 @@ def test_the_pair_is_the_records_with_and_without_the_canary_at_one_position():
     assert all(d == ins[0] for d in ins) and [r for r in ins[0] if r != {"t": "canary"}] == recs
     with pytest.raises(DataError, match="data's own shape"):
         TargetGame(target, recs, {"text": "canary"}, TargetSettings(queries=("q",), secrets=("c",)))
+
+
+def test_resampled_data_draws_a_new_set_every_trial_and_the_pair_within_it():
+    recs = [{"t": str(i)} for i in range(20)]
+    target = Recorder()
+    settings = TargetSettings(queries=("q",), secrets=("canary",), trials=12, resample_size=5)
+    game = TargetGame(target, recs, {"t": "canary"}, settings)
+    for i in range(12):
+        game.trial(i)
+    sets = [[r["t"] for r in d if r["t"] != "canary"] for d in target.loads]
+    assert all(len(s) == 5 and len(set(s)) == 5 for s in sets)
+    assert len({tuple(s) for s in sets}) > 6  # a new D (almost) every trial
+    assert [len(d) for d in target.loads] == [5 + z for z in game.zs]
+    again = Recorder()
+    TargetGame(again, recs, {"t": "canary"}, settings).trial(3)
+    assert again.loads == [target.loads[3]]  # the trial's draw is its own: replayed the same
+    with pytest.raises(InvalidParameter, match="resample_size"):
+        TargetSettings(queries=("q",), secrets=("s",), resample_size=0)
+    with pytest.raises(DataError, match="only 20 records"):
+        TargetGame(target, recs, {"t": "canary"}, TargetSettings(queries=("q",), secrets=("c",), resample_size=21))

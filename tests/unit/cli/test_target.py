@@ -127,3 +127,14 @@ def test_plan_from_four_probe_calls(inputs, tmp_path):
     assert plan["probe_calls"] == 4 and plan["loads"] == 12 and plan["asks"] == 24  # the probe's included
     assert plan["estimated_seconds"] == pytest.approx(12 * plan["load_seconds"] + 24 * plan["ask_seconds"])
     assert not plan["probe_identical"] and not list(tmp_path.glob("**/*.jsonl.lock"))
+
+
+def test_resampled_data(inputs, tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = _audit(inputs, "--trials", 8, "--resample-data", "--shots", 2, "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text().splitlines()[0])["identity"]["settings"]["resample_size"] == 2
+    assert any("resampled data" in n for n in json.loads(r.stdout)["notes"])
+    assert run("report", out).exit_code == 0  # read back with its draw
+    r = _audit(inputs, "--trials", 8, "--resample-data")
+    assert r.exit_code == 2 and "give both, or neither" in r.output
