@@ -148,6 +148,8 @@ def _check(options: dict) -> None:
         raise click.UsageError(
             "--target with --resample-data loads --shots N records drawn anew every trial: give both, or neither"
         )
+    if given_explicitly("epsilon_unit") and options["fail_above_epsilon"] is None:
+        raise click.UsageError("--epsilon-unit is the unit of the --fail-above-epsilon budget: give that too")
     if options["resume"] and not options["out_path"]:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
 

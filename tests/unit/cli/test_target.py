@@ -76,6 +76,7 @@ def test_the_undefended_app_trips_the_gate_and_every_artefact_names_it(inputs, t
         (("--base-url", "http://x/v1"), "--base-url has no effect with --target http: the target file says it"),
         (("--plan", "--out", "x.jsonl"), "--plan writes no log: it has no --out or --resume"),
         (("--resume",), "--resume needs --out"),
+        (("--epsilon-unit", "query"), "--epsilon-unit is the unit of the --fail-above-epsilon budget"),
     ],
 )
 def test_refusals(inputs, extra, message):
