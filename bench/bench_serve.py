@@ -15,7 +15,9 @@ with (``tight``: the largest λ' ≤ λ whose log-ratio to the empty context is 
 :func:`ctxlite.influence.cid.tight_step`) and the sufficient SPEC rule ``ctxlite score`` keeps
 (``spec``: min(λ, ε / (2·max|pmi|)), the same loop with :func:`ctxlite.influence.cid.bounded_step`).
 ``λ ratio``: the median over the tight run's steps of its λ_t* over the SPEC rule's λ on the same
-rows (where the SPEC rule binds).
+rows (where the SPEC rule binds). ``ref logp``: the mean log-probability per token of the reference
+answer (its first --max-tokens tokens) under each setting's distribution, by teacher forcing on the
+same rows for every setting -- a utility measure without the sampling noise of ROUGE-L.
 
 Throughput: tokens/s of the ε-bounded loop against plain llama.cpp decoding of the same prompt
 (``ctxlite.runtime.sampling.sample_streams``, one stream, the context in the prompt), both
@@ -41,7 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from ctxlite.influence.analysis import bootstrap_ci  # noqa: E402
-from ctxlite.influence.cid import bounded_lambda, bounded_step  # noqa: E402
+from ctxlite.influence.cid import bounded_lambda, bounded_step, tight_step  # noqa: E402
 from ctxlite.influence.regurgitation import rouge_l  # noqa: E402
 from ctxlite.runtime.engine import Engine, EngineConfig  # noqa: E402
 from ctxlite.runtime.sampling import SamplingSettings, sample_streams, sample_token  # noqa: E402
@@ -103,7 +105,7 @@ def main() -> None:
         for eps in [None if e == "inf" else float(e)]
         for rule in (["tight"] if eps is None else args.rules)
     ] + [(0.0, None, "no context", "tight")]
-    out = {s[2]: {"rouge": [], "eps": [], "ratio": [], "tokens": 0, "seconds": 0.0} for s in settings}
+    out = {s[2]: {"rouge": [], "eps": [], "ratio": [], "ref": [], "tokens": 0, "seconds": 0.0} for s in settings}
     plain = {"tokens": 0, "seconds": 0.0}
     T, n = args.temperature, args.max_tokens
     with Engine(args.model, EngineConfig(n_threads=args.threads)) as engine:
@@ -116,7 +118,16 @@ def main() -> None:
             toks = sample_streams(engine, [with_], SamplingSettings(T, 0, 1.0, n, n, i), np.random.default_rng(i))
             plain["seconds"] += time.perf_counter() - began
             plain["tokens"] += len(toks[0])
+            answer_ids = engine.tokenize(" " + r["answer"], add_bos=False, special=False)[:n]
+            rows_with = engine.logits_rows(with_ + answer_ids, len(with_))
+            rows_without = engine.logits_rows(without + answer_ids, len(without))
             for lam, eps, label, rule in settings:
+                step = (
+                    (lambda a, b: tight_step(a, b, lam, eps, T)[0])
+                    if rule == "tight"
+                    else (lambda a, b: bounded_step(a, b, lam, eps, T)[0])
+                )
+                out[label]["ref"] += [float(step(a, b)[y]) for a, b, y in zip(rows_with, rows_without, answer_ids)]
                 engine.clear()
                 text, taken, seconds = answer(engine, with_, without, lam, eps, T, n, i, rule)
                 o = out[label]
@@ -130,8 +141,8 @@ def main() -> None:
             print(f"{i + 1}/{len(rows)} {r['id']}", file=sys.stderr)
     plain_rate = plain["tokens"] / plain["seconds"]
     print(
-        f"{'setting':<16} {'ROUGE-L F':>9} {'95% CI':>15} {'mean eps_t':>10} {'λ ratio':>7} {'tok/s':>7} "
-        f"{'s/token vs plain':>16}"
+        f"{'setting':<16} {'ROUGE-L F':>9} {'95% CI':>15} {'ref logp':>8} {'mean eps_t':>10} {'λ ratio':>7} "
+        f"{'tok/s':>7} {'s/token vs plain':>16}"
     )
     result = {"plain_tokens_per_s": plain_rate, "rows": []}
     for _, eps, label, rule in settings:
@@ -140,13 +151,15 @@ def main() -> None:
         rate = o["tokens"] / o["seconds"]
         mean_eps = float(np.mean(o["eps"])) if o["eps"] else math.nan
         ratio = float(np.median(o["ratio"])) if o["ratio"] else math.nan
+        ref = float(np.mean(o["ref"]))
         print(
-            f"{label:<16} {np.mean(o['rouge']):9.3f} [{lo:6.3f}, {hi:6.3f}] {mean_eps:10.3f} {ratio:7.2f} "
+            f"{label:<16} {np.mean(o['rouge']):9.3f} [{lo:6.3f}, {hi:6.3f}] {ref:8.3f} {mean_eps:10.3f} {ratio:7.2f} "
             f"{rate:7.1f} {plain_rate / rate:7.2f}"
         )
         result["rows"].append(
             {"setting": label, "epsilon": eps, "rule": rule, "rouge_l_f": float(np.mean(o["rouge"])), "ci": [lo, hi],
-             "mean_realised_epsilon": mean_eps, "median_lambda_ratio": ratio, "tokens_per_s": rate,
+             "reference_logprob_per_token": ref, "mean_realised_epsilon": mean_eps, "median_lambda_ratio": ratio,
+             "tokens_per_s": rate,
              "time_per_token_vs_plain": plain_rate / rate}
         )  # fmt: skip
     print(f"plain llama.cpp decoding: {plain_rate:.1f} tokens/s ({len(rows)} examples, {n} tokens, T = {T:g})")
