@@ -16,6 +16,7 @@ from ctxlite.influence.cid import (
     TIGHT_TOLERANCE,
     bounded_lambda,
     cid_logprobs,
+    rounding_margin,
     tight_step,
 )
 from ctxlite.runtime.fake import FakeBackend
@@ -71,7 +72,8 @@ def test_the_tight_lambda_is_the_largest_within_epsilon(ab, T, lam, eps):
     logp, lam_t, max_abs_pmi, realised = tight_step(np.float32(a), np.float32(b), lam, eps, T)
     assert 0 <= lam_t <= lam
     assert ratio(lam_t, a, b, T) <= eps * (1 + 1e-12)  # the guarantee
-    assert lam_t >= spec_lambda(a, b, T, lam, eps) * (1 - 1e-12)
+    margin = rounding_margin(np.float32(a), np.float32(b), lam, T)  # both rules at the same float64 margin
+    assert lam_t >= spec_lambda(a, b, T, lam, eps - margin) * (1 - 1e-12)
     grid = largest_on_grid(a, b, T, lam, eps)
     assert lam_t >= grid * (1 - 2 * TIGHT_TOLERANCE) - 1e-12, (lam_t, grid)  # λ_max ≥ grid
     assert realised == pytest.approx(ratio(lam_t, a, b, T), abs=1e-9) and realised <= eps
