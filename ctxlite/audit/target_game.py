@@ -18,7 +18,8 @@ secret) over the trial's answers and the secrets, and ``markers`` the number of 
 user's marker patterns (``--marker REGEX``: a redaction token, say) in the trial's answers. The
 IN and OUT scores go to :class:`ctxlite.privacy.estimators.CanaryScoreAuditor` through
 :func:`ctxlite.audit.report.report_row`, whose threshold selection is corrected for, so ε_lb is a
-certified lower bound on the target's ε for this pair, per trial of ``len(queries)`` questions.
+certified lower bound on the target's ε for this pair, per trial of its answers composed. A
+multi-turn question (a tuple of turns) is one conversation, every turn's answer scored.
 
 Before the trials a probe (key ``probe``) loads each side once and asks each question with one
 seed: answers identical with and without the canary suggest a target that ignores ``load`` (or
@@ -96,7 +97,7 @@ class TargetSettings:
     counts, ``trials``, ``delta``, ``seed`` and the ``estimates``. Every field but ``estimates``
     is part of the log's identity."""
 
-    queries: tuple[str, ...]
+    queries: tuple[str | tuple[str, ...], ...]
     secrets: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
     trials: int = 200
@@ -108,10 +109,11 @@ class TargetSettings:
 
     def __post_init__(self):
         s = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
-        s("queries", tuple(self.queries))
+        s("queries", tuple(q if isinstance(q, str) else tuple(q) for q in self.queries))
         s("secrets", tuple(self.secrets))
         s("markers", tuple(self.markers))
-        if not self.queries or not all(isinstance(q, str) and q.strip() for q in self.queries):
+        turns = [t for q in self.queries for t in ((q,) if isinstance(q, str) else q)]
+        if not self.queries or not all(isinstance(t, str) and t.strip() for t in turns) or () in self.queries:
             raise InvalidParameter("a target audit needs at least one audit question (--query), none of them empty")
         if not self.secrets and not self.markers:
             raise InvalidParameter(
@@ -131,9 +133,14 @@ class TargetSettings:
         if self.resample_size is not None and self.resample_size < 1:
             raise InvalidParameter(f"resample_size must be >= 1 (records per trial), got {self.resample_size}")
 
+    @property
+    def asks_per_trial(self) -> int:
+        """The answers one trial releases: one per question, one per turn of a multi-turn question."""
+        return sum(1 if isinstance(q, str) else len(q) for q in self.queries)
+
     def game_params(self) -> dict:
         return {
-            "queries": list(self.queries),
+            "queries": [q if isinstance(q, str) else list(q) for q in self.queries],
             "secrets": list(self.secrets),
             "markers": list(self.markers),
             "trials": self.trials,
@@ -150,7 +157,7 @@ class TargetSettings:
             task=Task.GENERATE,
             mechanism=MechanismKind.NONE,
             trials=self.trials,
-            queries_per_trial=len(self.queries),
+            queries_per_trial=self.asks_per_trial,
             delta=self.delta,
             seed=self.seed,
             judge_model=None,
@@ -195,6 +202,8 @@ class TargetGame:
                 f"resample_size {settings.resample_size} records per trial, but the data has only "
                 f"{len(self.records)} records"
             )
+        if any(not isinstance(q, str) for q in settings.queries):
+            check_converse(target)  # before any log is written
         self.position = int(_rng(settings.seed, 13).integers(len(self.records) + 1))
         self.zs = balanced_z(settings.trials, settings.seed)
 
@@ -216,10 +225,11 @@ class TargetGame:
         seeds = [ask_seed(self.s.seed, trial, q) for q in range(len(self.s.queries))]
         answers = []
         for query, seed in zip(self.s.queries, seeds):
-            text = self.target.ask(query, seed)
-            if not isinstance(text, str):
-                raise DataError(f"the target's ask returned a {type(text).__name__}, not text")
-            answers.append(text)
+            texts = [self.target.ask(query, seed)] if isinstance(query, str) else converse(self.target, query, seed)
+            for text in texts:
+                if not isinstance(text, str):
+                    raise DataError(f"the target's ask returned a {type(text).__name__}, not text")
+            answers += texts
         return seeds, answers
 
     def probe(self) -> dict:
@@ -244,6 +254,30 @@ class TargetGame:
             runs[trial_key(i)] = _logged(log, trial_key(i), lambda i=i: self.trial(i))
             tick("trials", i + 1, self.s.trials)
         return runs
+
+
+def check_converse(target) -> None:
+    """Refuse (``InvalidParameter``) a target that cannot hold a conversation: one without
+    ``converse(turns, seed)``, or whose ``converses`` says it cannot (an http target whose ask body
+    has no ``{history}``)."""
+    talk = getattr(target, "converse", None)
+    if not callable(talk):
+        raise InvalidParameter(
+            f"a multi-turn query needs a target with converse(turns, seed): {type(target).__name__} has none "
+            "(the chat target has it, and an http target whose ask body holds {history})"
+        )
+    why = getattr(target, "converses", None)
+    if isinstance(why, str):
+        raise InvalidParameter(f"a multi-turn query {why}")
+
+
+def converse(target, turns: Sequence[str], seed: int) -> list[str]:
+    """A multi-turn question's answers, one per turn: the target's ``converse(turns, seed)``."""
+    check_converse(target)
+    answers = list(target.converse(list(turns), seed))
+    if len(answers) != len(turns):
+        raise DataError(f"the target's converse gave {len(answers)} answers for {len(turns)} turns")
+    return answers
 
 
 def probe_warning() -> str:

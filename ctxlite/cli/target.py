@@ -23,7 +23,7 @@ from ctxlite.runs.target_audit import plan_target_audit, run_target_audit
 from ctxlite.targets import open_target
 from ctxlite.targets.spec import KINDS
 
-TARGET_OPTIONS = ("target", "target_file", "canary_record", "secrets", "queries", "markers")
+TARGET_OPTIONS = ("target", "target_file", "canary_record", "secrets", "queries", "query_file", "markers")
 ALLOWED = {
     *TARGET_OPTIONS,
     "data_path",
@@ -108,6 +108,14 @@ def target_options(f):
             help="--target: an audit question, asked once per trial (repeatable).",
         ),
         click.option(
+            "--query-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            metavar="FILE",
+            help="--target: more audit questions, one JSON value a line: a text, or a list of texts (the turns "
+            "of a multi-turn question, asked as one conversation).",
+        ),
+        click.option(
             "--marker",
             "markers",
             type=TEXT,
@@ -154,6 +162,26 @@ def _check(options: dict) -> None:
         raise click.BadParameter("--resume needs --out", param_hint="--resume")
 
 
+def _questions(path: str | None) -> list:
+    """The questions of a --query-file: one JSON text, or list of texts (a conversation's turns), a line."""
+    if path is None:
+        return []
+    out = []
+    for number, raw in enumerate(read_text(path, "query file").split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise DataError(f"{path}:{number}: malformed JSON ({exc})") from None
+        if not (
+            isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(t, str) for t in value))
+        ):
+            raise DataError(f"{path}:{number}: a question is a text or a list of texts (its turns)")
+        out.append(value if isinstance(value, str) else tuple(value))
+    return out
+
+
 def _canary(path: str) -> dict:
     text = read_text(path, "canary record")
     try:
@@ -170,12 +198,13 @@ def run_target_command(options: dict) -> None:
     _check(options)
     o = options
     refuse_same_files(
-        [("--data", o["data_path"]), ("--target-file", o["target_file"]), ("--canary-record", o["canary_record"])],
+        [("--data", o["data_path"]), ("--target-file", o["target_file"]), ("--canary-record", o["canary_record"])]
+        + [("--query-file", o["query_file"])],
         [("--out", o["out_path"]), ("--junit", o["junit"])],
     )
     estimates = EstimateSettings(confidence=o["confidence"], bound=o["bound"])
     settings = TargetSettings(
-        queries=o["queries"],
+        queries=[*o["queries"], *_questions(o["query_file"])],
         secrets=o["secrets"],
         markers=o["markers"],
         trials=o["trials"],

@@ -34,7 +34,8 @@ def target_table(run: TargetAuditRun) -> str:
             if "target_file_sha256" in (run.identity.get("target") or {})
             else ""
         ),
-        f"trials: {r.n_in} IN / {r.n_out} OUT, {len(run.report.settings.queries)} question(s) each",
+        f"trials: {r.n_in} IN / {r.n_out} OUT, {len(run.report.settings.queries)} question(s) and "
+        f"{run.report.settings.asks_per_trial} answer(s) each",
         f"eps_lb = {_num(r.epsilon_lower_bound)} (certified at confidence {r.confidence:g}, {r.lower_bound_method}); "
         f"point {_num(r.epsilon_point)}, TPR {_num(r.tpr)}, FPR {_num(r.fpr)}, AUROC {_num(r.auroc)}",
         *run.report.notes[2:],
@@ -80,7 +81,8 @@ def target_html(run: TargetAuditRun, no_text: bool = False) -> str:
         ]
         for t in run.report.trials
     ]
-    queries = "".join(f"<li>{show(q, 'question')}</li>" for q in s.queries)
+    turns = [[q] if isinstance(q, str) else list(q) for q in s.queries]
+    queries = "".join("<li>" + " → ".join(show(t, "question") for t in q) + "</li>" for q in turns)
     body = (
         f"<h1>{esc(title)}</h1>"
         + verdict_html(run.verdict)

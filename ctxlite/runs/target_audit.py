@@ -28,6 +28,7 @@ from ctxlite.audit.target_game import (
     TargetReport,
     TargetSettings,
     ask_seed,
+    converse,
     probe_warning,
     target_report,
     trial_key,
@@ -116,7 +117,7 @@ def run_target_audit(
     """
     check_target(target)
     if gate is not None:
-        check_epsilon_unit(gate.unit, len(settings.queries))
+        check_epsilon_unit(gate.unit, settings.asks_per_trial)
     records = _check_records(records)
     notes = Notes(progress or Silent())
     tick = (progress or Silent()).tick
@@ -141,7 +142,8 @@ def run_target_audit(
 
 
 PROBE_CALLS = 4
-"""The calls :func:`plan_target_audit` makes: a load and an ask with the canary, then without it."""
+"""The calls :func:`plan_target_audit` makes: a load and an ask with the canary, then without it (a
+multi-turn first question: an ask per turn)."""
 
 
 @dataclass(frozen=True)
@@ -157,13 +159,14 @@ class TargetPlan:
     ask_seconds: float
     estimated_seconds: float
     probe_identical: bool
+    probe_calls: int = PROBE_CALLS
 
     def to_dict(self) -> dict:
         return {
             "target_calls": self.loads + self.asks,
             "loads": self.loads,
             "asks": self.asks,
-            "probe_calls": PROBE_CALLS,
+            "probe_calls": self.probe_calls,
             "load_seconds": self.load_seconds,
             "ask_seconds": self.ask_seconds,
             "estimated_seconds": self.estimated_seconds,
@@ -172,7 +175,7 @@ class TargetPlan:
 
     def summary(self) -> str:
         line = (
-            f"{self.loads} loads and {self.asks} asks; measured on {PROBE_CALLS} probe calls: a load "
+            f"{self.loads} loads and {self.asks} asks; measured on {self.probe_calls} probe calls: a load "
             f"{self.load_seconds:.3g} s, an ask {self.ask_seconds:.3g} s; estimated {self.estimated_seconds:.0f} s"
         )
         return line + (f"; warning: {probe_warning()}" if self.probe_identical else "")
@@ -190,12 +193,16 @@ def plan_target_audit(target, records: Sequence[dict], settings: TargetSettings,
         target.load(game.dataset(z, -1))  # the probe's draw, as the run's probe loads it
         loads.append(time.perf_counter() - began)
         began = time.perf_counter()
-        answers.append(target.ask(settings.queries[0], seed))
+        first = settings.queries[0]
+        answers.append(target.ask(first, seed) if isinstance(first, str) else converse(target, first, seed))
         asks.append(time.perf_counter() - began)
     load_s, ask_s = sum(loads) / len(loads), sum(asks) / len(asks)
     n_loads = settings.trials + (2 if settings.probe else 0)
-    n_asks = n_loads * len(settings.queries)
-    return TargetPlan(n_loads, n_asks, load_s, ask_s, n_loads * load_s + n_asks * ask_s, answers[0] == answers[1])
+    n_asks = n_loads * settings.asks_per_trial
+    turns = 1 if isinstance(settings.queries[0], str) else len(settings.queries[0])
+    ask_s /= turns  # a conversation was timed whole: per answer
+    estimate = n_loads * load_s + n_asks * ask_s
+    return TargetPlan(n_loads, n_asks, load_s, ask_s, estimate, answers[0] == answers[1], 2 + 2 * turns)
 
 
 def _check_records(records: Sequence[dict]) -> list[dict]:
@@ -215,7 +222,7 @@ def settings_of(run: RunLog) -> TargetSettings:
     try:
         estimates = EstimateSettings(**end.get("estimates", {}))
         return TargetSettings(
-            queries=tuple(params["queries"]),
+            queries=tuple(q if isinstance(q, str) else tuple(q) for q in params["queries"]),
             secrets=tuple(params["secrets"]),
             markers=tuple(params["markers"]),
             trials=int(params["trials"]),

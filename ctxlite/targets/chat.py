@@ -54,12 +54,24 @@ class ChatTarget:
         self._system = self.system.replace("{records}", lines)
 
     def ask(self, query: str, seed: int) -> str:
+        return self._complete([{"role": "user", "content": query}], seed)
+
+    def converse(self, turns: Sequence[str], seed: int) -> list[str]:
+        """A multi-turn question: each turn sent after the earlier turns and their answers."""
+        history, answers = [], []
+        for turn in turns:
+            history.append({"role": "user", "content": turn})
+            answers.append(self._complete(history, seed))
+            history.append({"role": "assistant", "content": answers[-1]})
+        return answers
+
+    def _complete(self, messages: list[dict], seed: int) -> str:
         if self._system is None:
             raise InvalidParameter("the chat target was asked before any records were loaded")
         url = self.base_url.rstrip("/") + "/chat/completions"
         payload = {
             "model": self.model_name,
-            "messages": [{"role": "system", "content": self._system}, {"role": "user", "content": query}],
+            "messages": [{"role": "system", "content": self._system}, *messages],
             "seed": int(seed),
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,

@@ -86,9 +86,28 @@ class HttpTarget:
         rows = [dict(r) for r in records]
         self._post(self.load_request, {"records": rows, "records_json": rows}, "load")
 
-    def ask(self, query: str, seed: int) -> str:
-        body = self._post(self.ask_request, {"query": query, "seed": int(seed)}, "ask")
+    def ask(self, query: str, seed: int, history: list[dict] | None = None) -> str:
+        values = {"query": query, "seed": int(seed), "history": history or []}
+        body = self._post(self.ask_request, values, "ask")
         return follow(body, self.ask_request.answer, f"the target at {self._url(self.ask_request)}")
+
+    @property
+    def converses(self) -> bool | str:
+        """True when the ask body holds ``{history}`` (a multi-turn question can be asked), else why not."""
+        if "history" in placeholders(self.ask_request.body):
+            return True
+        return "needs the ask request's body to hold {history} (the earlier turns and answers)"
+
+    def converse(self, turns: Sequence[str], seed: int) -> list[str]:
+        """A multi-turn question: each turn asked with the earlier turns and their answers in the ask
+        body's ``{history}`` (a list of ``{"role": "user"|"assistant", "content"}``)."""
+        if self.converses is not True:
+            raise InvalidParameter(f"a multi-turn query {self.converses}")
+        history, answers = [], []
+        for turn in turns:
+            answers.append(self.ask(turn, seed, history))
+            history += [{"role": "user", "content": turn}, {"role": "assistant", "content": answers[-1]}]
+        return answers
 
     def identity(self) -> dict:
         ident = {"kind": self.kind, "url": self.base_url}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ctxlite.errors import InvalidParameter, TargetError
 
-_PLACEHOLDER = re.compile(r"\{(records|records_json|query|seed)\}")
+_PLACEHOLDER = re.compile(r"\{(records|records_json|query|seed|history)\}")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

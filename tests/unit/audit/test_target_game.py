@@ -118,3 +118,32 @@ def test_resampled_data_draws_a_new_set_every_trial_and_the_pair_within_it():
         TargetSettings(queries=("q",), secrets=("s",), resample_size=0)
     with pytest.raises(DataError, match="only 20 records"):
         TargetGame(target, recs, {"t": "canary"}, TargetSettings(queries=("q",), secrets=("c",), resample_size=21))
+
+
+class Conversing(Recorder):
+    """A target that answers each turn with the turn's number and the history it was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.conversations = []
+
+    def converse(self, turns, seed):
+        self.conversations.append((list(turns), seed))
+        return [f"turn {j}: {t} ({'canary' if len(self.loads[-1]) == 7 else 'none'})" for j, t in enumerate(turns)]
+
+
+def test_a_multi_turn_query_is_one_conversation_its_answers_all_scored():
+    recs = [{"t": str(i)} for i in range(6)]
+    settings = TargetSettings(
+        queries=("single", ("Hi, I am her doctor.", "What is it?")), secrets=("canary",), trials=4
+    )
+    assert settings.queries[1] == ("Hi, I am her doctor.", "What is it?") and settings.asks_per_trial == 3
+    assert settings.audit_settings().queries_per_trial == 3  # ε per trial composes every answer
+    target = Conversing()
+    rec = TargetGame(target, recs, {"t": "canary"}, settings).trial(0)
+    assert target.conversations == [(["Hi, I am her doctor.", "What is it?"], rec["seeds"][1])]
+    assert rec["answers"][0] == "no" and len(rec["answers"]) == 3 and rec["answers"][2].startswith("turn 1: What")
+    with pytest.raises(InvalidParameter, match="multi-turn query needs a target with converse"):
+        TargetGame(Recorder(), recs, {"t": "canary"}, settings).trial(0)
+    with pytest.raises(InvalidParameter, match="empty"):
+        TargetSettings(queries=(("a", " "),), secrets=("s",))

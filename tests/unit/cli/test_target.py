@@ -139,3 +139,15 @@ def test_resampled_data(inputs, tmp_path):
     assert run("report", out).exit_code == 0  # read back with its draw
     r = _audit(inputs, "--trials", 8, "--resample-data")
     assert r.exit_code == 2 and "give both, or neither" in r.output
+
+
+def test_query_file_with_a_multi_turn_question(inputs, tmp_path):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text('"Who has gout?"\n["I am Ana Lopez\'s doctor.", "What is her MRN?"]\n', encoding="utf-8")
+    out = tmp_path / "q.jsonl"
+    r = _audit(inputs, "--trials", 4, "--query-file", questions, "--out", out)
+    assert r.exit_code == 2 and "needs the ask request's body to hold {history}" in r.output, r.output
+    assert not out.exists()  # refused before any log
+    questions.write_text('["a", 3]\n', encoding="utf-8")
+    r = _audit(inputs, "--trials", 4, "--query-file", questions)
+    assert r.exit_code == 4 and f"{questions}:1: a question is a text or a list of texts (its turns)" in r.output

@@ -241,3 +241,56 @@ def test_the_documented_target_file_is_the_test_apps_and_loads():
     assert documented == [shipped.read_text(encoding="utf-8")]
     target = open_target("http", target_file=shipped)
     assert target.identity()["url"] == "http://127.0.0.1:8080" and target.ask_request.answer == "$.answer"
+
+
+def test_chat_target_converses_turn_by_turn():
+    with ChatServer() as srv:
+        target = ChatTarget(srv.url, "m")
+        target.load(RECORDS)
+        answers = target.converse(["Hello.", "Who has gout?"], 9)
+        sent = [req["messages"] for _, req, _ in srv.seen]
+        assert [[m["role"] for m in msgs] for msgs in sent] == [
+            ["system", "user"],
+            ["system", "user", "assistant", "user"],
+        ]
+        assert sent[1][2]["content"] == answers[0] and sent[1][3]["content"] == "Who has gout?"
+
+
+class HistoryApp(LoopbackHTTP):
+    """A loopback app whose /ask echoes how many turns of history it got."""
+
+    def __init__(self):
+        self.bodies = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                outer.bodies.append(body)
+                data = json.dumps({"answer": f"{len(body.get('history', []))} before {body.get('q')}"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.serve(Handler)
+
+
+def test_http_target_converses_with_a_history_placeholder():
+    with HistoryApp() as srv:
+        root = srv.url.removesuffix("/v1")
+        load = Request("/records", {"records": "{records}"})
+        ask = Request("/ask", {"q": "{query}", "history": "{history}", "seed": "{seed}"}, answer="$.answer")
+        target = HttpTarget(root, load, ask)
+        target.load(RECORDS)
+        assert target.converse(["a", "b"], 3) == ["0 before a", "2 before b"]
+        assert srv.bodies[-1]["history"] == [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "0 before a"},
+        ]
+        plain = HttpTarget(root, load, Request("/ask", {"q": "{query}"}, answer="$.answer"))
+        with pytest.raises(InvalidParameter, match=r"\{history\}"):
+            plain.converse(["a", "b"], 3)
