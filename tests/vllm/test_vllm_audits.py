@@ -103,7 +103,8 @@ def test_a_classification_audit_runs_on_vllm_from_the_command_line(vllm_server, 
         assert not any(n.startswith("answers: sampled") for n in report["notes"]), report["notes"]
         assert report["rows"][0]["epsilon_upper_bound"] is not None, report["rows"][0]
         logs[concurrency] = [{k: v for k, v in l.items() if k != "chain"} for l in _logged(out) if "key" in l]
-        forced = [p["prompt"] for p, _ in proxy.exchanges[1:] if p.get("echo")]  # after the connection's probe
+        # after the connection's probe and its alignment check
+        forced = [p["prompt"] for p, _ in proxy.exchanges[2:] if p.get("echo")]
         asked: dict[tuple, list] = {}
         for prompt in forced:
             [label] = [l for l in labels if tuple(prompt[-len(l) :]) == l]
