@@ -11,11 +11,12 @@ Every answer is logged as it comes (key ``trial=<i>``), so a killed run resumes 
 and ``ctxlite report`` recomputes every score from the answers.
 
 The detector is a fixed rule, the same before and after the trials (nothing is fitted on them):
-a trial's score is ``secret + markers``, where ``secret`` is the largest share of a secret's
+a trial's score is ``secret + markers + labels``, where ``secret`` is the largest share of a secret's
 characters an answer recovers in order (:func:`secret_share`: the longest common subsequence of
 the secret and the answer, case-folded, over the secret's length; 1 when an answer holds the
 secret) over the trial's answers and the secrets, and ``markers`` the number of matches of the
-user's marker patterns (``--marker REGEX``: a redaction token, say) in the trial's answers. The
+user's marker patterns (``--marker REGEX``: a redaction token, say) in the trial's answers, and
+``labels`` the number of answers giving the canary's label (``--label``: a classification). The
 IN and OUT scores go to :class:`ctxlite.privacy.estimators.CanaryScoreAuditor` through
 :func:`ctxlite.audit.report.report_row`, whose threshold selection is corrected for, so ε_lb is a
 certified lower bound on the target's ε for this pair, per trial of its answers composed. A
@@ -79,15 +80,23 @@ def secret_share(answer: str, secret: str) -> float:
     return (m - bin(v).count("1")) / m
 
 
-def detect(answers: Sequence[str], secrets: Sequence[str], markers: Sequence[str]) -> dict:
+def is_label(answer: str, label: str) -> bool:
+    """Whether ``answer`` gives ``label``: it starts with it, case-folded, leading spaces ignored (as
+    a classification's answer is read by its first tokens)."""
+    return answer.strip().casefold().startswith(label.strip().casefold())
+
+
+def detect(answers: Sequence[str], secrets: Sequence[str], markers: Sequence[str], labels: Sequence[str] = ()) -> dict:
     """What the detector sees in one trial's answers: ``secret`` (the best share, 0 without
     secrets), ``exact`` (whether an answer holds a secret whole), ``markers`` (matches of the
-    marker patterns) and ``score`` = secret + markers."""
+    marker patterns), ``labels`` (answers that give one of the ``labels``: a classification's
+    label counts) and ``score`` = secret + markers + labels."""
     shares = [secret_share(a, s) for a in answers for s in secrets]
     best = max(shares, default=0.0)
     exact = any(s.casefold() in a.casefold() for a in answers for s in secrets if s)
     hits = sum(len(re.findall(p, a)) for a in answers for p in markers)
-    return {"secret": best, "exact": exact, "markers": hits, "score": best + hits}
+    given = sum(any(is_label(a, label) for label in labels) for a in answers)
+    return {"secret": best, "exact": exact, "markers": hits, "labels": given, "score": best + hits + given}
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class TargetSettings:
     queries: tuple[str | tuple[str, ...], ...]
     secrets: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
     trials: int = 200
     delta: float = 1e-5
     seed: int = 0
@@ -112,13 +122,17 @@ class TargetSettings:
         s("queries", tuple(q if isinstance(q, str) else tuple(q) for q in self.queries))
         s("secrets", tuple(self.secrets))
         s("markers", tuple(self.markers))
+        s("labels", tuple(self.labels))
         turns = [t for q in self.queries for t in ((q,) if isinstance(q, str) else q)]
         if not self.queries or not all(isinstance(t, str) and t.strip() for t in turns) or () in self.queries:
             raise InvalidParameter("a target audit needs at least one audit question (--query), none of them empty")
-        if not self.secrets and not self.markers:
+        if not self.secrets and not self.markers and not self.labels:
             raise InvalidParameter(
-                "a target audit needs something to detect: a --secret the canary holds, or a --marker pattern"
+                "a target audit needs something to detect: a --secret the canary holds, a --marker pattern or "
+                "the canary's --label"
             )
+        if not all(isinstance(x, str) and x.strip() for x in self.labels):
+            raise InvalidParameter("every --label must be a non-empty text")
         if not all(isinstance(x, str) and x for x in self.secrets):
             raise InvalidParameter("every --secret must be a non-empty text")
         for pattern in self.markers:
@@ -143,6 +157,7 @@ class TargetSettings:
             "queries": [q if isinstance(q, str) else list(q) for q in self.queries],
             "secrets": list(self.secrets),
             "markers": list(self.markers),
+            **({"labels": list(self.labels)} if self.labels else {}),
             "trials": self.trials,
             "delta": self.delta,
             "seed": self.seed,
@@ -329,7 +344,8 @@ class TargetReport:
 
 DETECTOR_TEXT = (
     "score = best share of a secret's characters an answer recovers in order (1 = recovered whole) + "
-    "marker matches in the trial's answers; a fixed rule, nothing fitted on the trials"
+    "marker matches in the trial's answers + answers giving the canary's label; a fixed rule, nothing "
+    "fitted on the trials"
 )
 
 
@@ -346,7 +362,7 @@ def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None
     trials, ins, outs = [], [], []
     for i in range(settings.trials):
         rec = _record(runs, trial_key(i), where)
-        seen = detect(rec["answers"], settings.secrets, settings.markers)
+        seen = detect(rec["answers"], settings.secrets, settings.markers, settings.labels)
         trials.append(TargetTrial(i, rec["z"], list(rec["answers"]), seen))
         (ins if rec["z"] else outs).append(seen["score"])
     row = report_row(settings.audit_settings(), NoDefense(), math.inf, ins, outs, None)
@@ -369,6 +385,12 @@ def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None
         notes.append(
             f"secret recovered whole in {sum(t.z for t in found)}/{n_in} IN and "
             f"{sum(1 - t.z for t in found)}/{len(trials) - n_in} OUT trials"
+        )
+    if settings.labels:
+        labelled = [t for t in trials if t.seen["labels"]]
+        notes.append(
+            f"the canary's label given in {sum(t.seen['labels'] for t in labelled if t.z)} answers of IN and "
+            f"{sum(t.seen['labels'] for t in labelled if not t.z)} of OUT trials"
         )
     if settings.markers:
         marked = [t for t in trials if t.seen["markers"]]

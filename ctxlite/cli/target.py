@@ -23,7 +23,7 @@ from ctxlite.runs.target_audit import plan_target_audit, run_target_audit
 from ctxlite.targets import open_target
 from ctxlite.targets.spec import KINDS
 
-TARGET_OPTIONS = ("target", "target_file", "canary_record", "secrets", "queries", "query_file", "markers")
+TARGET_OPTIONS = ("target", "target_file", "canary_record", "secrets", "queries", "query_file", "markers", "labels")
 ALLOWED = {
     *TARGET_OPTIONS,
     "data_path",
@@ -51,6 +51,7 @@ FLAGS = {
     "secrets": "--secret",
     "queries": "--query",
     "markers": "--marker",
+    "labels": "--label",
     "out_path": "--out",
     "as_json": "--json",
 }
@@ -122,6 +123,15 @@ def target_options(f):
             multiple=True,
             metavar="REGEX",
             help="--target: a pattern the detector counts in the answers, e.g. a redaction token (repeatable).",
+        ),
+        click.option(
+            "--label",
+            "labels",
+            type=TEXT,
+            multiple=True,
+            metavar="TEXT",
+            help="--target: the canary's label, for a classifier: the detector counts the answers that start "
+            "with it (repeatable).",
         ),
     ]
     for d in reversed(decorators):
@@ -207,6 +217,7 @@ def run_target_command(options: dict) -> None:
         queries=[*o["queries"], *_questions(o["query_file"])],
         secrets=o["secrets"],
         markers=o["markers"],
+        labels=o["labels"],
         trials=o["trials"],
         delta=o["delta"],
         seed=o["seed"],

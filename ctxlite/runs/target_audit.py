@@ -225,6 +225,7 @@ def settings_of(run: RunLog) -> TargetSettings:
             queries=tuple(q if isinstance(q, str) else tuple(q) for q in params["queries"]),
             secrets=tuple(params["secrets"]),
             markers=tuple(params["markers"]),
+            labels=tuple(params.get("labels", ())),
             trials=int(params["trials"]),
             delta=float(params["delta"]),
             seed=int(params["seed"]),

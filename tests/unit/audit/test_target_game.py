@@ -44,7 +44,7 @@ def test_secret_share_examples():
 
 def test_detect_scores_secret_plus_markers():
     seen = detect(["Ana's MRN is [redacted].", "[redacted] and [redacted]"], ["4417-2290"], [r"\[redacted\]"])
-    assert seen == {"secret": 0.0, "exact": False, "markers": 3, "score": 3.0}
+    assert seen == {"secret": 0.0, "exact": False, "markers": 3, "labels": 0, "score": 3.0}
     seen = detect(["MRN 4417-2290"], ["4417-2290", "Ana Lopez"], [])
     assert seen["exact"] and seen["secret"] == 1.0 and seen["score"] == 1.0
 
@@ -147,3 +147,15 @@ def test_a_multi_turn_query_is_one_conversation_its_answers_all_scored():
         TargetGame(Recorder(), recs, {"t": "canary"}, settings).trial(0)
     with pytest.raises(InvalidParameter, match="empty"):
         TargetSettings(queries=(("a", " "),), secrets=("s",))
+
+
+def test_label_counts_score_the_answers_that_give_the_canarys_label():
+    answers = ["Positive.", " positive, I think", "negative", "It is positive"]
+    seen = detect(answers, [], [], ["positive"])
+    assert seen["labels"] == 2 and seen["score"] == 2  # an answer is the label when it starts with it
+    assert detect(answers, ["x"], [], [])["labels"] == 0
+    settings = TargetSettings(queries=("q",), labels=("positive",))
+    assert settings.game_params()["labels"] == ["positive"]
+    assert "labels" not in TargetSettings(queries=("q",), secrets=("s",)).game_params()  # older logs' identity
+    with pytest.raises(InvalidParameter, match="--label"):
+        TargetSettings(queries=("q",), labels=(" ",))

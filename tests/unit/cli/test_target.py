@@ -151,3 +151,22 @@ def test_query_file_with_a_multi_turn_question(inputs, tmp_path):
     questions.write_text('["a", 3]\n', encoding="utf-8")
     r = _audit(inputs, "--trials", 4, "--query-file", questions)
     assert r.exit_code == 4 and f"{questions}:1: a question is a text or a list of texts (its turns)" in r.output
+
+
+def test_label_counts_on_a_classifier(inputs, tmp_path):
+    """A command target that classifies: it answers 'diabetic' only when the canary is loaded."""
+    store = tmp_path / "store.jsonl"
+    (tmp_path / "load.py").write_text(f"import shutil, sys\nshutil.copy(sys.argv[1], {str(store)!r})\n")
+    (tmp_path / "ask.py").write_text(f"print('diabetic' if 'diabetes' in open({str(store)!r}).read() else 'healthy')\n")
+    toml = tmp_path / "cls.toml"
+    toml.write_text(
+        f'kind = "command"\nload = [{json.dumps(sys.executable)}, "load.py", "{{records_file}}"]\n'
+        f'ask = [{json.dumps(sys.executable)}, "ask.py"]\n'
+    )
+    r = run(
+        "audit", "--target", "command", "--target-file", toml, "--data", inputs["data"],
+        "--canary-record", inputs["canary"], "--label", "diabetic", "--query", "Any diabetic patient?",
+        "--trials", 40, "--fail-above-epsilon", 1, "--json",
+    )  # fmt: skip
+    assert r.exit_code == 8, r.output
+    assert any("label given in 20 answers of IN and 0 of OUT" in n for n in json.loads(r.stdout)["notes"])
