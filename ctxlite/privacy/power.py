@@ -50,6 +50,7 @@ from ctxlite.privacy.estimators import (
     check_rate,
     check_real,
     clopper_pearson_epsilon_array,
+    gdp_epsilon,
     point_epsilon,
 )
 
@@ -202,8 +203,6 @@ def gaussian_trials_to_certify(
     if mu < 0:
         raise InvalidParameter(f"mu must be >= 0, got {mu}")
     alpha, delta, power = check_open_unit("alpha", alpha), check_delta(delta), check_open_unit("power", power)
-    from ctxlite.privacy.estimators import gdp_epsilon
-
     if mu == 0 or gdp_epsilon(mu, delta) <= budget:
         return None, None
     cache: dict[int, tuple[float, float]] = {}

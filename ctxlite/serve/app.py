@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ctxlite._version import __version__
 from ctxlite.serve.ledger import key_id
-from ctxlite.serve.service import ApiError, Outcome, ServeSettings, Service, _text
+from ctxlite.serve.service import ApiError, Outcome, ServeSettings, Service, unicode_text
 
 HEADER = "X-Ctxlite-Epsilon"
 
@@ -97,7 +97,7 @@ def build_app(service: Service) -> FastAPI:
         text = (await body_of(request)).get("input")
         if not isinstance(text, str):
             raise ApiError(400, "input must be a string", param="input")
-        return {"tokens": service.engine.tokenize(_text(text, "input"), add_bos=True, special=True)}
+        return {"tokens": service.engine.tokenize(unicode_text(text, "input"), add_bos=True, special=True)}
 
     @app.post("/extras/detokenize")
     async def detokenize(request: Request):

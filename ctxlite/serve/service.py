@@ -215,7 +215,7 @@ def _shown(name: str) -> str:
     return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _text(value: str, param: str) -> str:
+def unicode_text(value: str, param: str) -> str:
     """``value`` if it is Unicode text that UTF-8 can encode, else a 400 naming ``param``."""
     try:
         value.encode("utf-8")
@@ -394,7 +394,7 @@ class Service:
         echo = body.get("echo", False)
         if not isinstance(echo, bool):
             raise ApiError(400, f"echo must be true or false, got {echo!r}", param="echo")
-        without = self.engine.tokenize(_text(prompt, "prompt"), add_bos=True, special=True)
+        without = self.engine.tokenize(unicode_text(prompt, "prompt"), add_bos=True, special=True)
         if echo and body.get("logprobs") is not None and self.settings.release_realised:
             return self._forced_request(body, prompt, without, max_tokens, temperature, stream)
         bos = self.engine.bos_id
