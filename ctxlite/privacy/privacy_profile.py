@@ -227,7 +227,13 @@ def _epsilon_for_delta(losses: np.ndarray, probs: np.ndarray, infinite: float, d
     i = int(crossed[0]) if crossed.size else len(losses)  # δ(ε) <= delta on (losses[i], losses[i − 1]]
     if lower[i] <= 0 or upper[i] <= delta:
         return max(0.0, float(losses[i - 1])) if i > 0 and upper[i] > delta else 0.0
-    return max(0.0, math.log((upper[i] - delta) / lower[i]))
+    # in logs: lower[i] may be subnormal (a loss beyond ~708 nats), where the quotient overflows to inf;
+    # the crossing lies in (losses[i], losses[i - 1]] (δ(losses[i]) > delta >= δ(losses[i - 1])), which
+    # bounds what rounding may do
+    eps = math.log(upper[i] - delta) - math.log(lower[i])
+    top = float(losses[i - 1]) if i > 0 else math.inf
+    bottom = float(losses[i]) if i < len(losses) else 0.0
+    return max(0.0, bottom, min(eps, top))
 
 
 def _check_pairs(pairs: Sequence[VotePair]) -> tuple[list[VotePair], int]:

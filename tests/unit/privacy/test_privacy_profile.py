@@ -227,3 +227,12 @@ def test_hidden_votes_make_the_public_vote_profile_an_upper_bound_not_the_histog
     terms = np.maximum(1.0 - np.exp(eps - loss), 0.0)
     hidden, se = terms.mean(), terms.std() / math.sqrt(n)
     assert hidden + 5 * se < public - 0.05, (hidden, public)  # 0.32 against 0.40
+
+
+def test_a_loss_beyond_the_exponents_range_gives_a_finite_epsilon():
+    """One outcome of loss 710 nats (e^-710 is subnormal): ε(δ) = 710 + log(1 − δ), not the +inf the
+    quotient (1 − δ) / e^-710 overflowed to (found by a 20x hypothesis sweep's RuntimeWarning)."""
+    from ctxlite.privacy.privacy_profile import _epsilon_for_delta
+
+    got = _epsilon_for_delta(np.array([710.0]), np.array([1.0]), 0.0, 1e-5)
+    assert got == pytest.approx(710.0 + math.log1p(-1e-5), abs=1e-9)
