@@ -194,7 +194,11 @@ def rag_app(tmp_path_factory):
 def test_documented_command_runs(line, tmp_path, request):
     write_inputs(tmp_path)
     args = runnable(line, tmp_path)
-    if args[0] in ("report", "verify"):  # reports (checks) a log a documented run wrote
+    if args[0] in ("report", "verify") and Path(args[1]).name == "serve.jsonl":  # the documented server's log
+        [serve] = [line for line in help_examples("serve") if "--log runs/serve.jsonl" in line]
+        run_server(runnable(serve, tmp_path), tmp_path)  # asked the documented request, then stopped
+        args[1] = str(tmp_path / "serve.jsonl")
+    elif args[0] in ("report", "verify"):  # reports (checks) a log a documented run wrote
         args[1] = str(request.getfixturevalue("run_logs")["audit" if "audit" in args[1] else "score"])
     if "--head" in args:  # the documented head stands for the one that run reported
         from ctxlite.records import read_run_log
@@ -230,6 +234,10 @@ def test_documented_command_runs(line, tmp_path, request):
         assert r.stdout.split()[0] == "verdict:" if gated else r.stdout.split()[0] in ("eps", "example"), r.stdout
         return
     out = json.loads(r.stdout)
+    if out.get("kind") == "serve":  # what the documented request was served, recomputed from the log
+        served = out["served"]
+        assert out["complete"] and served["responses"] == 1 and served["tokens"] > 0, out
+        return
     if "--plan" in args:  # what the run would cost, nothing run
         assert out["plan"]["decode_calls"] > 0 and out["plan"]["estimated_seconds"] > 0
         return
