@@ -24,7 +24,7 @@ LINES = {
     "score-run": ("example_record", "score_end"),
     "audit": (("reference_record", "trial_record"), "audit_end"),
     "serve": (("serve_reservation", "serve_response"), "serve_end"),  # the end line of a clean stop
-    "target-audit": (("target_probe", "target_trial"), "target_end"),
+    "target-audit": (("target_probe", "target_trial", "target_reference"), "target_end"),
 }
 
 

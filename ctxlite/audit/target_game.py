@@ -115,6 +115,7 @@ class TargetSettings:
     seed: int = 0
     probe: bool = True
     resample_size: int | None = None
+    reference_runs: int = 0
     estimates: EstimateSettings = field(default_factory=EstimateSettings)
 
     def __post_init__(self):
@@ -126,7 +127,7 @@ class TargetSettings:
         turns = [t for q in self.queries for t in ((q,) if isinstance(q, str) else q)]
         if not self.queries or not all(isinstance(t, str) and t.strip() for t in turns) or () in self.queries:
             raise InvalidParameter("a target audit needs at least one audit question (--query), none of them empty")
-        if not self.secrets and not self.markers and not self.labels:
+        if not self.secrets and not self.markers and not self.labels and not self.reference_runs:
             raise InvalidParameter(
                 "a target audit needs something to detect: a --secret the canary holds, a --marker pattern or "
                 "the canary's --label"
@@ -144,6 +145,8 @@ class TargetSettings:
             raise InvalidParameter(f"trials must be >= 4 (two per side at least), got {self.trials}")
         if not 0 < self.delta < 1:
             raise InvalidParameter(f"delta must be in (0, 1), got {self.delta}")
+        if self.reference_runs < 0:
+            raise InvalidParameter(f"reference_runs must be >= 0, got {self.reference_runs}")
         if self.resample_size is not None and self.resample_size < 1:
             raise InvalidParameter(f"resample_size must be >= 1 (records per trial), got {self.resample_size}")
 
@@ -163,6 +166,7 @@ class TargetSettings:
             "seed": self.seed,
             "probe": self.probe,
             **({} if self.resample_size is None else {"resample_size": self.resample_size}),
+            **({"reference_runs": self.reference_runs} if self.reference_runs else {}),
         }
 
     def audit_settings(self) -> AuditSettings:
@@ -197,6 +201,38 @@ def ask_seed(seed: int, trial: int, question: int) -> int:
 
 def trial_key(i: int) -> str:
     return f"trial={i}"
+
+
+def reference_key(j: int, z: bool) -> str:
+    return f"reference={j}/z={int(z)}"
+
+
+def _reference_seed(seed: int, j: int, z: bool, question: int) -> int:
+    return int(np.random.SeedSequence([int(seed), 17, int(j), int(z), int(question)]).generate_state(1)[0] >> 1)
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def words_of(answers: Sequence[str]) -> set[str]:
+    """The distinct words (runs of letters and digits, case-folded) of a run's answers."""
+    return {w for a in answers for w in _WORD.findall(a.casefold())}
+
+
+def fit_words(ins: Sequence[Sequence[str]], outs: Sequence[Sequence[str]]) -> dict[str, float]:
+    """The word detector's weights, fitted on reference runs' answers (``ins`` with the canary,
+    ``outs`` without): each word's log-odds, log((IN runs holding it + ½) / (OUT runs holding it + ½))."""
+    seen_in = [words_of(a) for a in ins]
+    seen_out = [words_of(a) for a in outs]
+    vocab = set().union(*seen_in, *seen_out) if seen_in or seen_out else set()
+    return {
+        w: math.log((sum(w in s for s in seen_in) + 0.5) / (sum(w in s for s in seen_out) + 0.5)) for w in sorted(vocab)
+    }
+
+
+def word_score(answers: Sequence[str], weights: Mapping[str, float]) -> float:
+    """A trial's word score: the sum of the fitted weights of the distinct words of its answers."""
+    return float(sum(weights.get(w, 0.0) for w in words_of(answers)))
 
 
 class TargetGame:
@@ -235,9 +271,15 @@ class TargetGame:
             return list(records)
         return records[:position] + [self.canary] + records[position:]
 
-    def _answers(self, z: bool, trial: int) -> tuple[list[int], list[str]]:
-        self.target.load(self.dataset(z, trial))
-        seeds = [ask_seed(self.s.seed, trial, q) for q in range(len(self.s.queries))]
+    def _answers(self, z: bool, trial: int, reference: int | None = None) -> tuple[list[int], list[str]]:
+        """Load the trial's data set, ask every question; a ``reference`` run draws from its own
+        seeds (and data draw), disjoint from every trial's."""
+        if reference is None:
+            self.target.load(self.dataset(z, trial))
+            seeds = [ask_seed(self.s.seed, trial, q) for q in range(len(self.s.queries))]
+        else:
+            self.target.load(self.dataset(z, self.s.trials + reference))
+            seeds = [_reference_seed(self.s.seed, reference, z, q) for q in range(len(self.s.queries))]
         answers = []
         for query, seed in zip(self.s.queries, seeds):
             texts = [self.target.ask(query, seed)] if isinstance(query, str) else converse(self.target, query, seed)
@@ -253,6 +295,11 @@ class TargetGame:
         _, outs = self._answers(False, -1)
         return {"type": "probe", "seeds": seeds, "in": ins, "out": outs, "identical": ins == outs}
 
+    def reference(self, j: int, z: bool) -> dict:
+        """Reference run ``j`` of side ``z``: what the word detector is fitted on, never a trial."""
+        seeds, answers = self._answers(z, -1, reference=j)
+        return {"type": "reference", "z": int(z), "seeds": seeds, "answers": answers}
+
     def trial(self, i: int) -> dict:
         z = self.zs[i]
         seeds, answers = self._answers(z, i)
@@ -265,6 +312,10 @@ class TargetGame:
             runs[PROBE_KEY] = _logged(log, PROBE_KEY, self.probe)
             if runs[PROBE_KEY]["identical"]:
                 tell(probe_warning())
+        for j in range(self.s.reference_runs):
+            for z in (True, False):
+                runs[reference_key(j, z)] = _logged(log, reference_key(j, z), lambda j=j, z=z: self.reference(j, z))
+            tick("reference runs", j + 1, self.s.reference_runs)
         for i in range(self.s.trials):
             runs[trial_key(i)] = _logged(log, trial_key(i), lambda i=i: self.trial(i))
             tick("trials", i + 1, self.s.trials)
@@ -331,6 +382,7 @@ class TargetReport:
     trials: list[TargetTrial]
     probe: dict | None
     notes: list[str]
+    words: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -360,9 +412,19 @@ def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None
     """The report of a finished target audit, from its logged runs (what ``run`` and ``report``
     both call, so a report read from the log recomputes every score from the answers)."""
     trials, ins, outs = [], [], []
+    weights = None
+    if settings.reference_runs:
+        refs = {
+            z: [_record(runs, reference_key(j, z), where)["answers"] for j in range(settings.reference_runs)]
+            for z in (True, False)
+        }
+        weights = fit_words(refs[True], refs[False])
     for i in range(settings.trials):
         rec = _record(runs, trial_key(i), where)
         seen = detect(rec["answers"], settings.secrets, settings.markers, settings.labels)
+        if weights is not None:
+            seen["words"] = word_score(rec["answers"], weights)
+            seen["score"] += seen["words"]
         trials.append(TargetTrial(i, rec["z"], list(rec["answers"]), seen))
         (ins if rec["z"] else outs).append(seen["score"])
     row = report_row(settings.audit_settings(), NoDefense(), math.inf, ins, outs, None)
@@ -395,4 +457,10 @@ def target_report(settings: TargetSettings, runs: Mapping[str, dict], where=None
     if settings.markers:
         marked = [t for t in trials if t.seen["markers"]]
         notes.append(f"markers seen in {sum(t.z for t in marked)} IN and {sum(1 - t.z for t in marked)} OUT trials")
-    return TargetReport(settings, row, trials, probe, notes)
+    if weights is not None:
+        top = sorted(weights, key=lambda w: -weights[w])[:5]
+        notes.append(
+            f"words fitted on {settings.reference_runs} reference run(s) per side, disjoint from the trials: the "
+            f"most IN-telling {', '.join(f'{w} ({weights[w]:.2f})' for w in top)}"
+        )
+    return TargetReport(settings, row, trials, probe, notes, weights or {})

@@ -41,6 +41,7 @@ ALLOWED = {
     "plan",
     "resample_data",
     "shots",
+    "reference_runs",
 }
 CHAT = {"base_url", "model_name", "request_timeout", "retries", "concurrency", "temperature", "max_new_tokens"}
 FLAGS = {
@@ -222,6 +223,7 @@ def run_target_command(options: dict) -> None:
         delta=o["delta"],
         seed=o["seed"],
         resample_size=o["shots"] if o["resample_data"] else None,
+        reference_runs=o["reference_runs"] if given_explicitly("reference_runs") else 0,
         estimates=estimates,
     )
     records = [line.data for line in read_jsonl(o["data_path"])]

@@ -78,6 +78,7 @@ def target_html(run: TargetAuditRun, no_text: bool = False) -> str:
             "yes" if t.seen["exact"] else "no",
             t.seen["markers"],
             t.seen.get("labels", 0),
+            _num(t.seen.get("words")),
             _num(t.seen["score"]),
         ]
         for t in run.report.trials
@@ -92,6 +93,10 @@ def target_html(run: TargetAuditRun, no_text: bool = False) -> str:
         + table(["ε_lb", "ε point", "TPR", "FPR", "AUROC", "IN", "OUT"], row)
         + "".join(f"<p class='note'>{esc(n)}</p>" for n in run.report.notes)
         + "<h2>Trials: what the detector saw</h2>"
-        + table(["trial", "Z", "answers", "secret share", "secret whole", "markers", "labels", "score"], trials, left=3)
+        + table(
+            ["trial", "Z", "answers", "secret share", "secret whole", "markers", "labels", "words", "score"],
+            trials,
+            left=3,
+        )
     )
     return page(title, body)

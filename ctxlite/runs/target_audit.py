@@ -197,7 +197,7 @@ def plan_target_audit(target, records: Sequence[dict], settings: TargetSettings,
         answers.append(target.ask(first, seed) if isinstance(first, str) else converse(target, first, seed))
         asks.append(time.perf_counter() - began)
     load_s, ask_s = sum(loads) / len(loads), sum(asks) / len(asks)
-    n_loads = settings.trials + (2 if settings.probe else 0)
+    n_loads = settings.trials + (2 if settings.probe else 0) + 2 * settings.reference_runs
     n_asks = n_loads * settings.asks_per_trial
     turns = 1 if isinstance(settings.queries[0], str) else len(settings.queries[0])
     ask_s /= turns  # a conversation was timed whole: per answer
@@ -231,6 +231,7 @@ def settings_of(run: RunLog) -> TargetSettings:
             seed=int(params["seed"]),
             probe=bool(params["probe"]),
             resample_size=None if params.get("resample_size") is None else int(params["resample_size"]),
+            reference_runs=int(params.get("reference_runs", 0)),
             estimates=estimates,
         )
     except (KeyError, TypeError, ValueError, InvalidParameter) as exc:

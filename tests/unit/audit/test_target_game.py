@@ -3,6 +3,8 @@ its slow reference, the balanced Z, the settings' refusals and the pair the game
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -159,3 +161,15 @@ def test_label_counts_score_the_answers_that_give_the_canarys_label():
     assert "labels" not in TargetSettings(queries=("q",), secrets=("s",)).game_params()  # older logs' identity
     with pytest.raises(InvalidParameter, match="--label"):
         TargetSettings(queries=("q",), labels=(" ",))
+
+
+def test_word_weights_are_the_reference_runs_log_odds():
+    from ctxlite.audit.target_game import fit_words, word_score
+
+    ins = [["Ana has diabetes."], ["diabetes, Ana"], ["no idea"]]
+    outs = [["no idea"], ["No, Bo has gout"], ["idea"]]
+    w = fit_words(ins, outs)
+    assert w["diabetes"] == pytest.approx(math.log(2.5 / 0.5)) and w["idea"] == pytest.approx(math.log(1.5 / 2.5))
+    assert w["no"] == pytest.approx(math.log(1.5 / 2.5)) and w["gout"] == pytest.approx(math.log(0.5 / 1.5))
+    assert word_score(["diabetes DIABETES idea"], w) == pytest.approx(w["diabetes"] + w["idea"])  # distinct words
+    assert word_score(["unseen"], w) == 0.0

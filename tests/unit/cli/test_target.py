@@ -170,3 +170,14 @@ def test_label_counts_on_a_classifier(inputs, tmp_path):
     )  # fmt: skip
     assert r.exit_code == 8, r.output
     assert any("label given in 20 answers of IN and 0 of OUT" in n for n in json.loads(r.stdout)["notes"])
+
+
+def test_reference_runs_for_the_word_detector(inputs, tmp_path):
+    r = _audit(inputs, "--trials", 10, "--reference-runs", 2, "--plan", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["plan"]["loads"] == 10 + 2 + 4, r.output
+    out = tmp_path / "w.jsonl"
+    r = _audit(inputs, "--trials", 10, "--reference-runs", 2, "--out", out, "--json")
+    assert r.exit_code == 0 and any("reference run(s) per side" in n for n in json.loads(r.stdout)["notes"])
+    assert json.loads(out.read_text().splitlines()[0])["identity"]["settings"]["reference_runs"] == 2
+    r = _audit(inputs, "--trials", 10, "--json")  # the model audit's default of 16 is not a target's
+    assert "reference_runs" not in json.dumps(json.loads(r.stdout)["notes"]) and "reference run" not in r.stdout

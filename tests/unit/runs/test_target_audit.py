@@ -186,3 +186,31 @@ def test_run_audit_takes_any_object_with_load_and_ask():
         run_audit(Echo(), RECORDS, settings)
     with pytest.raises(InvalidParameter, match="has no load or ask method"):
         run_audit(object(), RECORDS, settings, canary=CANARY)
+
+
+def test_words_fitted_on_reference_runs_catch_what_the_fixed_rule_misses(tmp_path):
+    """A redacting app whose answers differ only by a word of the canary's record: the secret and the
+    marker are the same on both sides, the words fitted on reference runs (disjoint) tell them apart."""
+
+    class Redacting:
+        def load(self, records):
+            self.canary_in = any(r["name"] == "Ana Lopez" for r in records)
+
+        def ask(self, query, seed):
+            return "[redacted], diabetes" if self.canary_in else "[redacted]."
+
+    settings = TargetSettings(
+        queries=(QUERY,), secrets=("4417-2290",), markers=(r"\[redacted\]",), trials=40, reference_runs=4
+    )
+    fixed = TargetSettings(queries=(QUERY,), secrets=("4417-2290",), markers=(r"\[redacted\]",), trials=40)
+    assert run_target_audit(Redacting(), RECORDS, fixed, canary=CANARY, gate=EpsilonGate(1.0)).verdict.outcome is (
+        Outcome.INCONCLUSIVE
+    )
+    out = tmp_path / "w.jsonl"
+    run = run_target_audit(Redacting(), RECORDS, settings, canary=CANARY, out=out, gate=EpsilonGate(1.0))
+    assert run.verdict.outcome is Outcome.FAIL
+    refs = [json.loads(x) for x in out.read_text().splitlines() if '"reference"' in x]
+    assert len(refs) == 8 and {r["key"] for r in refs} == {f"reference={j}/z={z}" for j in range(4) for z in (0, 1)}
+    assert run.report.words["diabetes"] > 0 and abs(run.report.words["redacted"]) < 1e-12
+    again = report_log(out, gate=EpsilonGate(1.0))
+    assert again.verdict.outcome is Outcome.FAIL and again.report.to_dict() == run.report.to_dict()
