@@ -22,17 +22,20 @@ import stat
 import time
 from pathlib import Path
 
-from ctxlite.errors import LogInUse, OutputError, output_error
+from ctxlite.errors import InvalidParameter, LogInUse, OutputError, output_error
 
 
 class LogLock:
     """The exclusive write lock of the result log at ``log_path`` (:meth:`acquire`, :meth:`release`)."""
 
     def __init__(self, log_path: str | os.PathLike):
-        self.log_path = Path(log_path)
-        self.path = Path(str(self.log_path.resolve()) + ".lock")
         self._fd: int | None = None
         self._sidecar = False
+        self.log_path = Path(log_path)
+        try:
+            self.path = Path(str(self.log_path.resolve()) + ".lock")
+        except (RuntimeError, OSError) as exc:  # a loop of symbolic links (RuntimeError before Python 3.13)
+            raise InvalidParameter(f"the log {self.log_path} cannot be resolved to a file: {exc}") from None
 
     @property
     def held(self) -> bool:

@@ -24,6 +24,7 @@ to, locked and read back.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -89,12 +90,18 @@ KINDS = (
 """The kinds of file that are not regular files, by the test of their mode."""
 
 
+LINK_LOOP = "loop of symbolic links"
+"""The kind :func:`file_kind` gives a path whose links never reach a file (ELOOP)."""
+
+
 def file_kind(path: str | os.PathLike) -> str | None:
     """What ``path`` names, following symbolic links: ``"regular file"``, one of :data:`KINDS`' names,
     or None where nothing is there yet (or it cannot be told: the write itself will say why)."""
     try:
         mode = os.stat(path).st_mode
-    except (OSError, ValueError):
+    except OSError as exc:  # a loop of links is something there, which a rename would replace
+        return LINK_LOOP if exc.errno == errno.ELOOP else None
+    except ValueError:
         return None
     if stat.S_ISREG(mode):
         return "regular file"
@@ -110,7 +117,7 @@ def check_output_kind(path: str | os.PathLike, flag: str, devices: bool = False)
     kind = file_kind(path)
     if kind in (None, "regular file") or (devices and kind == "character device"):
         return kind
-    link = " (through a symbolic link)" if os.path.islink(path) else ""
+    link = " (through a symbolic link)" if os.path.islink(path) and kind != LINK_LOOP else ""
     what = "a regular file or a character device such as /dev/null" if devices else "a regular file"
     raise InvalidParameter(
         f"{flag} {os.fspath(path)} is a {kind}{link}, not a regular file: ctxlite writes a whole file and "

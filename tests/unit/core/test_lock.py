@@ -31,3 +31,14 @@ def test_a_lock_file_that_is_a_fifo_is_refused(tmp_path):
     os.mkfifo(tmp_path / "run.jsonl.lock")
     with pytest.raises(OutputError, match="lock file .* is not a regular file"):
         LogLock(tmp_path / "run.jsonl").acquire()
+
+
+def test_a_lock_on_a_loop_of_links_is_one_error_not_a_traceback(tmp_path):
+    """The library path: Path.resolve raised RuntimeError, and __del__ then read an unset _fd."""
+    from ctxlite.errors import InvalidParameter
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(InvalidParameter, match="cannot be resolved"):
+        LogLock(a)

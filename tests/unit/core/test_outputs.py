@@ -363,3 +363,33 @@ def test_write_atomic_through_a_link_replaces_the_target_in_its_own_folder(tmp_p
     link.symlink_to(target)
     write_atomic(link, b"new", "HTML report")
     assert link.is_symlink() and target.read_bytes() == b"new" and os.listdir(elsewhere) == ["r.html"]
+
+
+def _loop(tmp_path: Path) -> Path:
+    a, b = tmp_path / "loop-a", tmp_path / "loop-b"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    return a
+
+
+@pytest.mark.parametrize("flag", ["--html", "--junit"])
+def test_an_output_on_a_loop_of_links_is_refused_and_the_links_stay(run_log, tmp_path, flag):
+    """A review's case: ``--html`` onto a loop of symbolic links took ELOOP for "nothing there yet"
+    and replaced the link with a regular file, exit 0."""
+    loop = _loop(tmp_path)
+    check_refused(invoke(["report", str(run_log), flag, str(loop)]), f"{flag} {loop} is a loop of symbolic links")
+    assert loop.is_symlink() and (tmp_path / "loop-b").is_symlink()
+
+
+@pytest.mark.parametrize("command", ["score", "audit"])
+def test_a_log_on_a_loop_of_links_is_one_line_and_no_traceback(fake, data, tmp_path, command):
+    """A review's case: ``--out`` onto a loop ended in a RuntimeError traceback from the lock
+    (Path.resolve), and a second one from the lock's __del__."""
+    loop = _loop(tmp_path)
+    if command == "score":
+        args = _score(fake, data, "--out", str(loop))
+    else:
+        args = ["audit", "--data", str(data), "--out", str(loop), "--trials", "4"]
+    r = subprocess.run([sys.executable, "-m", "ctxlite", *args], capture_output=True, timeout=120)
+    check_refused(r, f"--out {loop} is a loop of symbolic links")
+    assert b"Exception ignored" not in r.stderr and loop.is_symlink()
