@@ -363,7 +363,7 @@ def _flag(name: str) -> str:
     help="With --unit: a unit whose most similar other unit is at least this similar (Jaccard of "
     "lowercased word 3-gram shingles) is also removed together with it (τ_pair: a fact both hold, "
     "which leave-one-out misses), and each cluster of three or more such units whole (τ_cluster: a "
-    "fact stated three times, which every pair misses); 0 = off.",
+    "fact stated three times, which every pair misses), as are units sharing 8 words in a row; 0 = off.",
 )
 @click.option(
     "--copy-sources/--no-copy-sources",

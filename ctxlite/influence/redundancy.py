@@ -2,7 +2,8 @@
 removing either copy leaves the other (each copy's τ_u falls). For each unit whose most similar
 other unit is a near-duplicate, the scorer also removes the two together (τ_pair); a fact stated
 three times or more survives every pair, so each cluster of three or more near-duplicates
-(:func:`clusters`) is removed as a whole too (τ_cluster).
+(:func:`clusters`) is removed as a whole too (τ_cluster), and so is each group of units joined by a
+run of :data:`SHARED_RUN` words in common (a fact copied into passages that differ around it).
 
 Similarity is the Jaccard index of word 3-gram shingles (Broder, "On the resemblance and
 containment of documents", 1997): J(u, v) = |S(u) ∩ S(v)| / |S(u) ∪ S(v)|, where S is the set of
@@ -27,6 +28,10 @@ WORD = re.compile(r"\w+")
 
 DUPLICATE_THRESHOLD = 0.5
 """The default similarity from which two units are near-duplicates."""
+
+SHARED_RUN = 8
+"""Words in a row two units must share to be removed together whatever their similarity: a fact
+copied into passages that differ around it (J ~ 0.2) is as invisible to leave-one-out as a copy."""
 
 
 def check_threshold(threshold: float | None) -> float | None:
@@ -72,11 +77,19 @@ def partners(texts: Sequence[str], threshold: float | None) -> list[tuple[int, f
     return out
 
 
+def runs(text: str) -> frozenset[tuple[str, ...]]:
+    """The runs of :data:`SHARED_RUN` consecutive words of ``text``, lowercased (none if fewer)."""
+    words = [w.lower() for w in WORD.findall(text)]
+    return frozenset(tuple(words[i : i + SHARED_RUN]) for i in range(len(words) - SHARED_RUN + 1))
+
+
 def clusters(texts: Sequence[str], threshold: float | None) -> list[tuple[tuple[int, ...], float]]:
-    """The clusters of three or more near-duplicates: the connected components of the graph whose
-    edges join two texts at least ``threshold`` similar, each as its members' indices (in order) and
-    the smallest similarity of two of its members (below ``threshold`` where the cluster is a chain);
-    in the order of their first member. None (off): no clusters.
+    """The clusters to remove whole: the connected components of the graph whose edges join two
+    texts at least ``threshold`` similar or sharing a run of :data:`SHARED_RUN` words, each as its
+    members' indices (in order) and the smallest similarity of two of its members (below
+    ``threshold`` where the cluster is a chain or joined by a shared run); in the order of their
+    first member: every component of three or more, and each of two whose texts are not
+    near-duplicates (only a shared run joins them). None (off): no clusters.
 
     Components, not cliques: they partition the texts (each text in one cluster, so one removal each
     and at most a third as many removals as texts), they are unique where maximal cliques overlap and
@@ -85,11 +98,13 @@ def clusters(texts: Sequence[str], threshold: float | None) -> list[tuple[tuple[
     is removed whole: τ_cluster is then exact for a larger set than one fact's copies, which a gate
     reads as a leak of that set, never as a pass. A component of two is a mutual pair of
     :func:`partners` (each is the other's most similar text), measured as τ_pair, so it is not
-    repeated here."""
+    repeated here; two texts joined by a shared run alone are no such pair, so they are a cluster."""
     if threshold is None:
         return []
     sets = [shingles(t) for t in texts]
     sims = {(i, j): _jaccard(sets[i], sets[j]) for i in range(len(sets)) for j in range(i + 1, len(sets))}
+    shared = [runs(t) for t in texts]
+    near = {(i, j) for (i, j), s in sims.items() if s >= threshold or shared[i] & shared[j]}
     parent = list(range(len(texts)))
 
     def root(i: int) -> int:
@@ -98,16 +113,16 @@ def clusters(texts: Sequence[str], threshold: float | None) -> list[tuple[tuple[
             i = parent[i]
         return i
 
-    for (i, j), s in sims.items():
+    for i, j in sorted(near):
         ri, rj = root(i), root(j)
-        if s >= threshold and ri != rj:
+        if ri != rj:
             parent[max(ri, rj)] = min(ri, rj)
     groups: dict[int, list[int]] = {}
     for i in range(len(texts)):
         groups.setdefault(root(i), []).append(i)
     out = []
     for members in sorted(groups.values()):
-        if len(members) >= 3:
+        if len(members) >= 3 or (len(members) == 2 and sims[tuple(members)] < threshold):
             low = min(sims[(i, j)] for k, i in enumerate(members) for j in members[k + 1 :])
             out.append((tuple(members), low))
     return out
@@ -115,11 +130,13 @@ def clusters(texts: Sequence[str], threshold: float | None) -> list[tuple[tuple[
 
 __all__ = [
     "DUPLICATE_THRESHOLD",
+    "SHARED_RUN",
     "SHINGLE",
     "WORD",
     "check_threshold",
     "clusters",
     "partners",
+    "runs",
     "shingles",
     "similarity",
 ]

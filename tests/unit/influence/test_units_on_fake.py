@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import Outcome, influence_cases, pair_removals
-from ctxlite.influence.redundancy import clusters
+from ctxlite.influence.redundancy import SHARED_RUN, clusters
 from ctxlite.influence.results import ExampleResult, LambdaResult
 from ctxlite.influence.scorer import Example, InfluenceScorer, InfluenceSettings, ngram_starts
 from ctxlite.influence.units import (
@@ -683,6 +683,36 @@ def test_a_fact_stated_three_times_is_removed_whole_and_the_gate_does_not_pass()
     assert LambdaResult.from_dict(r.to_dict()).to_dict() == r.to_dict()
 
 
+AROUND = [
+    "Front desk memo from Monday, please read carefully before the shift. {}",
+    "{} Shredded copies go in the blue bin next to the printer upstairs.",
+    "Archived note, second floor cabinet, drawer three, folder marked green: {} End of archived note here.",
+]
+"""Three passages that differ around a copied fact (pairwise similarity ~0.2: no near-duplicates)."""
+
+
+@pytest.mark.parametrize("copies", [2, 3])
+def test_a_fact_copied_into_passages_that_differ_is_removed_whole(copies):
+    """A review's case: the fact inside passages that are not near-duplicates formed no pair or
+    cluster, each copy's τ_u stayed small, and the gate at 10 nats said 'pass' while removing the
+    copies together moves the response by ~85 nats. They share SHARED_RUN words in a row: one
+    cluster, whose τ is the reference removal's, and the gate fails on it."""
+    around = [a.format(COPIED) for a in AROUND[:copies]]
+    passages = ["The clinic opens at nine.", around[0], "Parking is free on Sundays.", *around[1:]]
+    labels = [f"passage {i + 1}" for i, p in enumerate(passages) if COPIED in p]
+    example = Example(context="\n\n".join(passages), query="What?", response=COPIED[:37], passages=passages, id="x")
+    backend = SeesAFactOnce(seed=0, tiling_noise=0.01, hash_weight=0.0, induction=4.0)
+    scorer, rec = score(backend, example, lambdas=(1.0,), unit="passage", null_ablations=2)
+    (r,) = rec.results
+    assert all(u.partner is None for u in r.units)  # no near-duplicates
+    (cluster,) = r.clusters
+    assert cluster.units == labels and cluster.similarity < 0.5
+    want = reference_cluster_tau(backend, scorer, example, 1.0, labels)
+    assert cluster.influence == pytest.approx(want, rel=1e-6, abs=1e-4) and want > 50
+    (case,) = influence_cases([("x", rec)], 10.0)
+    assert case.outcome is Outcome.FAIL and "τ_cluster" in case.message, case.message
+
+
 def test_a_cluster_equals_the_reference_removal_and_reuse_equals_exact():
     """τ_cluster is the from-scratch decode without the three copies' tokens, and prefix reuse with
     a three-range removal equals --exact bit for bit."""
@@ -709,20 +739,31 @@ def test_a_log_whose_partners_join_three_units_never_removed_together_is_inconcl
     assert "never removed together" in case.message and "'passage 5'" in case.message
 
 
+def reference_share_a_run(a: str, b: str, n: int = SHARED_RUN) -> bool:
+    """Whether ``a`` and ``b`` hold the same ``n`` words in a row (lowercased), by comparing every window."""
+    wa, wb = (re.findall(r"\w+", t.lower()) for t in (a, b))
+    return any(wa[i : i + n] == wb[j : j + n] for i in range(len(wa) - n + 1) for j in range(len(wb) - n + 1))
+
+
 @settings(max_examples=200)
 @given(
-    st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=6).map(" ".join), max_size=7),
+    st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=6).map(" ".join), max_size=7)
+    | st.lists(st.lists(st.sampled_from(["a", "b"]), min_size=6, max_size=14).map(" ".join), max_size=6),
     st.sampled_from([0.2, 0.5, 1.0, None]),
 )
 def test_clusters_are_the_components_of_the_similarity_graph(texts, threshold):
-    """Against a brute-force reference: the connected components of three or more texts at least
-    the threshold similar (chains included: reached by a walk over near pairs), in the order of
+    """Against a brute-force reference: the connected components of texts at least the threshold
+    similar or sharing SHARED_RUN words in a row (chains included: reached by a walk over near
+    pairs), of three or more, or of two not near-duplicates (a shared run alone), in the order of
     their first member, with the smallest similarity of two members; none when off."""
     n = len(texts)
     want = []
     if threshold is not None:
         sim = [[reference_similarity(a, b) for b in texts] for a in texts]
-        near = [[j for j in range(n) if j != i and sim[i][j] >= threshold] for i in range(n)]
+        linked = [
+            [sim[i][j] >= threshold or reference_share_a_run(texts[i], texts[j]) for j in range(n)] for i in range(n)
+        ]
+        near = [[j for j in range(n) if j != i and linked[i][j]] for i in range(n)]
         seen: set[int] = set()
         for start in range(n):
             if start in seen:
@@ -734,7 +775,7 @@ def test_clusters_are_the_components_of_the_similarity_graph(texts, threshold):
                     comp.add(i)
                     todo += near[i]
             seen |= comp
-            if len(comp) >= 3:
+            if len(comp) >= 3 or (len(comp) == 2 and sim[min(comp)][max(comp)] < threshold):
                 low = min(reference_similarity(texts[i], texts[j]) for i in comp for j in comp if i < j)
                 want.append((tuple(sorted(comp)), pytest.approx(low)))
     assert clusters(texts, threshold) == want
