@@ -72,11 +72,13 @@ def composed_epsilon(k: int, epsilon: float, delta: float) -> float:
 TAIL_NATS = 28.0
 """Terms i of δ_k with |i − kq| > t are left out, t chosen so that Hoeffding's inequality bounds
 their total by e^{-TAIL_NATS}·δ ≤ 7e-13·δ; :func:`_solve` pays that bound into δ, so leaving them
-out only rounds ε' up (by far less than its float64 margin)."""
+out only rounds ε' up, by log(1 + 2e^{-TAIL_NATS}·δ / (A_j − δ)) (1e-13 at k = 1, ε = 1, δ = 0.05:
+more than the float64 margin there; both are reported as what ε' may exceed the exact value by)."""
 
 
-def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int]:
-    """(ε', number of terms evaluated): the closed form of :func:`composed_epsilon`.
+def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int, float]:
+    """(ε', number of terms evaluated, the most ε' may exceed the exact value by: its float64 margin
+    and the tail paid into δ): the closed form of :func:`composed_epsilon`.
 
     Write a_i = C(k, i) p^{k−i} q^i and b_i = C(k, i) p^i q^{k−i} = a_i e^{−(k−2i)ε}. Term i is active
     while (k − 2i)ε > ε', so on the segment (k − 2j − 2)ε ≤ ε' < (k − 2j)ε the active terms are
@@ -94,7 +96,7 @@ def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int]:
     ρ lowers δ_k by e^{ε'}B_j·ρ = (A_j − δ)·ρ, so ρ = 2η·(1 + A_j / (A_j − δ)) more than pays for
     them. ε' is returned rounded up by ρ (and by 4u·ε'), within [0, kε]."""
     if k == 0:
-        return 0.0, 0
+        return 0.0, 0, 0.0
     log_q = -float(np.logaddexp(0.0, epsilon))  # q = 1 / (1 + e^ε): the flip probability
     log_p = -float(np.logaddexp(0.0, -epsilon))
     target = delta * (1.0 - 2.0 * math.exp(-TAIL_NATS))  # δ less the Hoeffding bound of the terms left out
@@ -103,7 +105,7 @@ def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int]:
     first = max(0, math.ceil(centre - t))
     last = min(math.floor(centre + t), (k - 1) // 2)  # only i < k/2 are ever active at ε' ≥ 0
     if last < first:
-        return 0.0, 0
+        return 0.0, 0, 0.0
     i = np.arange(first, last + 1, dtype=np.float64)
     log_binom = gammaln(k + 1.0) - gammaln(i + 1.0) - gammaln(k - i + 1.0)
     log_a = log_binom + (k - i) * log_p + i * log_q
@@ -113,7 +115,7 @@ def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int]:
     at_low = np.exp(cum_a) - np.exp(low + cum_b)  # δ_k there (continuous across segments)
     over = np.flatnonzero(at_low > target)
     if len(over) == 0:  # δ_k(0) ≤ δ: any ε' ≥ 0 holds
-        return 0.0, len(i)
+        return 0.0, len(i), 0.0
     j = int(over[0])
     log_gap = cum_a[j] + math.log1p(-target * math.exp(-cum_a[j]))  # log(A_j − δ), A_j > δ here
     eps_total = log_gap - cum_b[j]
@@ -121,7 +123,9 @@ def _solve(k: int, epsilon: float, delta: float) -> tuple[float, int]:
     eps_total = min(max(eps_total, low[j]), hi)
     eta = 8.0 * 2.0**-53 * (3.0 * float(gammaln(k + 1.0)) + k * abs(log_q) + len(i))
     margin = 2.0 * eta * (1.0 + math.exp(cum_a[j] - log_gap)) + 4.0 * 2.0**-53 * eps_total
-    return min(eps_total + margin, k * epsilon), len(i)
+    paid = delta - target
+    tail = math.log1p(paid / (math.exp(log_gap) - paid))  # log((A_j − target) / (A_j − δ))
+    return min(eps_total + margin, k * epsilon), len(i), margin + tail
 
 
 MAX_COUNTED = 10**7
