@@ -150,7 +150,9 @@ def _check(options: dict) -> None:
     if kind is None:
         given = [n for n in TARGET_OPTIONS[1:] if given_explicitly(n)]
         if given:
-            raise click.UsageError(f"{_flag(given[0])} is an option of --target audits: give --target too")
+            flag = _flag(given[0])
+            hint = " (a model audit's kind of query is --query-kind)" if flag == "--query" else ""
+            raise click.UsageError(f"{flag} is an option of --target audits: give --target too{hint}")
         return
     if options["plan"] and (options["out_path"] or options["resume"]):
         raise click.UsageError("--plan writes no log: it has no --out or --resume")

@@ -14,13 +14,14 @@ from ctxlite.targets.base import Target, check_target
 from ctxlite.targets.chat import ChatTarget
 from ctxlite.targets.command import CommandTarget
 from ctxlite.targets.http import HttpTarget
-from ctxlite.targets.spec import TargetSpec, load_target_file, open_target
+from ctxlite.targets.spec import TargetKind, TargetSpec, load_target_file, open_target
 
 __all__ = [
     "ChatTarget",
     "CommandTarget",
     "HttpTarget",
     "Target",
+    "TargetKind",
     "TargetSpec",
     "check_target",
     "load_target_file",

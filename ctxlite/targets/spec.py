@@ -23,6 +23,7 @@ output), and optionally ``timeout`` and ``cwd`` (relative to the file's folder).
 
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,18 @@ from ctxlite.targets.chat import ChatTarget
 from ctxlite.targets.command import CommandTarget
 from ctxlite.targets.http import HttpTarget, Request, file_hash
 
-KINDS = ("chat", "http", "command")
+
+class TargetKind(str, enum.Enum):
+    """What ``ctxlite audit --target`` audits: an OpenAI-compatible chat endpoint, an application over
+    HTTP described by a target file, or commands described by one."""
+
+    CHAT = "chat"
+    HTTP = "http"
+    COMMAND = "command"
+
+
+KINDS = tuple(k.value for k in TargetKind)
+"""The kinds' names, in the enum's order (the CLI's choices)."""
 
 _TOP = {
     "http": {"kind", "base_url", "timeout", "retries", "backoff", "concurrency", "headers", "load", "ask", "reset"},

@@ -375,7 +375,8 @@ def test_score_options_without_effect(note, args, message):
         (["--attack", "injection", "--query-kind", "if-then"], "--query-kind has no effect here"),
         (["--detector", "count", "--reference-runs", "4"], "--reference-runs has no effect here"),
         (["--search-template", "--template-index", "1"], "--template-index has no effect here"),
-        (["--query", "if-then"], "No such option '--query'. Did you mean '--query-kind'?"),  # the old name, retired
+        # the old name of --query-kind is the target audits' question now
+        (["--query", "if-then"], "--query is an option of --target audits: give --target too (a model audit's kind"),
     ],
 )
 def test_audit_options_without_effect(args, message):

@@ -72,6 +72,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
     from ctxlite.cli.audit import audit
     from ctxlite.gates import EpsilonUnit
     from ctxlite.runtime.backend import BackendKind
+    from ctxlite.targets.spec import TargetKind
 
     kinds = {
         "task": Task,
@@ -83,6 +84,7 @@ def test_every_choice_list_is_an_enum_of_the_library():
         "bound": BoundKind,
         "backend": BackendKind,
         "epsilon_unit": EpsilonUnit,
+        "target": TargetKind,
     }
     params = _options(audit)
     for name, kind in kinds.items():
