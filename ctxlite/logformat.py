@@ -215,7 +215,7 @@ def _upgrade_row(row: dict, confidence: float) -> dict:
     row.setdefault("lower_bound_counts", {"tp": 0, "n_in": 0, "fp": 0, "n_out": 0, "threshold": None})
     row.setdefault("reasons", {})
     row.setdefault("contradictions", [])
-    return {key: row.get(key) for key in ROW_FIELDS}
+    return {key: row.get(key) for key in ROW_FIELDS} | {key: row[key] for key in ROW_FIELDS_ADDED if key in row}
 
 
 def finite_or_inf(value):

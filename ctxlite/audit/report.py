@@ -70,6 +70,13 @@ class Accounting:
         return cls(d["queries"], d["sampling_rate"], d["sensitivity_add_remove"], d["accountant"])
 
 
+GRID_WAS_EXACT = (
+    "written before exact values were told from grid ones: the log's epsilon_exact was the grid's value, "
+    "rounded up, read as an upper bound (re-run the audit for the exact value)"
+)
+"""The reason an older row's ``epsilon_exact`` is read as an upper bound only."""
+
+
 @dataclass
 class AuditRow:
     """The estimates at one theoretical ε of an audit: ``epsilon`` (theoretical, per query, canary always present; null
@@ -172,14 +179,20 @@ class AuditRow:
         out["lower_bound_counts"] = self.lower_bound_counts.to_dict()
         out["accounting"] = None if self.accounting is None else self.accounting.to_dict()
         for name in ROW_FIELDS_ADDED:  # absent where not computed, as in a row written before it
-            if out[name] is None:
-                del out[name]
+            if out[name] is None and not (name == "epsilon_pair_at_least" and self.privacy_profile_kind == "exact"):
+                del out[name]  # (an exact profile's row always has it: its absence marks an older row)
         return strict(out)
 
     @classmethod
     def from_dict(cls, d: dict) -> AuditRow:
         """The inverse of :meth:`to_dict` (strict JSON's ``"inf"`` read back as a float, in the
         numeric fields only: a text field holding the word "inf" stays text)."""
+        if "epsilon_pair_at_least" not in d and d.get("privacy_profile_kind") == "exact" and d.get("epsilon_exact"):
+            # written before exact values were told from grid ones: its "exact" ε is the grid's, rounded
+            # up (1.000184 for a Gaussian pair of ε 1): an upper bound, which no gate fails on
+            reasons = {**(d.get("reasons") or {}), "epsilon_exact": GRID_WAS_EXACT}
+            tight = {"audit_tightness": None, "audit_tightness_at_least": d.get("audit_tightness")}  # ε_lb / it
+            d = {**d, "epsilon_exact": None, **tight, "reasons": reasons}
         d = {name: None for name in ROW_FIELDS_ADDED if name not in d} | d  # a row written before them
         values = {f.name: d[f.name] if f.name in _TEXT_FIELDS else _loose(d[f.name]) for f in fields(cls)}
         values["lower_bound_counts"] = BoundCounts.from_dict(values["lower_bound_counts"])

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from ctxlite.audit.game import recompute_rows, run_keys
-from ctxlite.audit.report import AuditReport
+from ctxlite.audit.report import GRID_WAS_EXACT, AuditReport, AuditRow
 from ctxlite.chain import FIELD, check_head
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.gates import EpsilonGate, InfluenceGate, audit_verdict, score_verdict
@@ -302,6 +302,17 @@ def _recomputed_report(run: RunLog, stored: dict) -> AuditReport:
             f"{run.where()}: the end line disagrees with the header: its report's settings "
             f"({', '.join(diff[:6])}) are not those the trials were played with (the log was edited)"
         )
+    read = [_as_read(raw, row) for raw, row in zip(stored["rows"], report.rows)]
     report.rows = rows
-    disagrees(run, "report.rows", stored["rows"], _as_logged([r.to_dict() for r in rows]))
+    disagrees(run, "report.rows", read, _as_logged([r.to_dict() for r in rows]))
     return report
+
+
+def _as_read(raw: dict, row: AuditRow) -> dict:
+    """An end line's row as the reader takes it: a row written before exact values were told from
+    grid ones has its grid ε read as an upper bound (``GRID_WAS_EXACT``), which the recomputed row
+    carries forward; any other row as written."""
+    if row.reasons.get("epsilon_exact") != GRID_WAS_EXACT:
+        return raw
+    tight = {"audit_tightness": None, "audit_tightness_at_least": row.audit_tightness_at_least}
+    return {**raw, "epsilon_exact": None, **tight, "reasons": row.reasons}

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ctxlite.audit.canaries import Canary, CanaryKind
 from ctxlite.audit.queries import AuditQuery
-from ctxlite.audit.report import Accounting, AuditReport, AuditRow, BoundChoice, BoundCounts
+from ctxlite.audit.report import GRID_WAS_EXACT, Accounting, AuditReport, AuditRow, BoundChoice, BoundCounts
 from ctxlite.audit.settings import AuditSettings, EstimateSettings
 from ctxlite.cli import main
 from ctxlite.errors import DataError
@@ -188,11 +188,19 @@ def test_an_older_log_reads_to_the_results_of_the_same_run_in_this_format():
     """tests/reference/legacy/ holds the golden logs as ctxlite wrote them before log formats were
     versioned; tests/golden/ the same runs in this format. ``report`` reads both to the same examples,
     summary and rows (the identity differs: this format names its kv_slots default 4, the older
-    score run ran with 2)."""
+    score run ran with 2), except the audited pair's ε: the older log holds the grid's value, rounded
+    up, as its exact ε, which is read as an upper bound (at least the exact value this format holds)."""
+    pair = {"epsilon_exact", "epsilon_pair_at_least", "epsilon_upper_bound", "privacy_profile", "audit_tightness"}
+    pair |= {"audit_tightness_at_least"}
     for name in ("score.jsonl", "classify_audit.jsonl"):
         old, new = (_report_json(d / name) for d in (LEGACY, GOLDEN))
-        for key in ("examples", "summary", "rows", "settings", "canary", "notes", "complete"):
+        for key in ("examples", "summary", "settings", "canary", "notes", "complete"):
             assert old.get(key) == new.get(key), (name, key)
+        for was, now in zip(old.get("rows") or (), new.get("rows") or (), strict=True):
+            same = set(now) - pair - {"reasons"}
+            assert {k: was[k] for k in same} == {k: now[k] for k in same}, name
+            assert was["epsilon_exact"] is None and was["epsilon_upper_bound"] >= now["epsilon_exact"] > 0
+            assert was["reasons"]["epsilon_exact"] == GRID_WAS_EXACT
         assert old["chain"]["chained"] and not old.get("verdict")
 
 
@@ -248,12 +256,34 @@ def test_upgrading_an_older_audit_report_reads_the_pairs_epsilon_from_epsilon_ex
     assert upgrade_report(report) == report
     old = json.loads(json.dumps(report))
     row = old["rows"][0]
-    for key in ("epsilon_upper_bound", "privacy_profile_kind", "lower_bound_method", "contradictions"):
+    for key in (
+        "epsilon_upper_bound",
+        "privacy_profile_kind",
+        "lower_bound_method",
+        "contradictions",
+        "epsilon_pair_at_least",
+    ):
         del row[key]
     del old["first_reported_with"]
     up = AuditReport.from_dict(upgrade_report(old))
     assert up.rows[0].epsilon_upper_bound == row["epsilon_exact"] and up.rows[0].privacy_profile_kind == "exact"
     assert up.rows[0].lower_bound_method == "split" and up.first_reported_with is None
+    assert up.rows[0].epsilon_exact is None  # the older "exact" value was the grid's: an upper bound
+
+
+def test_a_row_written_before_exact_values_reads_its_exact_epsilon_as_an_upper_bound():
+    """Issue 46: an "exact" ε rounded up on the grid (1.000184 for a Gaussian pair of ε 1) failed a
+    budget of 1. A row of this format written before exact values were told from grid ones (no
+    epsilon_pair_at_least) holds such a value: it is read as an upper bound, with its reason (the
+    gate fails only on an exact value or a bracket's lower end); a row that has the field is read
+    as written."""
+    report = json.loads((GOLDEN / "classify_audit.jsonl").read_text().splitlines()[-1])["end"]["report"]
+    now = report["rows"][0]
+    assert AuditRow.from_dict(now).epsilon_exact == now["epsilon_exact"]  # this format: as written
+    older = {k: v for k, v in now.items() if k != "epsilon_pair_at_least"}
+    row = AuditRow.from_dict(older)
+    assert row.epsilon_exact is None and row.epsilon_upper_bound == now["epsilon_upper_bound"]
+    assert row.reasons["epsilon_exact"] == GRID_WAS_EXACT
 
 
 def test_an_audit_row_reads_back_inf_as_a_number_only_where_its_type_holds_numbers():
