@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -506,3 +506,14 @@ class RecordLog:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
+    """The record of ``key`` from ``log`` (a resumed run's), or ``play()``'s, appended to the log as
+    it finishes (no log: just ``play()``)."""
+    rec = log.records.get(key) if log is not None else None
+    if rec is None:
+        rec = play()
+        if log is not None:
+            log.append(key, rec)
+    return rec

@@ -74,7 +74,7 @@ from ctxlite.audit.settings import Attack, AuditSettings, DetectorKind, Mechanis
 from ctxlite.errors import DataError, InvalidParameter
 from ctxlite.identity import differences
 from ctxlite.privacy.privacy_profile import VotePair, pair_profile
-from ctxlite.records import RecordLog
+from ctxlite.records import RecordLog, logged
 from ctxlite.runtime.backend import Backend, Embeddings, LogitRows, Streams, require
 from ctxlite.runtime.chat import chat_template, render_chat
 
@@ -211,7 +211,7 @@ class AuditGame:
                 for z in (True, False):
                     key = reference_key(ek, z, j)
                     ahead.before(key)
-                    runs[key] = self._logged(
+                    runs[key] = logged(
                         log,
                         key,
                         lambda: {
@@ -229,7 +229,7 @@ class AuditGame:
         for i in range(s.trials):
             key = trial_key(ek, i)
             ahead.before(key)
-            runs[key] = self._logged(log, key, lambda: self._trial(mech, ek, i, detector))
+            runs[key] = logged(log, key, lambda: self._trial(mech, ek, i, detector))
             _check_canary(runs[key], i, self.canary.id, where)  # before playing on into another audit's log
             tick(f"eps={ek} trials", i + 1, s.trials)
         return trial_scores(detector, runs, s, ek, self.canary.id, where)
@@ -252,16 +252,6 @@ class AuditGame:
             "score": detector.score(sig),
             "withheld": withheld,
         }
-
-    @staticmethod
-    def _logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
-        """The record of ``key`` from ``log``, or ``play()``'s, appended to the log as it finishes."""
-        rec = log.records.get(key) if log is not None else None
-        if rec is None:
-            rec = play()
-            if log is not None:
-                log.append(key, rec)
-        return rec
 
     def known_profile(self, mech: Mechanism) -> PairReference:
         """The privacy profile of one trial's release on the audited pair -- the private set with and

@@ -40,7 +40,7 @@ from ctxlite.audit.mechanisms import NoDefense
 from ctxlite.audit.report import AuditRow, report_row
 from ctxlite.audit.settings import AuditSettings, EstimateSettings, MechanismKind, Task
 from ctxlite.errors import DataError, InvalidParameter
-from ctxlite.records import RecordLog
+from ctxlite.records import RecordLog, logged
 
 PROBE_KEY = "probe"
 
@@ -309,15 +309,15 @@ class TargetGame:
         """Every run, read from ``log`` where it holds it, else played and appended as it finishes."""
         runs = {}
         if self.s.probe:
-            runs[PROBE_KEY] = _logged(log, PROBE_KEY, self.probe)
+            runs[PROBE_KEY] = logged(log, PROBE_KEY, self.probe)
             if runs[PROBE_KEY]["identical"]:
                 tell(probe_warning())
         for j in range(self.s.reference_runs):
             for z in (True, False):
-                runs[reference_key(j, z)] = _logged(log, reference_key(j, z), lambda j=j, z=z: self.reference(j, z))
+                runs[reference_key(j, z)] = logged(log, reference_key(j, z), lambda j=j, z=z: self.reference(j, z))
             tick("reference runs", j + 1, self.s.reference_runs)
         for i in range(self.s.trials):
-            runs[trial_key(i)] = _logged(log, trial_key(i), lambda i=i: self.trial(i))
+            runs[trial_key(i)] = logged(log, trial_key(i), lambda i=i: self.trial(i))
             tick("trials", i + 1, self.s.trials)
         return runs
 
@@ -351,15 +351,6 @@ def probe_warning() -> str:
         "the probe's answers are identical with and without the canary (same seeds): the target may "
         "ignore load (check that it answers from the records it is given), or not leak on these questions"
     )
-
-
-def _logged(log: RecordLog | None, key: str, play: Callable[[], dict]) -> dict:
-    rec = log.records.get(key) if log is not None else None
-    if rec is None:
-        rec = play()
-        if log is not None:
-            log.append(key, rec)
-    return rec
 
 
 @dataclass
