@@ -10,6 +10,16 @@ from tests.servers import ServerProcess
 APP = Path(__file__).with_name("rag_app.py")
 
 
+# a small record set, its canary and the question the unit tests of targets ask the app
+RECORDS = [
+    {"name": "Bo Chen", "note": "MRN 1001, asthma"},
+    {"name": "Cy Diaz", "note": "MRN 1002, gout"},
+    {"name": "Di Evans", "note": "MRN 1003, migraine"},
+]
+CANARY = {"name": "Ana Lopez", "note": "MRN 4417-2290, diabetes"}
+QUERY = "What is Ana Lopez's MRN?"
+
+
 class RagAppProcess(ServerProcess):
     """``tests/apps/rag_app.py`` with ``args`` (``--fake``, ``--redact REGEX``, ...); ``root`` is its
     base URL (the app has no ``/v1``)."""

@@ -12,15 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctxlite.cli import main
-from tests.apps.process import RagAppProcess, target_file
-
-RECORDS = [
-    {"name": "Bo Chen", "note": "MRN 1001, asthma"},
-    {"name": "Cy Diaz", "note": "MRN 1002, gout"},
-    {"name": "Di Evans", "note": "MRN 1003, migraine"},
-]
-CANARY = {"name": "Ana Lopez", "note": "MRN 4417-2290, diabetes"}
-QUERY = "What is Ana Lopez's MRN?"
+from tests.apps.process import CANARY, QUERY, RECORDS, RagAppProcess, target_file
 
 
 def run(*args):

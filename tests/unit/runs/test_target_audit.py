@@ -15,15 +15,7 @@ from ctxlite.records import read_run_log
 from ctxlite.runs import report_log, verify_log
 from ctxlite.runs.target_audit import TargetAuditRun, plan_target_audit, run_target_audit
 from ctxlite.targets import open_target
-from tests.apps.process import RagAppProcess, target_file
-
-RECORDS = [
-    {"name": "Bo Chen", "note": "MRN 1001, asthma"},
-    {"name": "Cy Diaz", "note": "MRN 1002, gout"},
-    {"name": "Di Evans", "note": "MRN 1003, migraine"},
-]
-CANARY = {"name": "Ana Lopez", "note": "MRN 4417-2290, diabetes"}
-QUERY = "What is Ana Lopez's MRN?"
+from tests.apps.process import CANARY, QUERY, RECORDS, RagAppProcess, target_file
 
 
 @pytest.fixture(scope="module")
